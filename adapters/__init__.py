@@ -1,0 +1,3 @@
+"""adapters layer of wf-scheduler."""
+
+__all__: list[str] = []

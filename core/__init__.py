@@ -1,0 +1,3 @@
+"""core layer of wf-scheduler."""
+
+__all__: list[str] = []

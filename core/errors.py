@@ -1,0 +1,144 @@
+"""The error hierarchy shared by every layer.
+
+Every error a caller can provoke derives from `SchedulingError` and carries a
+stable machine-readable `code`; the JSON-RPC adapter maps codes to wire errors
+and the client maps them back to these same classes. Any other exception that
+escapes a layer is a bug.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+__all__ = [
+    "AlreadyExists",
+    "CoreMisuse",
+    "InvalidDefinition",
+    "InvalidInput",
+    "InvalidState",
+    "NotFound",
+    "Problem",
+    "RevisionConflict",
+    "SchedulerUnavailable",
+    "SchedulingError",
+    "error_class_for_code",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Problem:
+    """One thing wrong with an input: where (a dotted field path) and why."""
+
+    field: str
+    reason: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"field": self.field, "reason": self.reason}
+
+
+class SchedulingError(Exception):
+    """Base of every domain error. `code` is stable; `data` is JSON-safe detail."""
+
+    code: ClassVar[str] = "scheduling_error"
+
+    def __init__(self, message: str, *, data: Mapping[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data: dict[str, Any] = dict(data or {})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, **self.data}
+
+
+class InvalidInput(SchedulingError):
+    """Bad input from outside. `problems` names each bad field and why."""
+
+    code: ClassVar[str] = "invalid_input"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        problems: Iterable[Problem] = (),
+        data: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.problems: tuple[Problem, ...] = tuple(problems)
+        merged = dict(data or {})
+        if self.problems:
+            merged["problems"] = [p.as_dict() for p in self.problems]
+        if self.problems and message == "":
+            message = "; ".join(f"{p.field}: {p.reason}" for p in self.problems)
+        super().__init__(message, data=merged)
+
+    @classmethod
+    def from_problems(cls, what: str, problems: Iterable[Problem]) -> InvalidInput:
+        listed = tuple(problems)
+        summary = "; ".join(f"{p.field}: {p.reason}" for p in listed)
+        return cls(f"invalid {what}: {summary}", problems=listed)
+
+
+class InvalidDefinition(InvalidInput):
+    """A schedule definition or update patch was rejected; nothing was written."""
+
+    code: ClassVar[str] = "invalid_definition"
+
+
+class NotFound(SchedulingError):
+    """The named schedule, deployment, artifact or run does not exist."""
+
+    code: ClassVar[str] = "not_found"
+
+
+class AlreadyExists(SchedulingError):
+    """The caller-chosen id is taken (ids are never reused, not even after delete)."""
+
+    code: ClassVar[str] = "already_exists"
+
+
+class RevisionConflict(SchedulingError):
+    """`expected_revision` is stale: someone else changed the schedule first."""
+
+    code: ClassVar[str] = "revision_conflict"
+
+
+class InvalidState(SchedulingError):
+    """The operation does not apply to the object's current state
+    (for example resuming a run that is not interrupted)."""
+
+    code: ClassVar[str] = "invalid_state"
+
+
+class SchedulerUnavailable(SchedulingError):
+    """The scheduler is not enabled, not owned by this process, or shutting down."""
+
+    code: ClassVar[str] = "scheduler_unavailable"
+
+
+class CoreMisuse(SchedulingError):
+    """The caller of the pure core broke its protocol (for example an event about
+    a schedule the state does not know). Names the state and the event."""
+
+    code: ClassVar[str] = "core_misuse"
+
+
+_BY_CODE: dict[str, type[SchedulingError]] = {
+    cls.code: cls
+    for cls in (
+        SchedulingError,
+        InvalidInput,
+        InvalidDefinition,
+        NotFound,
+        AlreadyExists,
+        RevisionConflict,
+        InvalidState,
+        SchedulerUnavailable,
+        CoreMisuse,
+    )
+}
+
+
+def error_class_for_code(code: str) -> type[SchedulingError]:
+    """The error class for a stable code; unknown codes map to the base class."""
+    return _BY_CODE.get(code, SchedulingError)

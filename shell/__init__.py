@@ -1,0 +1,3 @@
+"""shell layer of wf-scheduler."""
+
+__all__: list[str] = []
