@@ -1,0 +1,105 @@
+"""Commands: what `decide` tells the shell to do, in the imperative.
+
+Every command is a frozen, keyword-only value. The shell carries them out in
+order and makes each durable before acting on anything that depends on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from core.occurrences import OccurrenceStatus
+
+__all__ = [
+    "AdmitOccurrence",
+    "BlockSchedule",
+    "Command",
+    "CreateAdmittedRun",
+    "LogWarning",
+    "PersistRuntime",
+    "RecordOccurrence",
+    "StartRun",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Command:
+    """Base of every command."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordOccurrence(Command):
+    """Append a history row for `(schedule_id, instant)`.
+
+    A row standing for several missed instants has `count > 1` and gives the
+    first and last instant; `instant` is then the last one.
+    """
+
+    schedule_id: str
+    instant: datetime
+    status: OccurrenceStatus
+    run_id: str | None = None
+    reason: str | None = None
+    count: int = 1
+    first_instant: datetime | None = None
+    last_instant: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AdmitOccurrence(Command):
+    """Preflight, then durably record `admitted`, then create and start the run.
+
+    Preflight failure is reported back as `PreflightFailed`; success as
+    `OccurrenceAdmitted`. `inputs` are already resolved for this occurrence.
+    """
+
+    schedule_id: str
+    instant: datetime
+    revision: int
+    deployment_id: str
+    inputs: dict[str, Any]
+    max_steps: int | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CreateAdmittedRun(Command):
+    """An admitted occurrence has no run (crash after the row): create it from
+    the admitted row's snapshot and start it. No effect can have happened."""
+
+    schedule_id: str
+    instant: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartRun(Command):
+    """Start executing an admitted run that never started (found at recovery)."""
+
+    schedule_id: str
+    instant: datetime
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PersistRuntime(Command):
+    """Make the schedule's runtime state durable (after the rows it depends on)."""
+
+    schedule_id: str
+    watermark: datetime
+    held: datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockSchedule(Command):
+    """Persist a diagnostic that blocks the schedule (shown by `get_schedule`)."""
+
+    schedule_id: str
+    diagnostic: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LogWarning(Command):
+    """Something an operator should see in the log (for example a clock step)."""
+
+    message: str

@@ -1,0 +1,165 @@
+"""Events: past-tense facts the shell feeds to `decide`.
+
+Every event is a frozen, keyword-only value. Lifecycle events carry `at`, the
+instant the operator's change was made durable; `decide` first settles the
+schedule's calendar up to `at` and only then applies the change, so events
+replayed after downtime land exactly where they happened.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from core.definitions import ScheduleDefinition
+from core.occurrences import RunStatus
+
+__all__ = [
+    "CapacityChanged",
+    "Event",
+    "OccurrenceAdmitted",
+    "PreflightFailed",
+    "RecordsContradicted",
+    "RecoveredRun",
+    "RunStatusChanged",
+    "ScheduleCreated",
+    "ScheduleDeleted",
+    "SchedulePaused",
+    "ScheduleRecovered",
+    "ScheduleResumed",
+    "ScheduleUpdated",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """Base of every event."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleCreated(Event):
+    """A new schedule was made durable at `at` (its creation watermark)."""
+
+    definition: ScheduleDefinition
+    at: datetime
+    revision: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleUpdated(Event):
+    """An accepted update produced `definition` at `revision`."""
+
+    definition: ScheduleDefinition
+    revision: int
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulePaused(Event):
+    schedule_id: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleResumed(Event):
+    schedule_id: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleDeleted(Event):
+    schedule_id: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreflightFailed(Event):
+    """The shell's preflight of an `AdmitOccurrence` failed; nothing was admitted."""
+
+    schedule_id: str
+    instant: datetime
+    reason: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OccurrenceAdmitted(Event):
+    """The admitted row is durable and the run `run_id` exists in the run store."""
+
+    schedule_id: str
+    instant: datetime
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunStatusChanged(Event):
+    """A scheduled run reached `status` (running, interrupted or a terminal one).
+    Reported for resumes made through the API too."""
+
+    schedule_id: str
+    instant: datetime
+    run_id: str
+    status: RunStatus
+    message: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CapacityChanged(Event):
+    """The execution-slot bound (`max_concurrent_runs`) changed."""
+
+    max_concurrent_runs: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecoveredRun:
+    """An admitted occurrence found at startup that is not yet terminal in history.
+
+    `run_id` is None when the crash came between the admitted row and the run's
+    creation; `status` is the run store's status (after the host's own recovery,
+    which fails abandoned runs and ambiguous resumes closed); `message` is the
+    run's diagnostic when it has one.
+    """
+
+    instant: datetime
+    run_id: str | None
+    status: RunStatus
+    message: str | None = None
+    # True when the run was admitted but never executed: it may still be started.
+    never_started: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleRecovered(Event):
+    """What the stores say about one schedule at startup.
+
+    `watermark` is the persisted runtime watermark (None if the runtime record
+    was never written); `last_decided_instant` the newest instant with a
+    decision row in history. `decide` takes the newest of these, the creation
+    instant, and the last update/resume instant as the effective watermark.
+    """
+
+    definition: ScheduleDefinition
+    revision: int
+    created_at: datetime
+    watermark: datetime | None
+    last_decided_instant: datetime | None
+    held: datetime | None
+    paused: bool
+    deleted: bool
+    active_runs: tuple[RecoveredRun, ...] = ()
+    blocked_reason: str | None = None
+    updated_at: datetime | None = None
+    resumed_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecordsContradicted(Event):
+    """A store record could not be parsed or contradicts another one.
+
+    The schedule is blocked: no admissions, overlap is not cleared.
+    """
+
+    schedule_id: str
+    file: str
+    record: str
+    reason: str
+    extra: tuple[str, ...] = field(default=())
