@@ -83,11 +83,17 @@ class StartRun(Command):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PersistRuntime(Command):
-    """Make the schedule's runtime state durable (after the rows it depends on)."""
+    """Make the schedule's runtime state durable (after the rows it depends on).
+
+    `waiting` lists the on-time instants of a `misfire="skip"` schedule that
+    wait for an execution slot (oldest first); they have no history row yet,
+    so they must survive a restart (see `ScheduleRecovered.waiting`).
+    """
 
     schedule_id: str
     watermark: datetime
     held: datetime | None
+    waiting: tuple[datetime, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -149,6 +149,9 @@ class ScheduleRecovered(Event):
     blocked_reason: str | None = None
     updated_at: datetime | None = None
     resumed_at: datetime | None = None
+    # The persisted `PersistRuntime.waiting` instants that still have no
+    # decision row in history (the shell drops those it finds decided).
+    waiting: tuple[datetime, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

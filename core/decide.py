@@ -1,0 +1,940 @@
+"""`decide`: the scheduling rules, as one pure function.
+
+Theory of operation
+===================
+
+`decide(state, now, events)` returns a new state and the commands the shell
+must carry out, in order. It reads no clock and changes nothing it is given.
+Time moves as a range: each schedule has a *watermark*, the newest instant
+already considered, and every call decides the trigger instants in
+`(watermark, now]`.
+
+1. Clock. `now` is clamped to the newest `now` seen before; a step backwards
+   is logged once (`LogWarning`) and never replays anything.
+2. Events, in order. A lifecycle event (created, updated, paused, resumed,
+   deleted) carries `at`: the schedule is first settled up to
+   `min(at, now)` (lateness still measured against `now`), then the change
+   applies. Run reports (admitted, preflight failed, status changed) and
+   capacity changes apply at `now`. Recovery findings rebuild a schedule
+   from what the stores said at startup.
+3. Settle. Every schedule whose due time is `<= now` (found through the due
+   index, never by a scan) decides its instants up to `now`.
+4. Fill. While execution slots are free, candidates waiting for a slot are
+   admitted, oldest instant first across schedules.
+5. Persist. Each schedule whose watermark, held candidate or waiting instants
+   changed gets one `PersistRuntime`, after its history rows.
+
+Deciding an instant `t` (`watermark < t <= now`), first rule that applies:
+
+a. Paused or deleted: `t` is consumed with no row (the paused span is never
+   replayed). Blocked: the schedule does not advance at all; its instants are
+   decided when its records are repaired (as downtime).
+b. Missed (`now - t > lateness_allowance_s`; exactly equal is on time):
+   misfire "skip" records `skipped-misfire`; misfire "latest" makes `t` the
+   held candidate, an older held candidate becoming `superseded` (or
+   `coalesced` when it was itself missed earlier in this same call). A run of
+   consecutive missed instants is decided in one step: one `skipped-misfire`
+   row with a count, or one `coalesced` row for all but the newest.
+c. On time, overlap blocks (skip: any active run; parallel: active runs
+   `>= max_active_runs`; a waiting instant reserves its place): misfire
+   "skip" records `skipped-overlap`; "latest" holds `t` (superseding an older
+   held candidate).
+d. On time, no slot free (or an older candidate is queued for one): `t`
+   waits. Under "latest" the waiting instant is the held candidate; under
+   "skip" it joins the schedule's short FIFO of waiting instants. A waiting
+   instant that is past the allowance when next looked at is decided by (b).
+e. Otherwise `AdmitOccurrence`: the run counts as active and holds a slot at
+   once; the shell answers `OccurrenceAdmitted` or `PreflightFailed` (then
+   `preflight-rejected`, the place and slot are released).
+
+A held candidate (misfire "latest") is admitted whenever overlap and capacity
+allow, whatever its age; a newer instant replaces it, so there is never a
+burst. A scheduled run holds a slot from admission until it first stops
+(interrupted or terminal); only a terminal status releases its overlap place.
+Every status report of a scheduled run is recorded in history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, TypeAlias
+
+from pyrsistent import PMap, pmap
+
+from core.bindings import resolve_inputs
+from core.calendar import CompiledTrigger, compile_trigger
+from core.commands import (
+    AdmitOccurrence,
+    BlockSchedule,
+    Command,
+    CreateAdmittedRun,
+    LogWarning,
+    PersistRuntime,
+    RecordOccurrence,
+    StartRun,
+)
+from core.definitions import ScheduleDefinition
+from core.due_index import KeyHeap
+from core.errors import CoreMisuse
+from core.events import (
+    CapacityChanged,
+    Event,
+    OccurrenceAdmitted,
+    PreflightFailed,
+    RecordsContradicted,
+    RecoveredRun,
+    RunStatusChanged,
+    ScheduleCreated,
+    ScheduleDeleted,
+    SchedulePaused,
+    ScheduleRecovered,
+    ScheduleResumed,
+    ScheduleUpdated,
+)
+from core.occurrences import TERMINAL_RUN_STATUSES, OccurrenceStatus, RunStatus
+from core.state import (
+    ActiveRun,
+    SchedulerState,
+    ScheduleState,
+    check_capacity,
+)
+
+__all__ = ["decide", "next_wakeup"]
+
+_TICK: Final = timedelta(microseconds=1)
+# Rebuild an index once stale entries outnumber live ones by this much.
+_COMPACT_SLACK: Final = 64
+
+_PAUSED: Final = "schedule paused"
+_DELETED: Final = "schedule deleted"
+_BLOCKED: Final = "schedule blocked"
+_UPDATED: Final = "schedule updated"
+
+_Runtime: TypeAlias = tuple[datetime, datetime | None, tuple[datetime, ...]]
+
+
+class _Work:
+    """A mutable copy of one `ScheduleState`, private to one `decide` call."""
+
+    __slots__ = (
+        "active",
+        "allowance",
+        "blocked",
+        "created_at",
+        "definition",
+        "deleted",
+        "due",
+        "held",
+        "latest",
+        "limit",
+        "next_instant",
+        "paused",
+        "queued",
+        "revision",
+        "schedule_id",
+        "trigger",
+        "waiting",
+        "watermark",
+    )
+
+    schedule_id: str
+    definition: ScheduleDefinition
+    revision: int
+    trigger: CompiledTrigger
+    created_at: datetime
+    watermark: datetime
+    next_instant: datetime | None
+    held: datetime | None
+    waiting: tuple[datetime, ...]
+    active: PMap[datetime, ActiveRun]
+    paused: bool
+    deleted: bool
+    blocked: str | None
+    due: datetime | None
+    queued: datetime | None
+    latest: bool
+    limit: int
+    allowance: timedelta
+
+    @classmethod
+    def of(cls, s: ScheduleState) -> _Work:
+        w = cls()
+        w.schedule_id = s.schedule_id
+        w.definition = s.definition
+        w.revision = s.revision
+        w.trigger = s.trigger
+        w.created_at = s.created_at
+        w.watermark = s.watermark
+        w.next_instant = s.next_instant
+        w.held = s.held
+        w.waiting = s.waiting
+        w.active = s.active
+        w.paused = s.paused
+        w.deleted = s.deleted
+        w.blocked = s.blocked
+        w.due = s.due
+        w.queued = s.queued
+        w.latest = s.latest
+        w.limit = s.limit
+        w.allowance = s.allowance
+        return w
+
+    @classmethod
+    def fresh(
+        cls,
+        definition: ScheduleDefinition,
+        revision: int,
+        created_at: datetime,
+        watermark: datetime,
+    ) -> _Work:
+        w = cls()
+        w.schedule_id = definition.schedule_id
+        w.created_at = created_at
+        w.watermark = watermark
+        w.held = None
+        w.waiting = ()
+        w.active = pmap()
+        w.paused = False
+        w.deleted = False
+        w.blocked = None
+        w.due = None
+        w.queued = None
+        w.set_definition(definition, revision)
+        return w
+
+    def set_definition(self, definition: ScheduleDefinition, revision: int) -> None:
+        self.definition = definition
+        self.revision = revision
+        self.trigger = compile_trigger(definition.trigger)
+        self.latest = definition.misfire == "latest"
+        self.limit = definition.active_run_limit
+        self.allowance = timedelta(seconds=definition.lateness_allowance_s)
+        self.next_instant = self.trigger.next_after(self.watermark)
+
+    def freeze(self) -> ScheduleState:
+        return ScheduleState(
+            schedule_id=self.schedule_id,
+            definition=self.definition,
+            revision=self.revision,
+            trigger=self.trigger,
+            created_at=self.created_at,
+            watermark=self.watermark,
+            next_instant=self.next_instant,
+            held=self.held,
+            waiting=self.waiting,
+            active=self.active,
+            paused=self.paused,
+            deleted=self.deleted,
+            blocked=self.blocked,
+            due=self.due,
+            queued=self.queued,
+            latest=self.latest,
+            limit=self.limit,
+            allowance=self.allowance,
+        )
+
+    def describe(self) -> str:
+        flags = [
+            name
+            for name, on in (
+                ("paused", self.paused),
+                ("deleted", self.deleted),
+                ("blocked", self.blocked is not None),
+            )
+            if on
+        ]
+        active = ", ".join(f"{_iso(t)}={run.status}" for t, run in sorted(self.active.items()))
+        return (
+            f"revision {self.revision}, {'/'.join(flags) or 'live'}, "
+            f"watermark {_iso(self.watermark)}, active runs [{active}]"
+        )
+
+
+_Sched: TypeAlias = _Work | ScheduleState
+
+
+def _due_of(s: _Sched) -> datetime | None:
+    """When the schedule next needs `decide` on its own (None: only events wake it)."""
+    if s.paused or s.deleted or s.blocked is not None:
+        return None
+    due = s.next_instant
+    if s.waiting:
+        late = s.waiting[0] + s.allowance + _TICK
+        if due is None or late < due:
+            due = late
+    return due
+
+
+def _candidate(s: _Sched) -> datetime | None:
+    """The instant the schedule would admit next if a slot were free, if any."""
+    if s.paused or s.deleted or s.blocked is not None or len(s.active) >= s.limit:
+        return None
+    if s.latest:
+        return s.held
+    return s.waiting[0] if s.waiting else None
+
+
+def _iso(instant: datetime) -> str:
+    return instant.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _utc(value: object, what: str) -> datetime:
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise CoreMisuse(f"{what} must be a timezone-aware datetime, got {value!r}")
+    return value if value.tzinfo is UTC else value.astimezone(UTC)
+
+
+class _Call:
+    """One `decide` call: working copies of the schedules it touches, the
+    indexes and counters as they evolve, and the commands emitted so far."""
+
+    def __init__(self, state: SchedulerState, now: datetime) -> None:
+        self.state = state
+        self.capacity = state.max_concurrent_runs
+        self.slots = state.slots_in_use
+        self.due_index = state.due_index
+        self.due_live = state.due_live
+        self.queue = state.slot_queue
+        self.queue_live = state.queue_live
+        self.work: dict[str, _Work] = {}
+        # Runtime as persisted before this call (None: new schedule).
+        self.before: dict[str, _Runtime | None] = {}
+        # Held candidates that were themselves missed during this call.
+        self.missed_held: dict[str, datetime] = {}
+        self.commands: list[Command] = []
+        self.clock_behind = False
+        last = state.last_now
+        if last is not None and now < last:
+            if not state.clock_behind:
+                self.commands.append(
+                    LogWarning(
+                        message=(
+                            f"clock stepped back from {_iso(last)} to {_iso(now)}; "
+                            f"deciding as of {_iso(last)} until it catches up"
+                        )
+                    )
+                )
+            self.clock_behind = True
+            now = last
+        self.now = now
+
+    # --- access -------------------------------------------------------------
+
+    def peek(self, schedule_id: str) -> _Sched | None:
+        w = self.work.get(schedule_id)
+        return w if w is not None else self.state.schedules.get(schedule_id)
+
+    def get(self, schedule_id: str, event: Event) -> _Work:
+        w = self.work.get(schedule_id)
+        if w is not None:
+            return w
+        s = self.state.schedules.get(schedule_id)
+        if s is None:
+            raise CoreMisuse(
+                f"cannot apply {type(event).__name__} {event!r}: schedule {schedule_id!r} "
+                f"is unknown to this state ({len(self.state.schedules)} schedules)",
+                data={"schedule_id": schedule_id, "event": type(event).__name__},
+            )
+        return self._adopt(s)
+
+    def _adopt(self, s: ScheduleState) -> _Work:
+        w = _Work.of(s)
+        self.work[s.schedule_id] = w
+        self.before[s.schedule_id] = (s.watermark, s.held, s.waiting)
+        return w
+
+    def touch(self, schedule_id: str) -> _Work:
+        w = self.work.get(schedule_id)
+        return w if w is not None else self._adopt(self.state.schedules[schedule_id])
+
+    def misuse(self, event: Event, w: _Work, detail: str) -> CoreMisuse:
+        return CoreMisuse(
+            f"cannot apply {type(event).__name__} {event!r} to schedule {w.schedule_id!r} "
+            f"({w.describe()}): {detail}",
+            data={"schedule_id": w.schedule_id, "event": type(event).__name__},
+        )
+
+    # --- commands -----------------------------------------------------------
+
+    def record(
+        self,
+        schedule_id: str,
+        instant: datetime,
+        status: OccurrenceStatus,
+        *,
+        run_id: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        self.commands.append(
+            RecordOccurrence(
+                schedule_id=schedule_id,
+                instant=instant,
+                status=status,
+                run_id=run_id,
+                reason=reason,
+            )
+        )
+
+    def record_span(
+        self,
+        schedule_id: str,
+        first: datetime,
+        last: datetime,
+        count: int,
+        status: OccurrenceStatus,
+    ) -> None:
+        if count == 1:
+            self.record(schedule_id, last, status)
+            return
+        self.commands.append(
+            RecordOccurrence(
+                schedule_id=schedule_id,
+                instant=last,
+                status=status,
+                count=count,
+                first_instant=first,
+                last_instant=last,
+            )
+        )
+
+    def supersede_all(self, w: _Work, reason: str) -> None:
+        """Drop the held candidate and waiting instants, oldest row first."""
+        dropped = sorted((*w.waiting, *((w.held,) if w.held is not None else ())))
+        for instant in dropped:
+            self.record(w.schedule_id, instant, "superseded", reason=reason)
+        w.held = None
+        w.waiting = ()
+
+    # --- indexes ------------------------------------------------------------
+
+    def refresh(self, w: _Work) -> None:
+        """Enter the schedule's current due time and slot candidate in the indexes."""
+        due = _due_of(w)
+        if due != w.due:
+            if w.due is not None:
+                self.due_live -= 1
+            if due is not None:
+                self.due_index = self.due_index.push((due, w.schedule_id))
+                self.due_live += 1
+            w.due = due
+        cand = _candidate(w)
+        if cand is not None and cand != w.queued:
+            if w.queued is not None:
+                self.queue_live -= 1
+            self.queue = self.queue.push((cand, w.schedule_id))
+            self.queue_live += 1
+            w.queued = cand
+
+    def slot_free_for(self, instant: datetime, schedule_id: str) -> bool:
+        """True when `instant` may take a slot now: one is free and no live
+        candidate with an older instant is queued for it."""
+        if self.slots >= self.capacity:
+            return False
+        mine = (instant, schedule_id)
+        while self.queue:
+            top = self.queue.peek()
+            assert top is not None
+            if top >= mine:
+                return True
+            queued_at, other_id = top
+            other = self.peek(other_id)
+            assert other is not None  # schedules are never removed
+            if other.queued == queued_at:
+                if other_id != schedule_id and _candidate(other) == queued_at:
+                    return False
+                self.touch(other_id).queued = None
+                self.queue_live -= 1
+            _, self.queue = self.queue.pop()
+        return True
+
+    # --- deciding instants --------------------------------------------------
+
+    def settle(self, w: _Work, upto: datetime) -> None:
+        """Decide the schedule's instants in `(watermark, upto]` as of `self.now`."""
+        if w.paused or w.deleted or w.blocked is not None:
+            return
+        now = self.now
+        if w.waiting:
+            self.expire_waiting(w)
+        nxt = w.next_instant
+        if nxt is None or nxt > upto:
+            return
+        trigger = w.trigger
+        missed_upto = min(upto, now - w.allowance - _TICK)
+        if nxt <= missed_upto:
+            after = trigger.next_after(nxt)
+            if after is None or after > missed_upto:
+                first = last = nxt
+                count = 1
+            else:
+                first = nxt
+                found = trigger.last_at_or_before(missed_upto)
+                assert found is not None  # nxt itself is at or before missed_upto
+                last = found
+                count = trigger.count_between(w.watermark, missed_upto)
+                after = trigger.next_after(last)
+            self.missed(w, first, last, count)
+            w.watermark = last
+            nxt = after
+        while nxt is not None and nxt <= upto:
+            self.on_time(w, nxt)
+            w.watermark = nxt
+            nxt = trigger.next_after(nxt)
+        w.next_instant = nxt
+
+    def expire_waiting(self, w: _Work) -> None:
+        limit = self.now - w.allowance
+        keep: list[datetime] = []
+        for instant in w.waiting:
+            if instant < limit:
+                self.record(w.schedule_id, instant, "skipped-misfire")
+            else:
+                keep.append(instant)
+        if len(keep) != len(w.waiting):
+            w.waiting = tuple(keep)
+
+    def missed(self, w: _Work, first: datetime, last: datetime, count: int) -> None:
+        sid = w.schedule_id
+        if not w.latest:
+            self.record_span(sid, first, last, count, "skipped-misfire")
+            return
+        if w.held is not None:
+            was_missed = self.missed_held.get(sid) == w.held
+            self.record(sid, w.held, "coalesced" if was_missed else "superseded")
+        if count > 1:
+            before_last = w.trigger.last_at_or_before(last - _TICK)
+            assert before_last is not None  # count > 1: first < last
+            self.record_span(sid, first, before_last, count - 1, "coalesced")
+        w.held = last
+        self.missed_held[sid] = last
+
+    def on_time(self, w: _Work, instant: datetime) -> None:
+        sid = w.schedule_id
+        if w.latest:
+            if w.held is not None:
+                self.record(sid, w.held, "superseded")
+                w.held = None
+            if len(w.active) < w.limit and self.slot_free_for(instant, sid):
+                self.admit(w, instant)
+            else:
+                w.held = instant
+            return
+        if len(w.active) + len(w.waiting) >= w.limit:
+            self.record(sid, instant, "skipped-overlap")
+        elif not w.waiting and self.slot_free_for(instant, sid):
+            self.admit(w, instant)
+        else:
+            w.waiting = (*w.waiting, instant)
+
+    def admit(self, w: _Work, instant: datetime) -> None:
+        definition = w.definition
+        self.commands.append(
+            AdmitOccurrence(
+                schedule_id=w.schedule_id,
+                instant=instant,
+                revision=w.revision,
+                deployment_id=definition.deployment_id,
+                inputs=resolve_inputs(definition, w.revision, instant),
+                max_steps=definition.max_steps,
+            )
+        )
+        w.active = w.active.set(instant, ActiveRun(run_id=None, status="admitted", holds_slot=True))
+        self.slots += 1
+
+    def settle_due(self) -> None:
+        now = self.now
+        while self.due_index:
+            top = self.due_index.peek()
+            assert top is not None
+            due, sid = top
+            if due > now:
+                return
+            _, self.due_index = self.due_index.pop()
+            s = self.peek(sid)
+            if s is None or s.due != due:
+                continue
+            w = self.touch(sid)
+            w.due = None
+            self.due_live -= 1
+            self.settle(w, now)
+            self.refresh(w)
+
+    def fill(self) -> None:
+        while self.slots < self.capacity and self.queue:
+            (instant, sid), self.queue = self.queue.pop()
+            s = self.peek(sid)
+            if s is None or s.queued != instant:
+                continue
+            w = self.touch(sid)
+            w.queued = None
+            self.queue_live -= 1
+            if _candidate(w) != instant:
+                continue
+            if w.latest:
+                w.held = None
+            else:
+                w.waiting = w.waiting[1:]
+            self.admit(w, instant)
+            self.refresh(w)
+
+    # --- events -------------------------------------------------------------
+
+    def lifecycle_settle(self, w: _Work, at: datetime) -> None:
+        self.settle(w, min(at, self.now))
+
+    def on_created(self, event: ScheduleCreated) -> None:
+        definition = event.definition
+        sid = definition.schedule_id
+        existing = self.peek(sid)
+        if existing is not None:
+            w = self.touch(sid)
+            raise self.misuse(event, w, "the schedule id already exists (ids are never reused)")
+        if event.revision < 1:
+            raise CoreMisuse(f"cannot apply {event!r}: revision must be >= 1")
+        at = _utc(event.at, "ScheduleCreated.at")
+        w = _Work.fresh(definition, event.revision, at, at)
+        self.work[sid] = w
+        self.before[sid] = None
+        self.refresh(w)
+
+    def on_updated(self, event: ScheduleUpdated) -> None:
+        w = self.get(event.definition.schedule_id, event)
+        if w.deleted:
+            raise self.misuse(event, w, "a deleted schedule cannot be updated")
+        if event.revision <= w.revision:
+            raise self.misuse(
+                event, w, f"revision {event.revision} does not follow revision {w.revision}"
+            )
+        at = _utc(event.at, "ScheduleUpdated.at")
+        self.lifecycle_settle(w, at)
+        w.watermark = max(w.watermark, at)
+        w.set_definition(event.definition, event.revision)
+        self.conform(w, _UPDATED)
+        self.refresh(w)
+
+    def conform(self, w: _Work, reason: str) -> None:
+        """Make held/waiting instants fit the (new) misfire and overlap policy."""
+        sid = w.schedule_id
+        if w.latest:
+            if w.waiting:
+                *older, newest = w.waiting
+                for instant in older:
+                    self.record(sid, instant, "superseded", reason=reason)
+                if w.held is not None and w.held > newest:
+                    self.record(sid, newest, "superseded", reason=reason)
+                else:
+                    if w.held is not None:
+                        self.record(sid, w.held, "superseded", reason=reason)
+                    w.held = newest
+                w.waiting = ()
+            return
+        if w.held is not None:
+            self.record(sid, w.held, "superseded", reason=reason)
+            w.held = None
+        room = max(0, w.limit - len(w.active))
+        if len(w.waiting) > room:
+            for instant in w.waiting[room:]:
+                self.record(sid, instant, "superseded", reason=reason)
+            w.waiting = w.waiting[:room]
+
+    def on_paused(self, event: SchedulePaused) -> None:
+        w = self.get(event.schedule_id, event)
+        if w.deleted:
+            raise self.misuse(event, w, "a deleted schedule cannot be paused")
+        at = _utc(event.at, "SchedulePaused.at")
+        self.lifecycle_settle(w, at)
+        if not w.paused:
+            w.paused = True
+            self.supersede_all(w, _PAUSED)
+            w.watermark = max(w.watermark, at)
+        self.refresh(w)
+
+    def on_resumed(self, event: ScheduleResumed) -> None:
+        w = self.get(event.schedule_id, event)
+        if w.deleted:
+            raise self.misuse(event, w, "a deleted schedule cannot be resumed")
+        at = _utc(event.at, "ScheduleResumed.at")
+        self.lifecycle_settle(w, at)
+        if w.paused:
+            w.paused = False
+            w.watermark = max(w.watermark, at)
+            w.next_instant = w.trigger.next_after(w.watermark)
+        self.refresh(w)
+
+    def on_deleted(self, event: ScheduleDeleted) -> None:
+        w = self.get(event.schedule_id, event)
+        at = _utc(event.at, "ScheduleDeleted.at")
+        self.lifecycle_settle(w, at)
+        if not w.deleted:
+            w.deleted = True
+            self.supersede_all(w, _DELETED)
+            w.watermark = max(w.watermark, at)
+        self.refresh(w)
+
+    def on_admitted(self, event: OccurrenceAdmitted) -> None:
+        w = self.get(event.schedule_id, event)
+        instant = _utc(event.instant, "OccurrenceAdmitted.instant")
+        run = w.active.get(instant)
+        if run is None:
+            raise self.misuse(event, w, f"no admission of {_iso(instant)} is in flight")
+        if run.run_id is None:
+            w.active = w.active.set(instant, ActiveRun(event.run_id, run.status, run.holds_slot))
+        elif run.run_id != event.run_id:
+            detail = f"{_iso(instant)} was admitted as run {run.run_id!r}, not {event.run_id!r}"
+            raise self.misuse(event, w, detail)
+
+    def on_preflight_failed(self, event: PreflightFailed) -> None:
+        w = self.get(event.schedule_id, event)
+        instant = _utc(event.instant, "PreflightFailed.instant")
+        run = w.active.get(instant)
+        if run is None or run.run_id is not None or run.status != "admitted":
+            raise self.misuse(event, w, f"no admission of {_iso(instant)} is in flight")
+        self.release(w, instant, run, remove=True)
+        self.record(w.schedule_id, instant, "preflight-rejected", reason=event.reason)
+        self.refresh(w)
+
+    def on_run_status(self, event: RunStatusChanged) -> None:
+        w = self.get(event.schedule_id, event)
+        instant = _utc(event.instant, "RunStatusChanged.instant")
+        run = w.active.get(instant)
+        if run is None:
+            raise self.misuse(event, w, f"no active run is known for {_iso(instant)}")
+        if run.run_id is not None and run.run_id != event.run_id:
+            raise self.misuse(
+                event, w, f"the run of {_iso(instant)} is {run.run_id!r}, not {event.run_id!r}"
+            )
+        status: RunStatus = event.status
+        if status == "admitted":
+            raise self.misuse(event, w, "admission is reported by OccurrenceAdmitted")
+        if status in TERMINAL_RUN_STATUSES:
+            self.release(w, instant, run, remove=True)
+        elif status == "interrupted":
+            self.release(w, instant, run, remove=False)
+            w.active = w.active.set(instant, ActiveRun(event.run_id, status, False))
+        else:
+            w.active = w.active.set(instant, ActiveRun(event.run_id, status, run.holds_slot))
+        self.record(w.schedule_id, instant, status, run_id=event.run_id, reason=event.message)
+        self.refresh(w)
+
+    def release(self, w: _Work, instant: datetime, run: ActiveRun, *, remove: bool) -> None:
+        if run.holds_slot:
+            self.slots -= 1
+        if remove:
+            w.active = w.active.remove(instant)
+
+    def on_capacity(self, event: CapacityChanged) -> None:
+        self.capacity = check_capacity(event.max_concurrent_runs)
+
+    def on_recovered(self, event: ScheduleRecovered) -> None:
+        definition = event.definition
+        sid = definition.schedule_id
+        if self.peek(sid) is not None:
+            raise self.misuse(event, self.touch(sid), "the schedule was already recovered")
+        if event.revision < 1:
+            raise CoreMisuse(f"cannot apply {event!r}: revision must be >= 1")
+        created_at = _utc(event.created_at, "ScheduleRecovered.created_at")
+        marks = [created_at]
+        for value, what in (
+            (event.watermark, "watermark"),
+            (event.last_decided_instant, "last_decided_instant"),
+            (event.updated_at, "updated_at"),
+            (event.resumed_at, "resumed_at"),
+        ):
+            if value is not None:
+                marks.append(_utc(value, f"ScheduleRecovered.{what}"))
+        last_decided = (
+            None
+            if event.last_decided_instant is None
+            else _utc(event.last_decided_instant, "ScheduleRecovered.last_decided_instant")
+        )
+        held = None if event.held is None else _utc(event.held, "ScheduleRecovered.held")
+        if held is not None and last_decided is not None and held <= last_decided:
+            # Decided before the crash (its row is durable, the runtime was not).
+            held = None
+        runs = sorted(event.active_runs, key=lambda r: _utc(r.instant, "RecoveredRun.instant"))
+        run_instants = {_utc(r.instant, "RecoveredRun.instant") for r in runs}
+        if len(run_instants) != len(runs):
+            raise CoreMisuse(f"cannot apply {event!r}: two recovered runs share an instant")
+        waiting = tuple(
+            sorted(
+                {
+                    t
+                    for t in (_utc(v, "ScheduleRecovered.waiting") for v in event.waiting)
+                    if t not in run_instants and t != held
+                }
+            )
+        )
+        marks.extend(waiting)
+        marks.extend(run_instants)
+        if held is not None:
+            marks.append(held)
+        w = _Work.fresh(definition, event.revision, created_at, max(marks))
+        self.work[sid] = w
+        self.before[sid] = (
+            None
+            if event.watermark is None
+            else (_utc(event.watermark, "ScheduleRecovered.watermark"), event.held, event.waiting)
+        )
+        w.held = held
+        w.waiting = waiting
+        w.paused = event.paused
+        w.deleted = event.deleted
+        w.blocked = event.blocked_reason
+        for run in runs:
+            self.recover_run(event, w, run)
+        if w.paused or w.deleted:
+            self.supersede_all(w, _PAUSED if not w.deleted else _DELETED)
+        else:
+            self.conform(w, _UPDATED)
+        self.refresh(w)
+
+    def recover_run(self, event: ScheduleRecovered, w: _Work, run: RecoveredRun) -> None:
+        instant = _utc(run.instant, "RecoveredRun.instant")
+        sid = w.schedule_id
+        if run.status in TERMINAL_RUN_STATUSES:
+            self.record(sid, instant, run.status, run_id=run.run_id, reason=run.message)
+            return
+        if run.status == "interrupted":
+            if run.run_id is None:
+                raise self.misuse(event, w, f"interrupted run of {_iso(instant)} has no run id")
+            w.active = w.active.set(instant, ActiveRun(run.run_id, "interrupted", False))
+            return
+        if run.run_id is None and run.status != "admitted":
+            raise self.misuse(event, w, f"{run.status} run of {_iso(instant)} has no run id")
+        if w.blocked is not None:
+            # Fail closed: a blocked schedule's runs are tracked, not started.
+            w.active = w.active.set(instant, ActiveRun(run.run_id, run.status, False))
+            return
+        if run.run_id is None:
+            self.commands.append(CreateAdmittedRun(schedule_id=sid, instant=instant))
+        elif run.status == "admitted" and run.never_started:
+            self.commands.append(StartRun(schedule_id=sid, instant=instant, run_id=run.run_id))
+        w.active = w.active.set(instant, ActiveRun(run.run_id, run.status, True))
+        self.slots += 1
+
+    def on_contradicted(self, event: RecordsContradicted) -> None:
+        w = self.get(event.schedule_id, event)
+        parts = [f"{event.file}: {event.record}: {event.reason}", *event.extra]
+        diagnostic = "; ".join(parts)
+        w.blocked = diagnostic
+        for instant in w.waiting:
+            self.record(w.schedule_id, instant, "superseded", reason=_BLOCKED)
+        w.waiting = ()
+        self.commands.append(BlockSchedule(schedule_id=w.schedule_id, diagnostic=diagnostic))
+        self.refresh(w)
+
+    # --- finish -------------------------------------------------------------
+
+    def finish(self) -> SchedulerState:
+        self.trim_due_top()
+        if self.due_index.size > 2 * self.due_live + _COMPACT_SLACK:
+            live = {key for key in self.due_index if (s := self.peek(key[1])) and s.due == key[0]}
+            self.due_index = KeyHeap.of(live)
+            self.due_live = len(live)
+        if self.queue.size > 2 * self.queue_live + _COMPACT_SLACK:
+            live = {key for key in self.queue if (s := self.peek(key[1])) and s.queued == key[0]}
+            self.queue = KeyHeap.of(live)
+            self.queue_live = len(live)
+        schedules = self.state.schedules
+        if self.work:
+            evolver = schedules.evolver()
+            for sid, w in self.work.items():
+                before = self.before[sid]
+                after: _Runtime = (w.watermark, w.held, w.waiting)
+                if before != after:
+                    self.commands.append(
+                        PersistRuntime(
+                            schedule_id=sid,
+                            watermark=w.watermark,
+                            held=w.held,
+                            waiting=w.waiting,
+                        )
+                    )
+                evolver[sid] = w.freeze()
+            schedules = evolver.persistent()
+        return SchedulerState(
+            max_concurrent_runs=self.capacity,
+            schedules=schedules,
+            slots_in_use=self.slots,
+            last_now=self.now,
+            clock_behind=self.clock_behind,
+            due_index=self.due_index,
+            due_live=self.due_live,
+            slot_queue=self.queue,
+            queue_live=self.queue_live,
+        )
+
+    def trim_due_top(self) -> None:
+        # Keep the top entry live so `next_wakeup` reads it in O(1).
+        while self.due_index:
+            top = self.due_index.peek()
+            assert top is not None
+            s = self.peek(top[1])
+            if s is not None and s.due == top[0]:
+                return
+            _, self.due_index = self.due_index.pop()
+
+
+_Handler: TypeAlias = Callable[[_Call, Any], None]
+
+# The transition table: which handler applies each kind of event.
+_HANDLERS: Final[dict[type[Event], _Handler]] = {
+    ScheduleCreated: _Call.on_created,
+    ScheduleUpdated: _Call.on_updated,
+    SchedulePaused: _Call.on_paused,
+    ScheduleResumed: _Call.on_resumed,
+    ScheduleDeleted: _Call.on_deleted,
+    OccurrenceAdmitted: _Call.on_admitted,
+    PreflightFailed: _Call.on_preflight_failed,
+    RunStatusChanged: _Call.on_run_status,
+    CapacityChanged: _Call.on_capacity,
+    ScheduleRecovered: _Call.on_recovered,
+    RecordsContradicted: _Call.on_contradicted,
+}
+
+
+def decide(
+    state: SchedulerState, now: datetime, events: Sequence[Event]
+) -> tuple[SchedulerState, tuple[Command, ...]]:
+    """Apply `events` (in order) at `now`, decide every instant that is due, and
+    fill free execution slots.
+
+    Returns the new state and the commands for the shell, in the order they
+    must be carried out. Pure and deterministic: the same arguments always
+    give equal results, and `state` and `events` are never changed.
+
+    Raises CoreMisuse when the caller breaks the protocol (a naive `now`, an
+    event about a schedule or run the state does not know, a revision that
+    does not increase, a duplicate schedule id), and InvalidInput for a bad
+    capacity. A failed call changes nothing: the old state is still valid.
+    """
+    if not isinstance(state, SchedulerState):
+        raise CoreMisuse(f"decide needs a SchedulerState, got {type(state).__name__}")
+    call = _Call(state, _utc(now, "now"))
+    for event in events:
+        handler = _HANDLERS.get(type(event))
+        if handler is None:
+            raise CoreMisuse(f"decide cannot apply {event!r}: not a known event type")
+        handler(call, event)
+    call.settle_due()
+    call.fill()
+    return call.finish(), tuple(call.commands)
+
+
+def next_wakeup(state: SchedulerState) -> datetime | None:
+    """The earliest instant at which `decide` would act without any event: the
+    next trigger instant of a live schedule, or the moment an instant waiting
+    for a slot stops being on time. None when nothing is ever due on its own.
+
+    O(1) for a state returned by `decide` (its index top is kept live).
+    """
+    index = state.due_index
+    while index:
+        top = index.peek()
+        assert top is not None
+        s = state.schedules.get(top[1])
+        if s is not None and s.due == top[0]:
+            return top[0]
+        _, index = index.pop()
+    return None
