@@ -1,3 +1,5 @@
-"""adapters layer of wf-scheduler."""
+"""adapters layer of wf-scheduler: the workflow host, transports and tools."""
 
-__all__: list[str] = []
+from .host import build_local_static_workflow_server
+
+__all__ = ["build_local_static_workflow_server"]

@@ -1,0 +1,354 @@
+"""`server.api`: the host's Python API (artifacts, deployments, runs).
+
+Every method validates all of its arguments before its first write; a call
+that raises has changed nothing on disk. Errors are the `core.errors` types:
+InvalidInput (with `problems` naming each bad field), NotFound, AlreadyExists,
+InvalidState.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from collections.abc import Callable
+from typing import Any, Final
+
+from core.errors import AlreadyExists, InvalidInput, NotFound, Problem
+
+from .artifacts import ArtifactStore
+from .counter import RunIdCounter
+from .deployments import DeploymentStore
+from .executor import RunExecutor, RunListener
+from .identifiers import check_positive_int, format_run_id
+from .origins import check_origin
+from .plans import Plan
+from .records import RunRecord, Snapshot
+from .runs import RunStore, check_run_id
+from .schemas import validate_instance
+
+__all__ = ["MAX_RESERVE", "WorkflowApi"]
+
+MAX_RESERVE: Final = 1000
+
+
+class WorkflowApi:
+    """The host API. Build it with `build_local_static_workflow_server`."""
+
+    def __init__(
+        self,
+        *,
+        artifacts: ArtifactStore,
+        deployments: DeploymentStore,
+        runs: RunStore,
+        counter: RunIdCounter,
+        now: Callable[[], str],
+        recovery_report: list[dict[str, Any]],
+    ) -> None:
+        self._artifacts = artifacts
+        self._deployments = deployments
+        self._runs = runs
+        self._counter = counter
+        self._now = now
+        self._executor = RunExecutor(runs, artifacts, now)
+        self._counter_lock = asyncio.Lock()
+        self._store_lock = asyncio.Lock()
+        self.recovery_report = recovery_report
+        # Attached by the scheduler when the server is built with schedules=True.
+        self.schedules: Any = None
+
+    # -- artifacts -----------------------------------------------------------
+
+    async def create_artifact_from_plan(
+        self,
+        artifact_id: str,
+        version: int,
+        plan: dict[str, Any],
+        title: str | None = None,
+        description: str | None = None,
+    ) -> dict[str, Any]:
+        """Validate `plan` and store it as an immutable artifact version.
+
+        Returns the artifact. InvalidInput lists every problem with the ids and
+        the plan; AlreadyExists if the version exists with different content
+        (identical content is idempotent).
+        """
+        async with self._store_lock:
+            return self._artifacts.create(
+                artifact_id, version, plan, title, description, self._now()
+            )
+
+    async def get_artifact(self, artifact_id: str, version: int | None = None) -> dict[str, Any]:
+        """One artifact version, the latest if `version` is None. NotFound if absent."""
+        return self._artifacts.get(artifact_id, version)
+
+    async def list_artifacts(self) -> list[dict[str, Any]]:
+        """Every artifact version, ordered by artifact id then version."""
+        return self._artifacts.list()
+
+    # -- deployments ---------------------------------------------------------
+
+    async def save_deployment(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Create or replace a deployment.
+
+        `payload`: deployment_id, artifact_id, artifact_version, optional
+        inputs (default inputs) and title. InvalidInput names each bad field;
+        NotFound if the artifact version does not exist.
+        """
+        async with self._store_lock:
+            return self._deployments.save(payload, self._artifacts, self._now())
+
+    async def get_deployment(self, deployment_id: str) -> dict[str, Any]:
+        """The deployment. NotFound if absent."""
+        return self._deployments.get(deployment_id)
+
+    async def list_deployments(self) -> list[dict[str, Any]]:
+        """Every deployment, ordered by id."""
+        return self._deployments.list()
+
+    async def delete_deployment(self, deployment_id: str) -> dict[str, Any]:
+        """Delete a deployment and return it. Existing runs keep their snapshots."""
+        async with self._store_lock:
+            return self._deployments.delete(deployment_id)
+
+    # -- admission -----------------------------------------------------------
+
+    def _resolve(
+        self, deployment_id: Any, inputs: Any
+    ) -> tuple[dict[str, Any], dict[str, Any], list[Problem]]:
+        # (deployment, merged inputs, problems); NotFound for a missing deployment/artifact.
+        deployment = self._deployments.get(deployment_id)
+        plan: Plan = self._artifacts.plan(deployment["artifact_id"], deployment["artifact_version"])
+        if inputs is None:
+            inputs = {}
+        if not isinstance(inputs, dict):
+            return deployment, {}, [Problem(field="inputs", reason="must be an object")]
+        try:
+            inputs = json.loads(json.dumps(inputs, allow_nan=False))
+        except (TypeError, ValueError) as exc:
+            return deployment, {}, [Problem(field="inputs", reason=f"is not JSON: {exc}")]
+        merged = {**deployment["inputs"], **inputs}
+        return deployment, merged, validate_instance("inputs", plan.input_schema, merged)
+
+    async def preflight(self, deployment_id: str, inputs: dict[str, Any] | None) -> dict[str, Any]:
+        """Check that a run of `deployment_id` with `inputs` would be admitted.
+
+        Returns the merged inputs (deployment defaults overlaid by `inputs`).
+        NotFound for an unknown deployment or artifact; InvalidInput when the
+        merged inputs fail the plan's input schema (fields `inputs.<path>`).
+        Writes nothing.
+        """
+        _, merged, problems = self._resolve(deployment_id, inputs)
+        if problems:
+            raise InvalidInput.from_problems("inputs", problems)
+        return merged
+
+    async def reserve_run_ids(self, count: int) -> list[str]:
+        """Durably reserve `count` fresh run ids with one write; they are never reused."""
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_RESERVE:
+            raise InvalidInput.from_problems(
+                "count",
+                [Problem(field="count", reason=f"must be an integer from 1 to {MAX_RESERVE}")],
+            )
+        async with self._counter_lock:
+            return [format_run_id(n) for n in self._counter.reserve(count)]
+
+    async def admit_run(
+        self,
+        deployment_id: str,
+        inputs: dict[str, Any] | None,
+        max_steps: int | None = None,
+        origin: dict[str, Any] | None = None,
+        run_id: str | None = None,
+    ) -> str:
+        """Write a new run record with status `admitted` (it does not execute).
+
+        The run pins its snapshot (deployment, artifact version, merged inputs,
+        max_steps) and origin. `run_id` must be one returned by
+        `reserve_run_ids` and unused; without it the next id is taken.
+        NotFound (deployment/artifact), InvalidInput (inputs, max_steps,
+        origin, run_id), AlreadyExists (run_id used).
+        """
+        deployment, merged, problems = self._resolve(deployment_id, inputs)
+        problems += check_positive_int("max_steps", max_steps, optional=True)
+        stored_origin, origin_problems = check_origin(origin)
+        problems += origin_problems
+        number: int | None = None
+        if run_id is not None:
+            try:
+                number = check_run_id(run_id)
+            except InvalidInput as exc:
+                problems += exc.problems
+            else:
+                if number > self._counter.last_issued:
+                    problems.append(Problem(field="run_id", reason=f"{run_id} was not reserved"))
+        if problems:
+            raise InvalidInput.from_problems("run admission", problems)
+        if number is not None and self._runs.exists(number):
+            raise AlreadyExists(f"run {run_id} already exists", data={"run_id": run_id})
+        if number is None:
+            async with self._counter_lock:
+                number = self._counter.reserve(1)[0]
+        new_id = format_run_id(number)
+        async with self._runs.lock(new_id):
+            if self._runs.exists(number):
+                raise AlreadyExists(f"run {new_id} already exists", data={"run_id": new_id})
+            now = self._now()
+            self._runs.put(
+                RunRecord(
+                    run_id=new_id,
+                    status="admitted",
+                    origin=stored_origin,
+                    snapshot=Snapshot(
+                        deployment_id=deployment["deployment_id"],
+                        artifact_id=deployment["artifact_id"],
+                        artifact_version=deployment["artifact_version"],
+                        inputs=merged,
+                        max_steps=max_steps,
+                    ),
+                    created_at=now,
+                    updated_at=now,
+                    attempt=0,
+                )
+            )
+        return new_id
+
+    # -- execution -----------------------------------------------------------
+
+    async def launch_run(self, run_id: str) -> None:
+        """Start executing an admitted run in a task; returns once the executing
+        mark is durable. InvalidState if the run is not `admitted`."""
+        await self._executor.launch(run_id)
+
+    async def start_run(
+        self,
+        deployment_id: str,
+        inputs: dict[str, Any] | None,
+        max_steps: int | None = None,
+        origin: dict[str, Any] | None = None,
+    ) -> str:
+        """admit_run + launch_run: returns the run id at once; the run executes in a task."""
+        run_id = await self.admit_run(deployment_id, inputs, max_steps=max_steps, origin=origin)
+        await self._executor.launch(run_id)
+        return run_id
+
+    async def _wait(self, task: asyncio.Task[None], run_id: str) -> dict[str, Any]:
+        try:
+            # Shielded: a caller that gives up waiting does not kill the run.
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            # The run itself was cancelled (shutdown): report it as it stands.
+        return await self.inspect_run(run_id)
+
+    async def run_deployment(
+        self,
+        deployment_id: str,
+        inputs: dict[str, Any] | None,
+        max_steps: int | None = None,
+    ) -> dict[str, Any]:
+        """A manual run: admit, execute, and return the inspected run once it stops."""
+        run_id = await self.admit_run(deployment_id, inputs, max_steps=max_steps)
+        task = await self._executor.launch(run_id)
+        return await self._wait(task, run_id)
+
+    async def resume_run(self, run_id: str, payload: Any) -> dict[str, Any]:
+        """Resume an interrupted run with `payload`; returns the inspected run once it
+        stops again. InvalidState if it is not interrupted; InvalidInput if the
+        payload fails the interrupt's resume_schema (fields `payload.<path>`).
+        The attempt mark is durable before execution continues; the step budget
+        is the one the run started with.
+        """
+        task = await self._executor.resume(run_id, payload)
+        return await self._wait(task, run_id)
+
+    # -- inspection ----------------------------------------------------------
+
+    def _interrupt(self, record: RunRecord) -> dict[str, Any] | None:
+        if record.status != "interrupted" or record.checkpoint is None:
+            return None
+        node_id = record.checkpoint.node
+        try:
+            node = self._artifacts.plan(
+                record.snapshot.artifact_id, record.snapshot.artifact_version
+            ).nodes[node_id]
+        except (NotFound, KeyError):
+            return {"node": node_id, "prompt": None, "resume_schema": None}
+        return {
+            "node": node_id,
+            "prompt": node.prompt,
+            "resume_schema": copy.deepcopy(node.resume_schema),
+        }
+
+    def _view(self, record: RunRecord, *, trace: bool) -> dict[str, Any]:
+        data = record.to_json()
+        view: dict[str, Any] = {
+            "run_id": record.run_id,
+            "status": record.status,
+            "origin": data["origin"],
+            "snapshot": data["snapshot"],
+            "attempt": record.attempt,
+            "steps": record.progress.steps if record.progress else 0,
+            "executing": data["executing"],
+            "checkpoint": data["checkpoint"],
+            "output": data["output"],
+            "error": data["error"],
+            "interrupt": self._interrupt(record),
+            "created_at": record.created_at,
+            "updated_at": record.updated_at,
+        }
+        if trace:
+            view["trace"] = data["trace"]
+        return view
+
+    async def inspect_run(self, run_id: str) -> dict[str, Any]:
+        """The run as stored. An admitted run has an empty trace and no output,
+        checkpoint or error. NotFound if unknown; InvalidState if its record is
+        unreadable (see recovery_report)."""
+        return self._view(self._runs.get(run_id), trace=True)
+
+    async def list_runs(
+        self, status: str | None = None, cursor: str | None = None, limit: int = 50
+    ) -> dict[str, Any]:
+        """A page of runs, oldest first by id: {"runs": [...], "next_cursor": str | None}.
+
+        Rows are inspected runs without the trace. `limit` is 1..100; `cursor`
+        is a `next_cursor` from a previous page. Unreadable records are not
+        listed (they are in `recovery_report`).
+        """
+        records, next_cursor = self._runs.page(status, cursor, limit)
+        return {
+            "runs": [self._view(record, trace=False) for record in records],
+            "next_cursor": next_cursor,
+        }
+
+    # -- execution control ---------------------------------------------------
+
+    def add_run_listener(self, callback: RunListener) -> None:
+        """Call `callback(run_id, status, origin, message)` after every durable status
+        change (running, interrupted, completed, failed, exhausted). It runs
+        synchronously in the event loop; exceptions are logged and ignored."""
+        self._executor.add_listener(callback)
+
+    def executing_runs(self) -> list[str]:
+        """Ids of the runs executing in this process now."""
+        return self._executor.executing()
+
+    async def drain(self, timeout_s: float) -> list[str]:
+        """Wait up to `timeout_s` for executing runs to stop; the ids still executing."""
+        if (
+            isinstance(timeout_s, bool)
+            or not isinstance(timeout_s, int | float)
+            or not timeout_s >= 0
+        ):
+            raise InvalidInput.from_problems(
+                "drain", [Problem(field="timeout_s", reason="must be a number >= 0")]
+            )
+        return await self._executor.drain(float(timeout_s))
+
+    async def cancel_executing(self) -> list[str]:
+        """Cancel every executing run task (shutdown). Nothing is written: the runs
+        keep their executing marks and the next startup fails them as abandoned."""
+        return await self._executor.cancel_executing()

@@ -1,0 +1,152 @@
+"""Deployments: a named, runnable pin of one artifact version plus default inputs.
+
+Stored at `<root>/deployments/<deployment_id>.json`. Saving replaces the
+deployment (runs already admitted keep their own snapshot). Default inputs
+are merged under the inputs of each run (shallow: a run's top-level key wins)
+and the merge is what must satisfy the plan's input schema.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+from typing import Any, Final, cast
+
+from core.errors import InvalidInput, NotFound, Problem
+
+from .artifacts import ArtifactStore
+from .identifiers import ID_PATTERN, check_identifier, check_positive_int
+from .storage import atomic_write_json, fsync_dir, is_temp_file, read_json
+
+__all__ = ["DeploymentStore"]
+
+_PAYLOAD_KEYS: Final = frozenset(
+    {"deployment_id", "artifact_id", "artifact_version", "inputs", "title"}
+)
+
+
+def _check_inputs(field: str, value: Any) -> list[Problem]:
+    if not isinstance(value, dict):
+        return [Problem(field=field, reason="must be an object")]
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return [Problem(field=field, reason=f"is not JSON: {exc}")]
+    return []
+
+
+class DeploymentStore:
+    def __init__(self, root: Path) -> None:
+        self.dir = root / "deployments"
+        self._items: dict[str, dict[str, Any]] = {}
+
+    def _path(self, deployment_id: str) -> Path:
+        return self.dir / f"{deployment_id}.json"
+
+    def load(self) -> list[dict[str, Any]]:
+        """Read every deployment. Unreadable files are returned as findings."""
+        findings: list[dict[str, Any]] = []
+        if not self.dir.is_dir():
+            return findings
+        for path in sorted(self.dir.glob("*.json")):
+            if is_temp_file(path):
+                continue
+            try:
+                record = self._parse(path)
+            except (OSError, ValueError) as exc:
+                findings.append(
+                    {
+                        "run_id": None,
+                        "file": str(path),
+                        "finding": "unreadable-deployment",
+                        "reason": str(exc),
+                    }
+                )
+                continue
+            self._items[record["deployment_id"]] = record
+        return findings
+
+    def _parse(self, path: Path) -> dict[str, Any]:
+        data = read_json(path)
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        if data.get("deployment_id") != path.stem or not ID_PATTERN.match(path.stem):
+            raise ValueError("deployment id does not match the file name")
+        problems = [
+            *check_identifier("artifact_id", data.get("artifact_id")),
+            *check_positive_int("artifact_version", data.get("artifact_version")),
+            *_check_inputs("inputs", data.get("inputs")),
+        ]
+        if data.get("title") is not None and not isinstance(data["title"], str):
+            problems.append(Problem(field="title", reason="must be a string"))
+        for key in ("created_at", "updated_at"):
+            if not isinstance(data.get(key), str):
+                problems.append(Problem(field=key, reason="is missing"))
+        if problems:
+            raise ValueError("; ".join(f"{p.field}: {p.reason}" for p in problems))
+        return {key: data[key] for key in (*sorted(_PAYLOAD_KEYS), "created_at", "updated_at")}
+
+    def save(self, payload: Any, artifacts: ArtifactStore, now: str) -> dict[str, Any]:
+        """Validate and create or replace a deployment. NotFound if the artifact is missing."""
+        if not isinstance(payload, dict):
+            raise InvalidInput.from_problems(
+                "deployment", [Problem(field="payload", reason="must be an object")]
+            )
+        problems = [
+            Problem(field=key, reason=f"unknown field (allowed: {sorted(_PAYLOAD_KEYS)})")
+            for key in sorted(set(payload) - _PAYLOAD_KEYS, key=str)
+        ]
+        deployment_id = cast(str, payload.get("deployment_id"))  # checked just below
+        problems += check_identifier("deployment_id", deployment_id)
+        problems += check_identifier("artifact_id", payload.get("artifact_id"))
+        problems += check_positive_int("artifact_version", payload.get("artifact_version"))
+        inputs = payload.get("inputs", {})
+        problems += _check_inputs("inputs", inputs)
+        title = payload.get("title")
+        if title is not None and not isinstance(title, str):
+            problems.append(Problem(field="title", reason="must be a string"))
+        if problems:
+            raise InvalidInput.from_problems("deployment", problems)
+        artifacts.plan(payload["artifact_id"], payload["artifact_version"])  # NotFound
+        previous = self._items.get(deployment_id)
+        record = {
+            "deployment_id": deployment_id,
+            "artifact_id": payload["artifact_id"],
+            "artifact_version": payload["artifact_version"],
+            "inputs": copy.deepcopy(inputs),
+            "title": title,
+            "created_at": previous["created_at"] if previous else now,
+            "updated_at": now,
+        }
+        atomic_write_json(self._path(deployment_id), {"format": 1, **record})
+        self._items[deployment_id] = record
+        return copy.deepcopy(record)
+
+    def _lookup(self, deployment_id: Any) -> dict[str, Any]:
+        problems = check_identifier("deployment_id", deployment_id)
+        if problems:
+            raise InvalidInput.from_problems("deployment lookup", problems)
+        record = self._items.get(deployment_id)
+        if record is None:
+            raise NotFound(
+                f"deployment {deployment_id!r} not found", data={"deployment_id": deployment_id}
+            )
+        return record
+
+    def get(self, deployment_id: Any) -> dict[str, Any]:
+        """The deployment. NotFound if absent; InvalidInput for a malformed id."""
+        return copy.deepcopy(self._lookup(deployment_id))
+
+    def list(self) -> list[dict[str, Any]]:
+        """Every deployment, ordered by id."""
+        return [copy.deepcopy(self._items[key]) for key in sorted(self._items)]
+
+    def delete(self, deployment_id: Any) -> dict[str, Any]:
+        """Remove the deployment and return what it was. Runs keep their snapshots."""
+        record = self._lookup(deployment_id)
+        os.unlink(self._path(deployment_id))
+        fsync_dir(self.dir)
+        del self._items[deployment_id]
+        return copy.deepcopy(record)

@@ -1,0 +1,267 @@
+"""Executes runs in asyncio tasks and makes every transition durable.
+
+Transitions, each written (atomically, fsynced) before anyone is told:
+
+- launch: admitted -> running. The executing mark (attempt 1) is written
+  before the task is created, hence before the first step.
+- resume: interrupted -> running. The attempt mark (attempt N+1) and the
+  delivered payload are written before the task is created.
+- every step: progress and trace entry.
+- every stop: checkpoint of the attempt, status, output or error.
+
+Listeners are called after the write, synchronously, in the event loop; one
+that raises is logged and ignored. A task that is cancelled (shutdown) writes
+nothing more: its executing mark stays, and the next startup recovery
+abandons the run truthfully.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from typing import Any, Final
+
+from core.errors import InvalidInput, InvalidState, Problem
+
+from .artifacts import ArtifactStore
+from .engine import Position, Stop, execute, trace_entry
+from .plans import Plan
+from .records import Checkpoint, ExecutingMark, Progress, RunError, RunRecord
+from .runs import RunStore
+from .schemas import validate_instance
+
+__all__ = ["RunExecutor", "RunListener"]
+
+RunListener = Callable[[str, str, dict[str, Any] | None, str | None], None]
+_log: Final = logging.getLogger("adapters.host.executor")
+
+
+class RunExecutor:
+    def __init__(self, store: RunStore, artifacts: ArtifactStore, now: Callable[[], str]) -> None:
+        self._store = store
+        self._artifacts = artifacts
+        self._now = now
+        self._listeners: list[RunListener] = []
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    def add_listener(self, callback: RunListener) -> None:
+        self._listeners.append(callback)
+
+    def task(self, run_id: str) -> asyncio.Task[None] | None:
+        return self._tasks.get(run_id)
+
+    def executing(self) -> list[str]:
+        return sorted(run_id for run_id, task in self._tasks.items() if not task.done())
+
+    def _notify(self, record: RunRecord) -> None:
+        message = record.error.message if record.error is not None else None
+        for listener in list(self._listeners):
+            try:
+                listener(record.run_id, record.status, record.origin, message)
+            except Exception:
+                _log.exception("run listener %r failed for %s", listener, record.run_id)
+
+    def _plan(self, record: RunRecord) -> Plan:
+        return self._artifacts.plan(record.snapshot.artifact_id, record.snapshot.artifact_version)
+
+    async def launch(self, run_id: str) -> asyncio.Task[None]:
+        """admitted -> running; returns the execution task."""
+        async with self._store.lock(run_id):
+            record = self._store.get(run_id)
+            if record.status != "admitted":
+                raise InvalidState(
+                    f"run {run_id} is {record.status}; only an admitted run can be launched",
+                    data={"run_id": run_id, "status": record.status},
+                )
+            plan = self._plan(record)
+            now = self._now()
+            record = record.model_copy(
+                update={
+                    "status": "running",
+                    "attempt": 1,
+                    "executing": ExecutingMark(attempt=1, kind="start", since=now),
+                    "progress": Progress(node=plan.start, state={}, steps=0),
+                    "updated_at": now,
+                }
+            )
+            self._store.put(record)
+        self._notify(record)
+        return self._spawn(record, plan)
+
+    async def resume(self, run_id: str, payload: Any) -> asyncio.Task[None]:
+        """interrupted -> running with `payload` delivered; returns the execution task."""
+        async with self._store.lock(run_id):
+            record = self._store.get(run_id)
+            checkpoint = record.checkpoint
+            if record.status != "interrupted" or checkpoint is None:
+                raise InvalidState(
+                    f"run {run_id} is {record.status}; only an interrupted run can be resumed",
+                    data={"run_id": run_id, "status": record.status},
+                )
+            plan = self._plan(record)
+            node = plan.nodes[checkpoint.node]
+            try:
+                payload = json.loads(json.dumps(payload, allow_nan=False))
+            except (TypeError, ValueError) as exc:
+                raise InvalidInput.from_problems(
+                    "resume payload", [Problem(field="payload", reason=f"is not JSON: {exc}")]
+                ) from None
+            problems = validate_instance("payload", node.resume_schema, payload)
+            if problems:
+                raise InvalidInput.from_problems("resume payload", problems)
+            attempt = record.attempt + 1
+            now = self._now()
+            entry = trace_entry(
+                step=checkpoint.steps,
+                attempt=attempt,
+                node=node.id,
+                kind="interrupt",
+                outcome="resumed",
+                at=now,
+            )
+            record = record.model_copy(
+                update={
+                    "status": "running",
+                    "attempt": attempt,
+                    "executing": ExecutingMark(attempt=attempt, kind="resume", since=now),
+                    "progress": Progress(
+                        node=node.edges["ok"],
+                        state={**checkpoint.state, node.state_key: payload},
+                        steps=checkpoint.steps,
+                    ),
+                    "trace": [*record.trace, entry],
+                    "updated_at": now,
+                }
+            )
+            self._store.put(record)
+        self._notify(record)
+        return self._spawn(record, plan)
+
+    def _spawn(self, record: RunRecord, plan: Plan) -> asyncio.Task[None]:
+        task = asyncio.create_task(self._execute(record, plan), name=f"wf-run:{record.run_id}")
+        self._tasks[record.run_id] = task
+        return task
+
+    async def _execute(self, record: RunRecord, plan: Plan) -> None:
+        run_id = record.run_id
+        assert record.progress is not None
+        try:
+            stop = await execute(
+                plan,
+                record.snapshot.inputs,
+                Position(
+                    node=record.progress.node,
+                    state=record.progress.state,
+                    steps=record.progress.steps,
+                ),
+                max_steps=record.snapshot.max_steps,
+                attempt=record.attempt,
+                now=self._now,
+                record_step=lambda entry, position: self._record_step(run_id, entry, position),
+            )
+            await self._record_stop(run_id, stop)
+        except asyncio.CancelledError:
+            # Shutdown: write nothing; the executing mark tells the next startup.
+            raise
+        except Exception as exc:
+            _log.exception("run %s: host error while executing", run_id)
+            await self._record_host_error(run_id, exc)
+        finally:
+            if self._tasks.get(run_id) is asyncio.current_task():
+                del self._tasks[run_id]
+
+    async def _record_step(self, run_id: str, entry: dict[str, Any], position: Position) -> None:
+        async with self._store.lock(run_id):
+            record = self._store.get(run_id)
+            record = record.model_copy(
+                update={
+                    "progress": Progress(
+                        node=position.node, state=position.state, steps=position.steps
+                    ),
+                    "trace": [*record.trace, entry],
+                    "updated_at": self._now(),
+                }
+            )
+            self._store.put(record)
+
+    async def _record_stop(self, run_id: str, stop: Stop) -> None:
+        async with self._store.lock(run_id):
+            record = self._store.get(run_id)
+            now = self._now()
+            position = stop.position
+            record = record.model_copy(
+                update={
+                    "status": stop.status,
+                    "executing": None,
+                    "checkpoint": Checkpoint(
+                        attempt=record.attempt,
+                        status=stop.status,
+                        node=position.node,
+                        state=position.state,
+                        steps=position.steps,
+                        at=now,
+                    ),
+                    "progress": Progress(
+                        node=position.node, state=position.state, steps=position.steps
+                    ),
+                    "trace": [*record.trace, stop.entry] if stop.entry else record.trace,
+                    "output": stop.output if stop.status == "completed" else None,
+                    "error": RunError(**stop.error) if stop.error else None,
+                    "updated_at": now,
+                }
+            )
+            self._store.put(record)
+        self._notify(record)
+
+    async def _record_host_error(self, run_id: str, exc: Exception) -> None:
+        # Best effort: if even this write fails the executing mark stays and
+        # the next startup abandons the run, which is still the truth.
+        try:
+            async with self._store.lock(run_id):
+                record = self._store.get(run_id)
+                if record.status != "running" or record.progress is None:
+                    return
+                now = self._now()
+                progress = record.progress
+                record = record.model_copy(
+                    update={
+                        "status": "failed",
+                        "executing": None,
+                        "checkpoint": Checkpoint(
+                            attempt=record.attempt,
+                            status="failed",
+                            node=progress.node,
+                            state=progress.state,
+                            steps=progress.steps,
+                            at=now,
+                        ),
+                        "error": RunError(
+                            kind="host",
+                            message=f"host error while executing: {type(exc).__name__}: {exc}",
+                            node=progress.node,
+                        ),
+                        "updated_at": now,
+                    }
+                )
+                self._store.put(record)
+        except Exception:
+            _log.exception("run %s: could not record the host error", run_id)
+            return
+        self._notify(record)
+
+    async def drain(self, timeout_s: float) -> list[str]:
+        """Wait up to `timeout_s` for executing tasks; the ids still executing."""
+        pending = [task for task in self._tasks.values() if not task.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=timeout_s)
+        return self.executing()
+
+    async def cancel_executing(self) -> list[str]:
+        """Cancel every executing task (no status is written); the ids cancelled."""
+        tasks = {run_id: task for run_id, task in self._tasks.items() if not task.done()}
+        for task in tasks.values():
+            task.cancel()
+        await asyncio.gather(*tasks.values(), return_exceptions=True)
+        return sorted(tasks)

@@ -1,0 +1,63 @@
+"""Run origins: who asked for a run.
+
+`{"kind": "manual"}` (the default), or
+`{"kind": "schedule", "schedule_id": str, "instant": ISO-8601 UTC, "revision": int >= 1}`
+for a run the scheduler admitted for one occurrence of a schedule revision.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from core.errors import Problem
+
+from .identifiers import check_positive_int
+
+__all__ = ["MANUAL", "check_origin"]
+
+MANUAL: Final = {"kind": "manual"}
+_SCHEDULE_KEYS: Final = frozenset({"kind", "schedule_id", "instant", "revision"})
+
+
+def check_origin(origin: Any) -> tuple[dict[str, Any], list[Problem]]:
+    """The origin to store (manual for None) and its problems."""
+    if origin is None:
+        return dict(MANUAL), []
+    if not isinstance(origin, dict):
+        return {}, [Problem(field="origin", reason="must be an object or null")]
+    kind = origin.get("kind")
+    if kind == "manual":
+        extra = sorted(set(origin) - {"kind"}, key=str)
+        return dict(MANUAL), [
+            Problem(field=f"origin.{key}", reason="unknown field for a manual origin")
+            for key in extra
+        ]
+    if kind != "schedule":
+        reason = f"must be 'manual' or 'schedule', got {kind!r}"
+        return {}, [Problem(field="origin.kind", reason=reason)]
+    problems = [
+        Problem(field=f"origin.{key}", reason="unknown field for a schedule origin")
+        for key in sorted(set(origin) - _SCHEDULE_KEYS, key=str)
+    ]
+    schedule_id = origin.get("schedule_id")
+    if not isinstance(schedule_id, str) or not 1 <= len(schedule_id) <= 128:
+        problems.append(
+            Problem(field="origin.schedule_id", reason="must be a string of 1-128 characters")
+        )
+    instant = origin.get("instant")
+    parsed: datetime | None = None
+    if isinstance(instant, str):
+        try:
+            parsed = datetime.fromisoformat(instant)
+        except ValueError:
+            parsed = None
+    if parsed is None or parsed.utcoffset() != timedelta(0):
+        problems.append(
+            Problem(
+                field="origin.instant",
+                reason=f"must be an ISO-8601 UTC instant, got {instant!r}",
+            )
+        )
+    problems += check_positive_int("origin.revision", origin.get("revision"))
+    return {key: origin.get(key) for key in sorted(_SCHEDULE_KEYS)}, problems

@@ -1,0 +1,160 @@
+"""The run record: one JSON file per run, replaced whole on every change.
+
+Fields that carry the durability protocol:
+
+- `status`: admitted, running, interrupted, completed, failed, exhausted.
+- `attempt`: 0 until the run first executes; 1 for the first execution;
+  every resume adds one.
+- `executing`: the executing mark `{attempt, kind: start|resume, since}`,
+  written before an attempt executes its first step and cleared by the
+  checkpoint that ends the attempt. For a resume it is the attempt mark.
+- `checkpoint`: written at every stop, `{attempt, status, node, state, steps,
+  at}`; its `attempt` says which attempt produced it.
+- `progress`: the position after the last recorded step (what a resume or a
+  post-mortem starts from), `trace`: one entry per step.
+
+`check_consistency` states the invariants; startup recovery relies on them to
+tell an abandoned attempt (a mark with no checkpoint of that attempt) from a
+stopped run.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from core.occurrences import RunStatus
+
+__all__ = [
+    "RECORD_FORMAT",
+    "STOP_STATUSES",
+    "Checkpoint",
+    "ExecutingMark",
+    "Progress",
+    "RunError",
+    "RunRecord",
+    "Snapshot",
+    "check_consistency",
+]
+
+RECORD_FORMAT: Final = 1
+STOP_STATUSES = frozenset({"interrupted", "completed", "failed", "exhausted"})
+
+_STRICT = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class Snapshot(BaseModel):
+    """What the run pinned at admission; later edits of the deployment do not matter."""
+
+    model_config = _STRICT
+
+    deployment_id: str
+    artifact_id: str
+    artifact_version: int = Field(ge=1)
+    inputs: dict[str, JsonValue]
+    max_steps: int | None = Field(default=None, ge=1)
+
+
+class ExecutingMark(BaseModel):
+    model_config = _STRICT
+
+    attempt: int = Field(ge=1)
+    kind: Literal["start", "resume"]
+    since: str
+
+
+class Progress(BaseModel):
+    model_config = _STRICT
+
+    node: str
+    state: dict[str, JsonValue]
+    steps: int = Field(ge=0)
+
+
+class Checkpoint(BaseModel):
+    model_config = _STRICT
+
+    attempt: int = Field(ge=1)
+    status: Literal["interrupted", "completed", "failed", "exhausted"]
+    node: str
+    state: dict[str, JsonValue]
+    steps: int = Field(ge=0)
+    at: str
+    # "engine" for a stop the run reached itself, "recovery" for startup recovery.
+    by: Literal["engine", "recovery"] = "engine"
+
+
+class RunError(BaseModel):
+    model_config = _STRICT
+
+    kind: str
+    message: str
+    node: str | None = None
+
+
+class RunRecord(BaseModel):
+    model_config = _STRICT
+
+    format: Literal[1] = 1
+    run_id: str
+    status: RunStatus
+    origin: dict[str, JsonValue] | None
+    snapshot: Snapshot
+    created_at: str
+    updated_at: str
+    attempt: int = Field(ge=0)
+    executing: ExecutingMark | None = None
+    progress: Progress | None = None
+    trace: list[dict[str, JsonValue]] = Field(default_factory=list)
+    checkpoint: Checkpoint | None = None
+    output: JsonValue = None
+    error: RunError | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_json(cls, data: Any) -> RunRecord:
+        """Parse a stored record. Raises pydantic.ValidationError."""
+        return cls.model_validate(data)
+
+
+def check_consistency(record: RunRecord) -> str | None:
+    """The first invariant `record` breaks, or None. See the module docstring."""
+    status = record.status
+    checkpoint = record.checkpoint
+    executing = record.executing
+    if status == "admitted":
+        if record.attempt != 0 or executing or checkpoint or record.progress or record.trace:
+            return "status admitted, but the record shows execution (attempt, mark, trace)"
+        return None
+    if record.attempt < 1:
+        return f"status {status} with attempt 0 (never executed)"
+    if record.progress is None:
+        return f"status {status} without a recorded position"
+    if status == "running":
+        if executing is None:
+            return "status running without an executing mark"
+        if executing.attempt != record.attempt:
+            return (
+                f"executing mark of attempt {executing.attempt} on a record at attempt "
+                f"{record.attempt}"
+            )
+        if checkpoint is not None and checkpoint.attempt >= record.attempt:
+            return f"status running, but attempt {checkpoint.attempt} already checkpointed"
+        return None
+    if executing is not None:
+        return f"status {status} with an executing mark still set"
+    if checkpoint is None:
+        return f"status {status} without a checkpoint"
+    if checkpoint.attempt != record.attempt:
+        return (
+            f"status {status} from checkpoint of attempt {checkpoint.attempt}, "
+            f"but the record is at attempt {record.attempt}"
+        )
+    if checkpoint.status != status:
+        return f"status {status} contradicts its checkpoint status {checkpoint.status}"
+    if status in {"failed", "exhausted"} and record.error is None:
+        return f"status {status} without an error"
+    return None

@@ -1,0 +1,207 @@
+"""The run store: one record file per run under `<root>/runs/`, cached in memory.
+
+The files are the truth; the cache is what this process last wrote or read at
+startup. Every change goes through `put`, which writes the whole record
+atomically before the cache is updated. `load` is startup recovery: it reads
+every record, reports what it cannot use, and fails dead attempts closed
+(recovery.py). Per-run asyncio locks serialize the read-check-write
+transitions of one run across concurrent API calls and its execution task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import logging
+from pathlib import Path
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from core.errors import InvalidInput, InvalidState, NotFound, Problem
+from core.occurrences import RUN_STATUSES
+
+from .identifiers import RUN_ID_PATTERN, format_run_id, parse_run_id
+from .records import RunRecord, check_consistency
+from .recovery import recover_record
+from .storage import atomic_write_json, is_temp_file, read_json
+
+__all__ = ["MAX_PAGE", "RunStore", "check_run_id"]
+
+MAX_PAGE: Final = 100
+_log = logging.getLogger("adapters.host.runs")
+
+
+def check_run_id(run_id: Any) -> int:
+    """The number of `run_id`. InvalidInput if it is not a run id at all."""
+    number = parse_run_id(run_id)
+    if number is None:
+        raise InvalidInput.from_problems(
+            "run id",
+            [Problem(field="run_id", reason=f"{run_id!r} is not a run id like 'run-000001'")],
+        )
+    return number
+
+
+def _encode_cursor(after: int) -> str:
+    raw = json.dumps({"after": after}, separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: Any) -> int:
+    bad = InvalidInput.from_problems(
+        "cursor", [Problem(field="cursor", reason="is not a cursor returned by list_runs")]
+    )
+    if not isinstance(cursor, str) or not cursor:
+        raise bad
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        data = json.loads(raw)
+    except (binascii.Error, ValueError):
+        raise bad from None
+    after = data.get("after") if isinstance(data, dict) else None
+    if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+        raise bad
+    return after
+
+
+class RunStore:
+    def __init__(self, root: Path) -> None:
+        self.dir = root / "runs"
+        self._records: dict[int, RunRecord] = {}
+        # Records that exist on disk but cannot be used: number -> finding.
+        self._broken: dict[int, dict[str, Any]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def path(self, run_id: str) -> Path:
+        return self.dir / f"{run_id}.json"
+
+    def load(self, now: str) -> list[dict[str, Any]]:
+        """Startup recovery of every record (see recovery.py). Returns the findings."""
+        findings: list[dict[str, Any]] = []
+        if not self.dir.is_dir():
+            return findings
+        for path in sorted(self.dir.iterdir()):
+            if is_temp_file(path) or not path.is_file():
+                continue
+            number = parse_run_id(path.stem) if path.suffix == ".json" else None
+            if number is None:
+                findings.append(
+                    {
+                        "run_id": None,
+                        "file": str(path),
+                        "finding": "unreadable",
+                        "reason": "not a run record file name (expected run-NNNNNN.json)",
+                    }
+                )
+                continue
+            findings.extend(self._load_one(number, path, now))
+        for finding in findings:
+            _log.warning("run store recovery: %s", finding)
+        return findings
+
+    def _load_one(self, number: int, path: Path, now: str) -> list[dict[str, Any]]:
+        run_id = format_run_id(number)
+
+        def broken(finding: str, reason: str) -> list[dict[str, Any]]:
+            entry = {"run_id": run_id, "file": str(path), "finding": finding, "reason": reason}
+            self._broken[number] = entry
+            return [entry]
+
+        try:
+            record = RunRecord.from_json(read_json(path))
+        except (OSError, ValueError) as exc:
+            # pydantic's ValidationError is a ValueError; keep its first lines only.
+            reason = str(exc) if not isinstance(exc, ValidationError) else _summary(exc)
+            return broken("unreadable", reason)
+        if record.run_id != run_id:
+            return broken("unreadable", f"record names run {record.run_id!r}, file is {run_id}")
+        contradiction = check_consistency(record)
+        if contradiction is not None:
+            return broken("contradictory", contradiction)
+        recovered = recover_record(record, now)
+        if recovered is None:
+            self._records[number] = record
+            return []
+        failed, finding = recovered
+        self.put(failed)
+        return [{**finding, "file": str(path)}]
+
+    def highest_number(self) -> int:
+        """The highest run number with a file on disk (readable or not), or 0."""
+        return max([*self._records, *self._broken, 0])
+
+    def exists(self, number: int) -> bool:
+        return (
+            number in self._records
+            or number in self._broken
+            or self.path(format_run_id(number)).exists()
+        )
+
+    def get(self, run_id: Any) -> RunRecord:
+        """The record. InvalidInput (malformed id), NotFound, or InvalidState (broken)."""
+        number = check_run_id(run_id)
+        record = self._records.get(number)
+        if record is not None:
+            return record
+        broken = self._broken.get(number)
+        if broken is not None:
+            raise InvalidState(
+                f"run {run_id} has a {broken['finding']} record ({broken['file']}): "
+                f"{broken['reason']}",
+                data={"run_id": run_id, "file": broken["file"]},
+            )
+        raise NotFound(f"run {run_id!r} not found", data={"run_id": run_id})
+
+    def put(self, record: RunRecord) -> None:
+        """Write the record durably, then cache it."""
+        number = parse_run_id(record.run_id)
+        assert number is not None and RUN_ID_PATTERN.match(record.run_id)
+        atomic_write_json(self.path(record.run_id), record.to_json())
+        self._records[number] = record
+
+    def lock(self, run_id: str) -> asyncio.Lock:
+        lock = self._locks.get(run_id)
+        if lock is None:
+            lock = self._locks[run_id] = asyncio.Lock()
+        return lock
+
+    def page(self, status: Any, cursor: Any, limit: Any) -> tuple[list[RunRecord], str | None]:
+        """Records oldest first (by id), optionally of one status, after `cursor`."""
+        problems: list[Problem] = []
+        if status is not None and status not in RUN_STATUSES:
+            problems.append(
+                Problem(
+                    field="status",
+                    reason=f"must be one of {sorted(RUN_STATUSES)}, got {status!r}",
+                )
+            )
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+            problems.append(
+                Problem(field="limit", reason=f"must be an integer from 1 to {MAX_PAGE}")
+            )
+        if problems:
+            raise InvalidInput.from_problems("list_runs arguments", problems)
+        after = 0 if cursor is None else _decode_cursor(cursor)
+        numbers = sorted(
+            n
+            for n, record in self._records.items()
+            if n > after and (status is None or record.status == status)
+        )
+        chosen = numbers[:limit]
+        more = len(numbers) > limit
+        return [self._records[n] for n in chosen], _encode_cursor(chosen[-1]) if more else None
+
+    def broken(self) -> list[dict[str, Any]]:
+        return [dict(self._broken[n]) for n in sorted(self._broken)]
+
+
+def _summary(exc: ValidationError) -> str:
+    parts = [
+        f"{'.'.join(map(str, error['loc'])) or 'record'}: {error['msg']}"
+        for error in exc.errors()[:5]
+    ]
+    more = exc.error_count() - len(parts)
+    return "invalid run record: " + "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")

@@ -1,0 +1,73 @@
+"""JSON Schema (Draft 2020-12) checks that report `Problem`s instead of raising.
+
+Plans carry three kinds of schema (input, output, resume). They are checked
+once against the metaschema when the artifact is created and then applied to
+instances with `format` assertions on, so `"format": "date-time"` means it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from core.errors import Problem
+
+__all__ = ["check_schema", "join_path", "validate_instance"]
+
+_META = Draft202012Validator(Draft202012Validator.META_SCHEMA)
+
+
+def join_path(prefix: str, parts: Iterable[Any]) -> str:
+    """`inputs` + ["user", 0, "name"] -> `inputs.user.0.name`."""
+    return ".".join([prefix, *(str(part) for part in parts)])
+
+
+def check_schema(field: str, schema: Any) -> list[Problem]:
+    """Every way `schema` fails to be a Draft 2020-12 JSON Schema (empty if valid)."""
+    if not isinstance(schema, dict | bool):
+        return [Problem(field=field, reason="must be a JSON Schema (an object or a boolean)")]
+    problems = [
+        Problem(field=join_path(field, error.absolute_path), reason=error.message)
+        for error in sorted(_META.iter_errors(schema), key=lambda e: list(map(str, e.path)))
+    ]
+    return problems
+
+
+def _problems_for(prefix: str, error: ValidationError) -> list[Problem]:
+    base = list(error.absolute_path)
+    if error.validator == "required" and isinstance(error.instance, dict):
+        # Name the missing property itself (`inputs.name`), not its parent object.
+        required = error.validator_value
+        names = required if isinstance(required, list) else []
+        missing = [name for name in names if isinstance(name, str) and name not in error.instance]
+        if missing:
+            return [
+                Problem(field=join_path(prefix, [*base, name]), reason="is required")
+                for name in missing
+            ]
+    return [Problem(field=join_path(prefix, base), reason=error.message)]
+
+
+def validate_instance(prefix: str, schema: Any, instance: Any) -> list[Problem]:
+    """Every way `instance` fails `schema`, with fields named from `prefix`.
+
+    A schema that cannot be applied (an unresolvable `$ref`, say) is itself
+    reported as a problem rather than raised.
+    """
+    validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    problems: list[Problem] = []
+    seen: set[tuple[str, str]] = set()
+    try:
+        errors = sorted(validator.iter_errors(instance), key=lambda e: list(map(str, e.path)))
+    except Exception as exc:  # jsonschema raises several unrelated types here
+        return [Problem(field=prefix, reason=f"the schema cannot be applied: {exc}")]
+    for error in errors:
+        for problem in _problems_for(prefix, error):
+            key = (problem.field, problem.reason)
+            if key not in seen:
+                seen.add(key)
+                problems.append(problem)
+    return problems

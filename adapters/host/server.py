@@ -1,0 +1,114 @@
+"""The local static workflow server: one store root, one `api`.
+
+Building the server is startup: it opens the stores under `root`, runs
+startup recovery (recovery.py) and keeps the findings in `recovery_report`.
+One server per store root at a time: recovery would otherwise declare the
+other process's executing runs abandoned.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from core.errors import SchedulerUnavailable
+
+from .api import WorkflowApi
+from .artifacts import ArtifactStore
+from .counter import RunIdCounter
+from .deployments import DeploymentStore
+from .runs import RunStore
+from .storage import ensure_dir
+
+__all__ = ["LocalStaticWorkflowServer", "build_local_static_workflow_server"]
+
+_log = logging.getLogger("adapters.host.server")
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class LocalStaticWorkflowServer:
+    """`api` (WorkflowApi), `store_root`, and the startup `recovery_report`."""
+
+    def __init__(
+        self, *, store_root: Path, api: WorkflowApi, recovery_report: list[dict[str, Any]]
+    ) -> None:
+        self.store_root = store_root
+        self.api = api
+        self.recovery_report = recovery_report
+        self.clock: Callable[[], datetime] = _utc_now
+
+
+def _timestamp(clock: Callable[[], datetime]) -> Callable[[], str]:
+    def now() -> str:
+        moment = clock()
+        if moment.tzinfo is None:
+            raise ValueError("the host clock must return aware datetimes")
+        return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+    return now
+
+
+def build_local_static_workflow_server(
+    root: str | os.PathLike[str],
+    schedules: bool = False,
+    *,
+    schedules_factory: Callable[[LocalStaticWorkflowServer], object] | None = None,
+    clock: Callable[[], datetime] | None = None,
+) -> LocalStaticWorkflowServer:
+    """Open (creating if needed) the store at `root`, recover it, and return the server.
+
+    Recovery findings (abandoned runs failed, ambiguous resumes failed closed,
+    unreadable records, counter repairs) are in `server.recovery_report` and
+    `server.api.recovery_report`; none of them stops the server.
+
+    With `schedules=True`, `server.api.schedules` is `schedules_factory(server)`,
+    or `shell.schedules_api.build_schedules_api(server)` when no factory is
+    given (SchedulerUnavailable if that module is missing). `clock` (aware
+    datetimes) stamps records; it defaults to the system clock.
+    """
+    store_root = Path(root)
+    ensure_dir(store_root)
+    read_clock = clock or _utc_now
+    now = _timestamp(read_clock)
+    report: list[dict[str, Any]] = []
+    artifacts = ArtifactStore(store_root)
+    report += artifacts.load()
+    deployments = DeploymentStore(store_root)
+    report += deployments.load()
+    runs = RunStore(store_root)
+    report += runs.load(now())
+    counter = RunIdCounter(store_root / "counters" / "run_id")
+    repaired = counter.load(runs.highest_number())
+    if repaired is not None:
+        _log.warning("run store recovery: %s", repaired)
+        report.append(repaired)
+    api = WorkflowApi(
+        artifacts=artifacts,
+        deployments=deployments,
+        runs=runs,
+        counter=counter,
+        now=now,
+        recovery_report=report,
+    )
+    server = LocalStaticWorkflowServer(store_root=store_root, api=api, recovery_report=report)
+    server.clock = read_clock
+    if schedules:
+        if schedules_factory is None:
+            try:
+                module = importlib.import_module("shell.schedules_api")
+                schedules_factory = module.build_schedules_api
+            except (ImportError, AttributeError) as exc:
+                raise SchedulerUnavailable(
+                    "schedules=True needs shell.schedules_api.build_schedules_api, "
+                    f"which is not available: {exc}"
+                ) from exc
+        api.schedules = schedules_factory(server)
+    return server
