@@ -1,0 +1,292 @@
+"""JSON-RPC 2.0 envelopes: parsing requests, building responses, mapping errors.
+
+Theory of operation. A request body is parsed into either one `Call` or a
+batch of them. Anything wrong with the envelope itself becomes an
+`RpcFailure` carrying a protocol code (-32700 … -32600) and, where the spec
+allows, the id it belongs to. Domain errors (`core.errors.SchedulingError`)
+leave the server with one fixed application code per class (the table below)
+and `data = err.to_dict()`, so `data["code"]` is the stable machine-readable
+name; the client reverses the mapping with `error_from_wire` and raises the
+same classes the Python API raises.
+
+Application error codes (stable; never renumber, only append):
+
+    -32000  scheduling_error       (base class; should not normally escape)
+    -32001  invalid_input
+    -32002  invalid_definition
+    -32003  not_found
+    -32004  already_exists
+    -32005  revision_conflict
+    -32006  invalid_state
+    -32007  scheduler_unavailable
+    -32008  core_misuse
+    -32010  unauthorized           (missing or wrong bearer token; HTTP 401)
+    -32011  request_too_large      (body over the server's bound; HTTP 413)
+    -32012  unsupported_media_type (body not sent as application/json; HTTP 415)
+    -32013  forbidden_host         (Host header not loopback on a tokenless server; HTTP 403)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from core.errors import (
+    AlreadyExists,
+    CoreMisuse,
+    InvalidDefinition,
+    InvalidInput,
+    InvalidState,
+    NotFound,
+    Problem,
+    RevisionConflict,
+    SchedulerUnavailable,
+    SchedulingError,
+    error_class_for_code,
+)
+
+__all__ = [
+    "DOMAIN_ERROR_CODES",
+    "FORBIDDEN_HOST",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "PARSE_ERROR",
+    "REQUEST_TOO_LARGE",
+    "UNAUTHORIZED",
+    "UNSUPPORTED_MEDIA_TYPE",
+    "Call",
+    "InvalidParams",
+    "RequestId",
+    "RpcError",
+    "RpcFailure",
+    "Unauthorized",
+    "domain_error_object",
+    "encode_json",
+    "error_from_wire",
+    "error_response",
+    "failure_object",
+    "parse_body",
+    "parse_call",
+    "success_response",
+]
+
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+INTERNAL_ERROR: Final = -32603
+
+UNAUTHORIZED: Final = -32010
+REQUEST_TOO_LARGE: Final = -32011
+UNSUPPORTED_MEDIA_TYPE: Final = -32012
+FORBIDDEN_HOST: Final = -32013
+
+# Stable: clients and scripts key on these numbers. Append, never renumber.
+DOMAIN_ERROR_CODES: Final[Mapping[type[SchedulingError], int]] = {
+    SchedulingError: -32000,
+    InvalidInput: -32001,
+    InvalidDefinition: -32002,
+    NotFound: -32003,
+    AlreadyExists: -32004,
+    RevisionConflict: -32005,
+    InvalidState: -32006,
+    SchedulerUnavailable: -32007,
+    CoreMisuse: -32008,
+}
+_DOMAIN_CODE_NUMBERS: Final[frozenset[int]] = frozenset(DOMAIN_ERROR_CODES.values())
+
+RequestId = str | int | float | None
+
+
+class InvalidParams(InvalidInput):
+    """The method's params did not match its schema (JSON-RPC -32602).
+
+    A subclass of `InvalidInput`, so callers that handle bad input handle this
+    too; `problems` names each bad field."""
+
+    code = "invalid_params"
+
+
+class RpcError(Exception):
+    """A JSON-RPC error that is not a domain error (protocol, auth, internal)."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(f"{message} (JSON-RPC error {code})")
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+class Unauthorized(RpcError):
+    """The server refused the request: bearer token missing or wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class RpcFailure:
+    """A protocol-level failure of one request, ready to be put on the wire."""
+
+    code: int
+    message: str
+    data: Any = None
+    request_id: RequestId = None
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One well-formed request. `is_notification` calls get no response."""
+
+    method: str
+    params: dict[str, Any]
+    request_id: RequestId = None
+    is_notification: bool = False
+
+
+def _reject_constant(name: str) -> float:
+    # NaN and Infinity are not JSON; Python's parser would accept them.
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_body(body: bytes) -> Call | RpcFailure | list[Call | RpcFailure]:
+    """Parse a request body.
+
+    Returns a single `Call`/`RpcFailure`, or a list of them for a batch.
+    Malformed JSON is one `RpcFailure(PARSE_ERROR)`; an empty batch is one
+    `RpcFailure(INVALID_REQUEST)`; each bad batch element is its own failure.
+    """
+    try:
+        text = body.decode("utf-8")
+        payload = json.loads(text, parse_constant=_reject_constant)
+    except (UnicodeDecodeError, ValueError) as exc:
+        return RpcFailure(PARSE_ERROR, "parse error", {"code": "parse_error", "reason": str(exc)})
+    if isinstance(payload, list):
+        if not payload:
+            return RpcFailure(INVALID_REQUEST, "invalid request: empty batch")
+        return [parse_call(item) for item in payload]
+    return parse_call(payload)
+
+
+def _valid_id(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, float):
+        return math.isfinite(value)
+    return value is None or isinstance(value, str | int)
+
+
+def parse_call(payload: Any) -> Call | RpcFailure:
+    """Validate one request object's envelope (not its params' schema)."""
+    if not isinstance(payload, dict):
+        return RpcFailure(INVALID_REQUEST, "invalid request: a request must be a JSON object")
+    has_id = "id" in payload
+    raw_id = payload.get("id")
+    request_id: RequestId = raw_id if _valid_id(raw_id) else None
+    problems: list[Problem] = []
+    if payload.get("jsonrpc") != "2.0":
+        problems.append(Problem(field="jsonrpc", reason='must be exactly "2.0"'))
+    method = payload.get("method")
+    if not isinstance(method, str) or not method:
+        problems.append(Problem(field="method", reason="must be a non-empty string"))
+    if has_id and not _valid_id(raw_id):
+        problems.append(Problem(field="id", reason="must be a string, a number or null"))
+    unknown = sorted(set(payload) - {"jsonrpc", "method", "params", "id"})
+    for key in unknown:
+        problems.append(Problem(field=key, reason="unknown member of a request object"))
+    if problems:
+        return RpcFailure(
+            INVALID_REQUEST,
+            "invalid request: " + "; ".join(f"{p.field}: {p.reason}" for p in problems),
+            {"code": "invalid_request", "problems": [p.as_dict() for p in problems]},
+            request_id,
+        )
+    assert isinstance(method, str)
+    params = payload.get("params")
+    if "params" in payload and not isinstance(params, dict):
+        # The spec allows by-position arrays; this server names every parameter.
+        problem = Problem(field="params", reason="must be an object of named parameters")
+        return RpcFailure(
+            INVALID_PARAMS,
+            f"invalid params: {problem.field}: {problem.reason}",
+            {"code": InvalidParams.code, "problems": [problem.as_dict()]},
+            request_id,
+        )
+    return Call(
+        method=method,
+        params=dict(params) if isinstance(params, dict) else {},
+        request_id=request_id,
+        is_notification=not has_id,
+    )
+
+
+def success_response(request_id: RequestId, result: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def error_response(
+    request_id: RequestId, code: int, message: str, data: Any = None
+) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": request_id, "error": error}
+
+
+def failure_object(failure: RpcFailure) -> dict[str, Any]:
+    return error_response(failure.request_id, failure.code, failure.message, failure.data)
+
+
+def _domain_code(err: SchedulingError) -> int:
+    for cls in type(err).__mro__:
+        if isinstance(cls, type) and issubclass(cls, SchedulingError) and cls in DOMAIN_ERROR_CODES:
+            return DOMAIN_ERROR_CODES[cls]
+    return DOMAIN_ERROR_CODES[SchedulingError]
+
+
+def domain_error_object(request_id: RequestId, err: SchedulingError) -> dict[str, Any]:
+    """The wire form of a domain error: its class's fixed code, data = to_dict()."""
+    if isinstance(err, InvalidParams):
+        return error_response(request_id, INVALID_PARAMS, err.message, err.to_dict())
+    return error_response(request_id, _domain_code(err), err.message, err.to_dict())
+
+
+def encode_json(payload: Any) -> bytes:
+    """Strict JSON encoding: no NaN/Infinity, UTF-8, compact."""
+    return json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode(
+        "utf-8"
+    )
+
+
+def _problems_from(data: Mapping[str, Any]) -> list[Problem]:
+    raw = data.get("problems")
+    if not isinstance(raw, list):
+        return []
+    return [
+        Problem(field=str(item.get("field", "")), reason=str(item.get("reason", "")))
+        for item in raw
+        if isinstance(item, dict)
+    ]
+
+
+def error_from_wire(code: int, message: str, data: Any) -> Exception:
+    """Rebuild the exception a JSON-RPC error object stands for.
+
+    Domain codes (and -32602) come back as the `core.errors` class named by
+    `data["code"]`, with `problems` and the remaining `data` restored; every
+    other code is an `RpcError` (or `Unauthorized`)."""
+    detail = dict(data) if isinstance(data, Mapping) else {}
+    if code == INVALID_PARAMS:
+        rest = {k: v for k, v in detail.items() if k not in {"code", "message", "problems"}}
+        return InvalidParams(message, problems=_problems_from(detail), data=rest)
+    if code in _DOMAIN_CODE_NUMBERS and isinstance(detail.get("code"), str):
+        cls = error_class_for_code(detail["code"])
+        rest = {k: v for k, v in detail.items() if k not in {"code", "message", "problems"}}
+        if issubclass(cls, InvalidInput):
+            return cls(message, problems=_problems_from(detail), data=rest)
+        return cls(message, data=rest)
+    if code == UNAUTHORIZED:
+        return Unauthorized(code, message, data)
+    return RpcError(code, message, data)

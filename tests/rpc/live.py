@@ -1,0 +1,51 @@
+"""Serving an ASGI app on a real loopback socket for the duration of a test."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from adapters.rpc.server import bind_socket, build_server
+
+__all__ = ["free_port", "serving", "wait_until"]
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Any) -> AsyncIterator[str]:
+    """Run `app` under uvicorn on 127.0.0.1:<free port>; yield its base URL."""
+    sock = bind_socket("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    server = build_server(app, host="127.0.0.1", port=port, log_level="warning")
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        await server.wait_started(task)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, timeout=10)
+        sock.close()
+
+
+def free_port() -> int:
+    """A port nothing listens on right now (for subprocess servers)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def wait_until(
+    probe: Callable[[], Any], *, timeout_s: float = 10.0, interval_s: float = 0.05
+) -> Any:
+    """Poll an async `probe` until it returns something truthy; return that."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s} s (last: {value!r})")
+        await asyncio.sleep(interval_s)
