@@ -364,9 +364,10 @@ class App:
         )
         return result
 
-    async def resume_run(self, run_id: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+    async def resume_run(self, run_id: str, payload: Any) -> dict[str, Any]:
+        """Resume an interrupted run; returns the run once it stops again."""
         result: dict[str, Any] = await self.call(
-            "workflow.runs.resume", {"run_id": run_id, "payload": dict(payload)}
+            "workflow.runs.resume", {"run_id": run_id, "payload": payload}
         )
         return result
 

@@ -107,7 +107,8 @@ class StartRunParams(Params):
 
 class ResumeRunParams(Params):
     run_id: str
-    payload: dict[str, Any]
+    # Whatever the interrupt's resume_schema accepts; the host validates it.
+    payload: Any
 
 
 class RunIdParams(Params):
@@ -323,9 +324,9 @@ async def invoke(registry: Mapping[str, Method], ctx: RpcContext, method: str, p
         problems = params_problems(exc)
         raise InvalidParams.from_problems(f"params for {method}", problems) from None
     kwargs = dict(spec.defaults)
-    for name in type(model).model_fields:
+    for name, info in type(model).model_fields.items():
         value = getattr(model, name)
-        if value is not None:
+        if value is not None or info.is_required():
             kwargs[name] = value
     if spec.target == "health":
         return dict(ctx.health())

@@ -1,0 +1,274 @@
+"""`wf-rpc-server`: serve the workflow API (and, when enabled, the scheduler) over JSON-RPC.
+
+    wf-rpc-server --store-root .wf_store --enable-scheduler
+    wf-rpc-server --config server.json --port 9000
+
+Startup order: resolve settings (flags over config file; every problem named),
+refuse a non-loopback address without a token, open and recover the store,
+start the scheduler service (which takes the store's scheduler lock), then
+listen. On SIGTERM or SIGINT: stop admitting (the scheduler stops first, the
+HTTP server stops accepting), drain executing runs within `drain_grace_s`,
+and exit 0. A second signal stops waiting for the drain; runs still executing
+keep their executing marks and the next startup recovers them.
+
+Exit status: 0 clean shutdown; 1 runtime failure (store, lock, port);
+2 invalid settings or an insecure bind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from adapters.host import build_local_static_workflow_server
+from adapters.rpc.app import create_app
+from adapters.rpc.auth import InsecureBind, check_bind_security
+from adapters.rpc.config import ServerSettings, resolve_settings
+from adapters.rpc.server import bind_socket, build_server
+from core.errors import InvalidInput, Problem, SchedulingError
+
+__all__ = ["ENV_HOST", "ENV_PORT", "main", "parse_args", "serve", "settings_from_args"]
+
+ENV_HOST: Final = "WF_RPC_HOST"
+ENV_PORT: Final = "WF_RPC_PORT"
+EXIT_RUNTIME: Final = 1
+EXIT_SETTINGS: Final = 2
+
+logger = logging.getLogger("adapters.rpc_server")
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="wf-rpc-server",
+        description="Serve the wf-scheduler workflow API over JSON-RPC 2.0 (POST /rpc).",
+        epilog="Flags override the config file. Exit status: 0 clean shutdown, "
+        "1 runtime failure, 2 invalid settings or insecure bind.",
+    )
+    parser.add_argument("--store-root", type=Path, help="store directory (created if missing)")
+    parser.add_argument("--config", type=Path, help='JSON config file ({"server": {...}})')
+    parser.add_argument("--host", help=f"address to listen on (default 127.0.0.1; env {ENV_HOST})")
+    parser.add_argument("--port", help=f"port to listen on (default 8765; env {ENV_PORT})")
+    parser.add_argument(
+        "--enable-scheduler",
+        action="store_true",
+        help="run the scheduler service and serve workflow.schedules.*",
+    )
+    auth = parser.add_mutually_exclusive_group()
+    auth.add_argument("--token-file", type=Path, help="file holding the bearer token")
+    auth.add_argument("--token-env", help="environment variable holding the bearer token")
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log verbosity (default info)",
+    )
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    return _build_parser().parse_args(argv)
+
+
+def settings_from_args(
+    args: argparse.Namespace, *, environ: Mapping[str, str], cwd: Path
+) -> ServerSettings:
+    """Resolve settings from parsed flags, `WF_RPC_HOST`/`WF_RPC_PORT` (flag
+    stand-ins) and the config file. Raises InvalidInput naming each problem."""
+    host = args.host if args.host is not None else environ.get(ENV_HOST)
+    raw_port = args.port if args.port is not None else environ.get(ENV_PORT)
+    port: int | None = None
+    if raw_port is not None:
+        try:
+            port = int(raw_port)
+        except ValueError:
+            raise InvalidInput.from_problems(
+                "server settings",
+                [
+                    Problem(
+                        field="port",
+                        reason=f"{raw_port!r} is not a port number (flag --port or {ENV_PORT})",
+                    )
+                ],
+            ) from None
+    return resolve_settings(
+        config_path=args.config,
+        store_root=args.store_root,
+        host=host,
+        port=port,
+        enable_scheduler=bool(args.enable_scheduler),
+        token_file=args.token_file,
+        token_env=args.token_env,
+        environ=environ,
+        cwd=cwd,
+    )
+
+
+async def serve(settings: ServerSettings) -> int:
+    """Run until SIGTERM/SIGINT; return the exit status."""
+    try:
+        # Bind before touching the store, so a busy port fails fast and changes nothing.
+        sock = bind_socket(settings.host, settings.port)
+    except OSError as exc:
+        logger.error("cannot listen on %s:%s: %s", settings.host, settings.port, exc)
+        return EXIT_RUNTIME
+    try:
+        return await _serve_on(sock, settings)
+    finally:
+        sock.close()
+
+
+async def _serve_on(sock: socket.socket, settings: ServerSettings) -> int:
+    server = build_local_static_workflow_server(
+        settings.store_root, schedules=settings.scheduler.enabled
+    )
+    for finding in server.recovery_report:
+        logger.warning("store recovery: %s", finding)
+    state = {"scheduler": "disabled"}
+
+    def health() -> Mapping[str, Any]:
+        return {
+            "status": "ok",
+            "schedules": server.api.schedules is not None,
+            "scheduler": state["scheduler"],
+        }
+
+    service = None
+    if settings.scheduler.enabled:
+        # Imported here: a server without the scheduler does not need the service.
+        from shell import build_scheduler_service
+
+        service = build_scheduler_service(server, settings.scheduler)
+        await service.start()
+        state["scheduler"] = "running"
+
+    app = create_app(
+        server.api,
+        rpc_path=settings.rpc_path,
+        token=settings.token,
+        max_body_bytes=settings.max_body_bytes,
+        health=health,
+    )
+    http = build_server(app, host=settings.host, port=settings.port, log_level="warning")
+    loop = asyncio.get_running_loop()
+    stopping: asyncio.Task[None] | None = None
+    gave_up = asyncio.Event()
+
+    async def stop_admission() -> None:
+        if service is not None:
+            state["scheduler"] = "stopping"
+            await service.stop()
+            state["scheduler"] = "stopped"
+
+    def on_signal(signum: int) -> None:
+        nonlocal stopping
+        if stopping is None:
+            logger.info(
+                "%s: stopping admission, then draining (up to %.0f s)",
+                signal.Signals(signum).name,
+                settings.scheduler.drain_grace_s,
+            )
+            http.should_exit = True
+            stopping = loop.create_task(stop_admission())
+        else:
+            logger.warning("second %s: not waiting for the drain", signal.Signals(signum).name)
+            http.force_exit = True
+            gave_up.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        serving = loop.create_task(http.serve(sockets=[sock]))
+        await http.wait_started(serving)
+        where = f"http://{_url_host(settings.host)}:{settings.port}{settings.rpc_path}"
+        print(
+            f"wf-rpc-server: listening on {where} "
+            f"(scheduler {'enabled' if service is not None else 'disabled'}, "
+            f"auth {'bearer token' if settings.token else 'none, loopback only'})",
+            file=sys.stderr,
+            flush=True,
+        )
+        await serving
+    finally:
+        # Also on a failed start: the scheduler must release its lock and runs must drain.
+        if stopping is None:
+            stopping = loop.create_task(stop_admission())
+        await _until(stopping, gave_up)
+        drain = loop.create_task(server.api.drain(settings.scheduler.drain_grace_s))
+        if not await _until(drain, gave_up):
+            drain.cancel()
+        still = await server.api.cancel_executing()
+        if still:
+            logger.warning(
+                "runs still executing at exit keep their executing marks: %s", ", ".join(still)
+            )
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+    logger.info("stopped")
+    return 0
+
+
+async def _until(task: asyncio.Task[Any], gave_up: asyncio.Event) -> bool:
+    """Wait for `task` unless the operator gives up first; True if it finished."""
+    waiter = asyncio.ensure_future(gave_up.wait())
+    try:
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    if task.done():
+        task.result()
+        return True
+    return False
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _report(exc: SchedulingError) -> None:
+    problems = getattr(exc, "problems", ())
+    if not problems:
+        print(f"wf-rpc-server: {exc.message}", file=sys.stderr)
+        return
+    print("wf-rpc-server: cannot start, invalid settings:", file=sys.stderr)
+    for problem in problems:
+        print(f"  {problem.field}: {problem.reason}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console entry point of `wf-rpc-server`."""
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        settings = settings_from_args(args, environ=os.environ, cwd=Path.cwd())
+        check_bind_security(settings.host, settings.token)
+    except InvalidInput as exc:
+        _report(exc)
+        sys.exit(EXIT_SETTINGS)
+    except InsecureBind as exc:
+        print(f"wf-rpc-server: {exc}", file=sys.stderr)
+        sys.exit(EXIT_SETTINGS)
+    try:
+        status = asyncio.run(serve(settings))
+    except SchedulingError as exc:
+        _report(exc)
+        status = EXIT_RUNTIME
+    except OSError as exc:
+        print(f"wf-rpc-server: store error: {exc}", file=sys.stderr)
+        status = EXIT_RUNTIME
+    sys.exit(status)
+
+
+if __name__ == "__main__":
+    main()
