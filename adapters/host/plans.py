@@ -115,17 +115,21 @@ class _Compiler:
             self.problems.extend(check_schema("plan.input_schema", raw["input_schema"]))
         if raw.get("output_schema") is not None:
             self.problems.extend(check_schema("plan.output_schema", raw["output_schema"]))
-        self.check_nodes(raw.get("nodes"))
+        # Without a node list, every check that names nodes would only echo that one fault.
+        nodes_listed = self.check_nodes(raw.get("nodes"))
         start = raw.get("start")
         if start is None:
             self.problem("plan.start", "is required")
-        elif not isinstance(start, str) or start not in self.nodes:
+        elif nodes_listed and (not isinstance(start, str) or start not in self.nodes):
             self.problem("plan.start", f"{start!r} is not a node id")
-        edges = self.check_edges(raw.get("edges", {}))
-        if isinstance(start, str) and start in self.nodes:
-            self.check_reachable(start, edges)
-        output = self.check_output(raw.get("output", {}))
-        self.check_reads()
+        edges: dict[str, dict[str, str]] = {}
+        if nodes_listed:
+            raw_edges = raw.get("edges", {})
+            edges = self.check_edges(raw_edges)
+            if isinstance(raw_edges, dict) and isinstance(start, str) and start in self.nodes:
+                self.check_reachable(start, edges)
+            self.check_reads()
+        output = self.check_output(raw.get("output", {}), check_state=nodes_listed)
         if self.problems:
             return None
         assert isinstance(name, str) and isinstance(start, str)
@@ -152,13 +156,14 @@ class _Compiler:
             source=raw,
         )
 
-    def check_nodes(self, nodes: Any) -> None:
+    def check_nodes(self, nodes: Any) -> bool:
+        """Check each node; False when there is no usable node list at all."""
         if nodes is None:
             self.problem("plan.nodes", "is required")
-            return
+            return False
         if not isinstance(nodes, list) or not nodes:
             self.problem("plan.nodes", "must be a non-empty list of node objects")
-            return
+            return False
         for index, spec in enumerate(nodes):
             field = f"plan.nodes.{index}"
             if not isinstance(spec, dict):
@@ -172,11 +177,12 @@ class _Compiler:
             if node_id in self.nodes:
                 self.problem(f"{field}.id", f"duplicate node id {node_id!r}")
                 continue
+            # Known even with a bad kind, so edges to it are not reported as dangling.
+            self.nodes[node_id] = spec
             kind = spec.get("kind")
             if not isinstance(kind, str) or kind not in _NODE_KEYS:
                 self.problem(f"{field}.kind", f"must be one of {sorted(_NODE_KEYS)}, got {kind!r}")
                 continue
-            self.nodes[node_id] = spec
             for key in sorted(set(spec) - _NODE_KEYS[kind]):
                 self.problem(
                     f"{field}.{key}",
@@ -188,6 +194,7 @@ class _Compiler:
                 self.check_call(field, spec)
             else:
                 self.check_interrupt(field, spec)
+        return True
 
     def check_call(self, field: str, spec: Mapping[str, Any]) -> None:
         name = spec.get("capability")
@@ -224,10 +231,10 @@ class _Compiler:
             if not isinstance(by_outcome, dict):
                 self.problem(field, "must be an object: outcome -> next node id or __end__")
                 continue
-            kind = self.nodes[source]["kind"]
-            allowed = OUTCOMES[kind]
+            kind = self.nodes[source].get("kind")
+            allowed = OUTCOMES.get(kind) if isinstance(kind, str) else None
             for outcome, target in by_outcome.items():
-                if outcome not in allowed:
+                if allowed is not None and outcome not in allowed:
                     self.problem(
                         f"{field}.{outcome}",
                         f"unknown outcome for a {kind} node (allowed: {sorted(allowed)})",
@@ -239,6 +246,8 @@ class _Compiler:
                 else:
                     checked.setdefault(source, {})[outcome] = target
         for node_id, spec in self.nodes.items():
+            if spec.get("kind") not in OUTCOMES:
+                continue  # its kind is already reported; its outcomes are unknown
             capability = CAPABILITIES.get(spec.get("capability", ""))
             can_succeed = capability is None or capability.can_succeed
             outgoing = edges.get(node_id)
@@ -271,7 +280,7 @@ class _Compiler:
         if path.root == "state" and path.segments and path.segments[0] not in self.written_keys():
             self.problem(field, f"{path.text}: no node writes state key {path.segments[0]!r}")
 
-    def check_output(self, output: Any) -> dict[str, ValuePath]:
+    def check_output(self, output: Any, *, check_state: bool) -> dict[str, ValuePath]:
         compiled: dict[str, ValuePath] = {}
         if not isinstance(output, dict):
             self.problem("plan.output", "must be an object: output key -> value path")
@@ -283,7 +292,8 @@ class _Compiler:
             except ValueError as exc:
                 self.problem(field, str(exc))
                 continue
-            self.check_state_path(field, path)
+            if check_state:
+                self.check_state_path(field, path)
             compiled[key] = path
         return compiled
 
@@ -291,7 +301,7 @@ class _Compiler:
         for node_id, spec in self.nodes.items():
             capability = CAPABILITIES.get(spec.get("capability", ""))
             params = spec.get("params", {})
-            if capability is None or not isinstance(params, dict):
+            if spec.get("kind") != "call" or capability is None or not isinstance(params, dict):
                 continue
             if capability.check(params, ""):
                 continue  # already reported; its paths cannot be read

@@ -150,8 +150,8 @@ def check_consistency(record: RunRecord) -> str | None:
         return f"status {status} without a checkpoint"
     if checkpoint.attempt != record.attempt:
         return (
-            f"status {status} from checkpoint of attempt {checkpoint.attempt}, "
-            f"but the record is at attempt {record.attempt}"
+            f"status {status}, but its checkpoint is from attempt {checkpoint.attempt} "
+            f"and the record is at attempt {record.attempt}"
         )
     if checkpoint.status != status:
         return f"status {status} contradicts its checkpoint status {checkpoint.status}"

@@ -33,7 +33,29 @@ def check_schema(field: str, schema: Any) -> list[Problem]:
         Problem(field=join_path(field, error.absolute_path), reason=error.message)
         for error in sorted(_META.iter_errors(schema), key=lambda e: list(map(str, e.path)))
     ]
+    problems.extend(_remote_refs(field, schema))
     return problems
+
+
+def _remote_refs(field: str, node: Any) -> list[Problem]:
+    # The host never fetches schemas: a non-local reference could only fail at run time.
+    found: list[Problem] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("$ref", "$dynamicRef") and isinstance(value, str):
+                if not value.startswith("#"):
+                    found.append(
+                        Problem(
+                            field=f"{field}.{key}",
+                            reason=f"only local references ('#...') are supported, got {value!r}",
+                        )
+                    )
+            else:
+                found.extend(_remote_refs(f"{field}.{key}", value))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            found.extend(_remote_refs(f"{field}.{index}", value))
+    return found
 
 
 def _problems_for(prefix: str, error: ValidationError) -> list[Problem]:

@@ -1,0 +1,104 @@
+"""Real crashes: SIGKILL a process mid-run or mid-resume, then restart on the same store."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .conftest import Builder, deploy, sleep_plan
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs SIGKILL")
+
+
+def _spawn(root: Path, mode: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.host.crash_child", str(root), mode],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+
+
+def _kill_when(
+    child: subprocess.Popen[bytes], record: Path, ready: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    """Poll the store (not the clock) until `ready(record)`, then SIGKILL the child."""
+    deadline = time.monotonic() + 20  # generous bound for a slow machine, not a wait
+    try:
+        while time.monotonic() < deadline:
+            if child.poll() is not None:
+                raise AssertionError(f"child exited early: {child.stderr.read().decode()}")  # type: ignore[union-attr]
+            try:
+                data: dict[str, Any] = json.loads(record.read_text())
+            except (FileNotFoundError, ValueError):
+                data = {}
+            if data and ready(data):
+                child.send_signal(signal.SIGKILL)
+                return data
+            time.sleep(0.02)
+        raise AssertionError("the child never reached the awaited state")
+    finally:
+        child.kill()
+        child.wait()
+        assert child.stderr is not None
+        child.stderr.close()
+
+
+async def test_sigkill_mid_run_is_abandoned_truthfully(build: Builder, tmp_path: Path) -> None:
+    record = tmp_path / "runs" / "run-000001.json"
+    child = _spawn(tmp_path, "start")
+    seen = _kill_when(child, record, lambda data: data["status"] == "running")
+    assert child.returncode == -signal.SIGKILL
+    assert (seen["executing"]["kind"], seen["attempt"]) == ("start", 1)
+
+    server = build()
+    run = await server.api.inspect_run("run-000001")
+    assert run["status"] == "failed"
+    assert run["error"]["kind"] == "abandoned"
+    assert run["error"]["message"].startswith(
+        "abandoned: the process died while this run was executing; "
+        "external effects may already have occurred"
+    )
+    assert run["checkpoint"]["by"] == "recovery"
+    assert [(f["run_id"], f["finding"]) for f in server.recovery_report] == [
+        ("run-000001", "abandoned")
+    ]
+    # The id sequence continues, and the host works on.
+    assert await server.api.admit_run("nap.default", {}) == "run-000002"
+    assert (await server.api.inspect_run("run-000002"))["status"] == "admitted"
+
+
+async def test_sigkill_mid_resume_is_failed_closed(build: Builder, tmp_path: Path) -> None:
+    server = build()
+    await deploy(server, sleep_plan(30, then_interrupt=True), "gate.default")
+    run = await server.api.run_deployment("gate.default", {})
+    assert run["status"] == "interrupted"
+
+    record = tmp_path / "runs" / "run-000001.json"
+    child = _spawn(tmp_path, "resume")
+    seen = _kill_when(child, record, lambda data: data["attempt"] == 2)
+    assert (seen["status"], seen["executing"]["kind"]) == ("running", "resume")
+
+    restarted = build()
+    run = await restarted.api.inspect_run("run-000001")
+    assert run["status"] == "failed"
+    assert run["error"]["message"].startswith(
+        "ambiguous resume: attempt 2 was marked but left no result; failed closed, not retried"
+    )
+    assert [(f["run_id"], f["finding"]) for f in restarted.recovery_report] == [
+        ("run-000001", "ambiguous-resume")
+    ]
+    assert await restarted.api.reserve_run_ids(1) == ["run-000002"]
