@@ -1,0 +1,665 @@
+"""Schedule definitions: an append-only lifecycle log plus a snapshot.
+
+Per schedule, `lifecycle.jsonl` holds one record per lifecycle change and is
+the truth; `definition.json` is a snapshot of it that makes reads cheap.
+
+Lifecycle record (one JSON line, `seq` dense from 1):
+    {"seq": 1, "kind": "created"|"updated"|"paused"|"resumed"|"deleted",
+     "at": "<instant>", "revision": <int>, "definition": {...}}
+    ("definition" only in created and updated records)
+
+Snapshot (`definition.json`):
+    {"format": 1, "schedule_id", "revision", "definition", "created_at",
+     "updated_at", "paused", "paused_at", "resumed_at", "deleted", "deleted_at",
+     "blocked": null | {"file", "record", "reason", "at"}, "lifecycle_seq"}
+
+`updated_at` is the instant of the last accepted update (null until the first
+one); `lifecycle_seq` is the seq of the last lifecycle record the snapshot
+reflects.
+
+Write order for every change: append the lifecycle record (fsynced), then
+rewrite the snapshot atomically. A crash between the two leaves the log one
+record ahead of the snapshot; loading replays the missing records onto the
+snapshot (and, for the owner, rewrites it). A create makes the directory
+first (fsyncing its parent), so an id is taken from that moment on, even if
+the create never completes: ids are never reused.
+
+Damage is reported, never repaired silently: an unparseable or contradictory
+lifecycle record, an unparseable snapshot, or a snapshot ahead of its log is
+a `StoreProblem`; the damaged file is left as found. When the snapshot is the
+damaged file, the load still rebuilds one in memory from the log so the
+schedule can be shown, blocked.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal, TypeGuard, get_args
+
+from core.errors import (
+    AlreadyExists,
+    InvalidInput,
+    InvalidState,
+    NotFound,
+    Problem,
+    RevisionConflict,
+)
+from shell.durable import append_records, atomic_write_json, fault_point, fsync_directory
+from shell.jsonlog import read_lines, repair_torn_tail
+from shell.store_format import (
+    SCHEDULES_DIR,
+    Instant,
+    ScheduleFiles,
+    StoreDamaged,
+    StoreProblem,
+    canonical_instant,
+    parse_instant,
+)
+
+__all__ = [
+    "CHANGE_KINDS",
+    "DEFINITION_FORMAT",
+    "ChangeKind",
+    "DefinitionLoad",
+    "DefinitionStore",
+    "LifecycleKind",
+    "LifecycleResult",
+]
+
+_log = logging.getLogger(__name__)
+
+DEFINITION_FORMAT: Final = 1
+
+LifecycleKind = Literal["created", "updated", "paused", "resumed", "deleted"]
+ChangeKind = Literal["updated", "paused", "resumed", "deleted"]
+CHANGE_KINDS: Final[frozenset[str]] = frozenset(get_args(ChangeKind))
+_KINDS: Final[frozenset[str]] = frozenset(get_args(LifecycleKind))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DefinitionLoad:
+    """What loading one schedule's definition found.
+
+    `snapshot` is None when no definition could be reconstructed (or the
+    directory holds no lifecycle record yet: `incomplete`, an interrupted
+    create). `problems` block the schedule. `repairs` lists what an owner's
+    load fixed (a torn line dropped, the snapshot rewritten from the log).
+    """
+
+    schedule_id: str
+    snapshot: dict[str, Any] | None
+    lifecycle_seq: int
+    problems: tuple[StoreProblem, ...] = ()
+    repairs: tuple[str, ...] = ()
+    incomplete: bool = False
+    # Whether definition.json itself is readable (set_blocked may rewrite it).
+    snapshot_file_ok: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LifecycleResult:
+    """The snapshot after a change, and the lifecycle record written
+    (None when the change was a no-op, for example pausing a paused schedule)."""
+
+    snapshot: dict[str, Any]
+    record: dict[str, Any] | None
+
+
+class _Bad(Exception):
+    def __init__(self, record: str, reason: str) -> None:
+        super().__init__(reason)
+        self.record = record
+        self.reason = reason
+
+
+def _json_safe(value: Any, field: str) -> None:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput.from_problems(
+            "schedule record", [Problem(field=field, reason=f"must be JSON-safe: {exc}")]
+        ) from None
+
+
+def _instant_arg(value: Instant, field: str) -> str:
+    try:
+        return canonical_instant(value)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput.from_problems(
+            "schedule record", [Problem(field=field, reason=f"must be an aware instant: {exc}")]
+        ) from None
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_instant_field(obj: Mapping[str, Any], key: str, *, optional: bool) -> None:
+    value = obj.get(key)
+    if value is None and optional:
+        return
+    try:
+        if not isinstance(value, str):
+            raise TypeError
+        parse_instant(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{key} is not an ISO-8601 instant: {value!r}") from None
+
+
+def _check_snapshot(obj: object, schedule_id: str) -> dict[str, Any]:
+    """Validate a parsed snapshot; raises ValueError naming the bad field."""
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    if obj.get("format") != DEFINITION_FORMAT:
+        raise ValueError(f"unknown format {obj.get('format')!r}")
+    if obj.get("schedule_id") != schedule_id:
+        raise ValueError(f"schedule_id {obj.get('schedule_id')!r} does not match its directory")
+    revision = obj.get("revision")
+    if not _is_int(revision) or revision < 1:
+        raise ValueError(f"revision must be a positive integer, got {revision!r}")
+    seq = obj.get("lifecycle_seq")
+    if not _is_int(seq) or seq < 1:
+        raise ValueError(f"lifecycle_seq must be a positive integer, got {seq!r}")
+    if not isinstance(obj.get("definition"), dict):
+        raise ValueError("definition must be an object")
+    for flag in ("paused", "deleted"):
+        if not isinstance(obj.get(flag), bool):
+            raise ValueError(f"{flag} must be true or false")
+    _check_instant_field(obj, "created_at", optional=False)
+    for key in ("updated_at", "paused_at", "resumed_at", "deleted_at"):
+        _check_instant_field(obj, key, optional=True)
+    blocked = obj.get("blocked")
+    if blocked is not None:
+        if not isinstance(blocked, dict) or not all(
+            isinstance(blocked.get(k), str) for k in ("file", "record", "reason")
+        ):
+            raise ValueError("blocked must be null or an object with file, record and reason")
+        _check_instant_field(blocked, "at", optional=True)
+    return obj
+
+
+def _parse_record(line: bytes, expected_seq: int) -> dict[str, Any]:
+    where = f"line {expected_seq}"
+    try:
+        record = json.loads(line)
+    except ValueError:
+        raise _Bad(where, "unparseable record") from None
+    if not isinstance(record, dict):
+        raise _Bad(where, "record is not a JSON object")
+    seq = record.get("seq")
+    if seq != expected_seq or not _is_int(seq):
+        raise _Bad(where, f"seq {seq!r} where {expected_seq} was expected (missing or duplicate)")
+    where = f"line {expected_seq} (seq {seq})"
+    if record.get("kind") not in _KINDS:
+        raise _Bad(where, f"unknown kind {record.get('kind')!r}")
+    try:
+        _check_instant_field(record, "at", optional=False)
+    except ValueError as exc:
+        raise _Bad(where, str(exc)) from None
+    revision = record.get("revision")
+    if not _is_int(revision) or revision < 1:
+        raise _Bad(where, f"revision must be a positive integer, got {revision!r}")
+    has_definition = record["kind"] in ("created", "updated")
+    if has_definition != isinstance(record.get("definition"), dict):
+        raise _Bad(
+            where, f"a {record['kind']} record {'needs' if has_definition else 'has'} a definition"
+        )
+    return record
+
+
+def _apply(
+    snapshot: dict[str, Any] | None, record: Mapping[str, Any], schedule_id: str
+) -> dict[str, Any]:
+    """The snapshot after `record`; raises _Bad if the record contradicts it."""
+    seq, kind, at, revision = record["seq"], record["kind"], record["at"], record["revision"]
+    where = f"line {seq} (seq {seq})"
+    if kind == "created":
+        if snapshot is not None or seq != 1 or revision != 1:
+            raise _Bad(where, "a created record that is not the first record at revision 1")
+        return {
+            "format": DEFINITION_FORMAT,
+            "schedule_id": schedule_id,
+            "revision": 1,
+            "definition": record["definition"],
+            "created_at": at,
+            "updated_at": None,
+            "paused": False,
+            "paused_at": None,
+            "resumed_at": None,
+            "deleted": False,
+            "deleted_at": None,
+            "blocked": None,
+            "lifecycle_seq": 1,
+        }
+    if snapshot is None:
+        raise _Bad(where, f"a {kind} record before the created record")
+    if snapshot["deleted"]:
+        raise _Bad(where, f"a {kind} record after the schedule was deleted")
+    expected_revision = snapshot["revision"] + (1 if kind == "updated" else 0)
+    if revision != expected_revision:
+        raise _Bad(where, f"revision {revision} where {expected_revision} was expected")
+    new = dict(snapshot, revision=revision, lifecycle_seq=seq)
+    if kind == "updated":
+        new.update(definition=record["definition"], updated_at=at)
+    elif kind == "paused":
+        if snapshot["paused"]:
+            raise _Bad(where, "paused while already paused")
+        new.update(paused=True, paused_at=at)
+    elif kind == "resumed":
+        if not snapshot["paused"]:
+            raise _Bad(where, "resumed while not paused")
+        new.update(paused=False, resumed_at=at)
+    else:
+        new.update(deleted=True, deleted_at=at)
+    return new
+
+
+class DefinitionStore:
+    """Definitions and lifecycle of every schedule under `<store_root>/schedules`.
+
+    Values in and out are plain JSON-safe dicts; instants are ISO-8601 `Z`
+    strings at rest (datetimes are accepted as arguments). Not thread-safe:
+    one writer (the event loop thread) at a time.
+    """
+
+    def __init__(self, store_root: str | os.PathLike[str]) -> None:
+        self.store_root = Path(store_root)
+
+    def _files(self, schedule_id: str) -> ScheduleFiles:
+        return ScheduleFiles.of(self.store_root, schedule_id)
+
+    # --- queries ------------------------------------------------------------------
+
+    def exists(self, schedule_id: str) -> bool:
+        """True when the id is taken (its directory exists, complete or not)."""
+        return self._files(schedule_id).directory.is_dir()
+
+    def list_ids(self) -> list[str]:
+        """Sorted ids of every schedule ever created (deleted ones included).
+
+        Directories holding neither a lifecycle log nor a snapshot (a create
+        interrupted right after making the directory) are left out.
+        """
+        root = self.store_root / SCHEDULES_DIR
+        try:
+            names = os.listdir(root)
+        except FileNotFoundError:
+            return []
+        ids: list[str] = []
+        for name in names:
+            try:
+                files = ScheduleFiles.of(self.store_root, name)
+            except InvalidInput:
+                _log.warning("ignoring %s: not a schedule id", root / name)
+                continue
+            if files.lifecycle.exists() or files.definition.exists():
+                ids.append(name)
+        return sorted(ids)
+
+    def load(self, schedule_id: str, *, repair: bool = False) -> DefinitionLoad:
+        """Load and reconcile one schedule's snapshot with its lifecycle log.
+
+        Never raises for damaged records: they come back as `problems`. With
+        `repair` (only the store's owner, or a writer about to append), a torn
+        final lifecycle line is dropped and a snapshot behind its log or
+        missing is rewritten. Raises `NotFound` if the directory does not
+        exist.
+        """
+        files = self._files(schedule_id)
+        if not files.directory.is_dir():
+            raise NotFound(
+                f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
+            )
+        repairs: list[str] = []
+        problems: list[StoreProblem] = []
+
+        def problem(path: Path, record: str, reason: str) -> None:
+            problems.append(
+                StoreProblem(
+                    schedule_id=schedule_id, file=files.relative(path), record=record, reason=reason
+                )
+            )
+
+        read = read_lines(files.lifecycle)
+        lines, torn = read if read is not None else ([], b"")
+        if torn:
+            if repair:
+                repair_torn_tail(files.lifecycle)
+                repairs.append(f"dropped a torn final line of {files.relative(files.lifecycle)}")
+            else:
+                _log.debug("ignoring a torn final line of %s", files.lifecycle)
+
+        snapshot: dict[str, Any] | None = None
+        snapshot_file_ok = True
+        try:
+            snapshot = _check_snapshot(json.loads(files.definition.read_bytes()), schedule_id)
+        except FileNotFoundError:
+            pass
+        except ValueError as exc:
+            snapshot_file_ok = False
+            problem(files.definition, "whole file", f"unreadable snapshot: {exc}")
+
+        last_seq = len(lines)
+        if last_seq == 0:
+            if snapshot is not None:
+                problem(
+                    files.lifecycle,
+                    "whole file",
+                    "lifecycle log is missing or empty but a snapshot exists",
+                )
+                return DefinitionLoad(
+                    schedule_id=schedule_id,
+                    snapshot=snapshot,
+                    lifecycle_seq=snapshot["lifecycle_seq"],
+                    problems=tuple(problems),
+                    repairs=tuple(repairs),
+                )
+            if not problems and not self._has_other_files(files):
+                return DefinitionLoad(
+                    schedule_id=schedule_id, snapshot=None, lifecycle_seq=0, incomplete=True
+                )
+            problem(files.lifecycle, "whole file", "lifecycle log is missing or empty")
+            return DefinitionLoad(
+                schedule_id=schedule_id,
+                snapshot=None,
+                lifecycle_seq=0,
+                problems=tuple(problems),
+                repairs=tuple(repairs),
+                snapshot_file_ok=snapshot_file_ok,
+            )
+
+        base = snapshot
+        if base is not None and base["lifecycle_seq"] > last_seq:
+            problem(
+                files.definition,
+                f"lifecycle_seq {base['lifecycle_seq']}",
+                f"snapshot is ahead of the lifecycle log, which ends at seq {last_seq}",
+            )
+            return DefinitionLoad(
+                schedule_id=schedule_id,
+                snapshot=base,
+                lifecycle_seq=last_seq,
+                problems=tuple(problems),
+                repairs=tuple(repairs),
+                snapshot_file_ok=snapshot_file_ok,
+            )
+        start = base["lifecycle_seq"] if base is not None else 0
+        try:
+            if base is not None:
+                # The record the snapshot claims to reflect must agree with it.
+                anchor = _parse_record(lines[start - 1], start)
+                if anchor["revision"] != base["revision"]:
+                    raise _Bad(
+                        f"line {start} (seq {start})",
+                        f"revision {anchor['revision']} but definition.json"
+                        f" says {base['revision']}",
+                    )
+            current = base
+            for seq in range(start + 1, last_seq + 1):
+                current = _apply(current, _parse_record(lines[seq - 1], seq), schedule_id)
+        except _Bad as bad:
+            problem(files.lifecycle, bad.record, bad.reason)
+            return DefinitionLoad(
+                schedule_id=schedule_id,
+                snapshot=base,
+                lifecycle_seq=start,
+                problems=tuple(problems),
+                repairs=tuple(repairs),
+                snapshot_file_ok=snapshot_file_ok,
+            )
+        assert current is not None
+        if current is not base:
+            if base is not None and base.get("blocked") is not None:
+                current = dict(current, blocked=base["blocked"])
+            if repair and snapshot_file_ok:
+                atomic_write_json(files.definition, current)
+                repairs.append(f"rewrote {files.relative(files.definition)} from the lifecycle log")
+                _log.warning(
+                    "%s was behind %s (seq %d < %d); rebuilt it from the log",
+                    files.definition,
+                    files.lifecycle,
+                    start,
+                    last_seq,
+                )
+        return DefinitionLoad(
+            schedule_id=schedule_id,
+            snapshot=current,
+            lifecycle_seq=last_seq,
+            problems=tuple(problems),
+            repairs=tuple(repairs),
+            snapshot_file_ok=snapshot_file_ok,
+        )
+
+    @staticmethod
+    def _has_other_files(files: ScheduleFiles) -> bool:
+        return any(
+            not name.startswith(".")
+            for name in os.listdir(files.directory)
+            if name not in (files.lifecycle.name, files.definition.name)
+        )
+
+    def get(self, schedule_id: str) -> dict[str, Any]:
+        """The current snapshot of one schedule.
+
+        When its records are damaged but a snapshot could still be rebuilt,
+        the snapshot's `blocked` carries the first problem (with `at` null).
+        Raises `NotFound` if it does not exist and `StoreDamaged` if no
+        snapshot can be reconstructed.
+        """
+        loaded = self.load(schedule_id)
+        if loaded.incomplete:
+            raise NotFound(
+                f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
+            )
+        if loaded.snapshot is None:
+            raise StoreDamaged(loaded.problems[0])
+        if loaded.problems and loaded.snapshot.get("blocked") is None:
+            first = loaded.problems[0]
+            return dict(loaded.snapshot, blocked={**first.as_dict(), "at": None})
+        return loaded.snapshot
+
+    def records_after(self, schedule_id: str, seq: int) -> tuple[dict[str, Any], ...]:
+        """Lifecycle records with seq greater than `seq`, oldest first.
+
+        The scheduler passes the last seq it consumed (`runtime.json`'s
+        `lifecycle_seq`) to find the changes it has not applied yet. Raises
+        `StoreDamaged` if one of those records is damaged, `NotFound` if the
+        schedule does not exist. A torn final line is ignored.
+        """
+        files = self._files(schedule_id)
+        if not _is_int(seq) or seq < 0:
+            raise InvalidInput.from_problems(
+                "lifecycle query", [Problem(field="seq", reason="must be >= 0")]
+            )
+        read = read_lines(files.lifecycle)
+        if read is None:
+            if not files.directory.is_dir():
+                raise NotFound(
+                    f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
+                )
+            return ()
+        lines, _torn = read
+        records: list[dict[str, Any]] = []
+        try:
+            for index in range(seq, len(lines)):
+                records.append(_parse_record(lines[index], index + 1))
+        except _Bad as bad:
+            raise StoreDamaged(
+                StoreProblem(
+                    schedule_id=schedule_id,
+                    file=files.relative(files.lifecycle),
+                    record=bad.record,
+                    reason=bad.reason,
+                )
+            ) from None
+        return tuple(records)
+
+    # --- changes ------------------------------------------------------------------
+
+    def create(
+        self, schedule_id: str, definition: Mapping[str, Any], *, at: Instant
+    ) -> LifecycleResult:
+        """Create a schedule at revision 1.
+
+        Raises `AlreadyExists` if the directory exists at all (ids are never
+        reused, even after delete or an interrupted create), `InvalidInput` for
+        an unsafe id, a definition that is not JSON-safe or a naive `at`.
+        Everything is validated before the first write.
+        """
+        files = self._files(schedule_id)
+        if not isinstance(definition, Mapping):
+            raise InvalidInput.from_problems(
+                "schedule record", [Problem(field="definition", reason="must be an object")]
+            )
+        payload = dict(definition)
+        _json_safe(payload, "definition")
+        at_text = _instant_arg(at, "at")
+        record = {"seq": 1, "kind": "created", "at": at_text, "revision": 1, "definition": payload}
+        snapshot = _apply(None, record, schedule_id)
+
+        parent = files.directory.parent
+        parent.mkdir(parents=True, exist_ok=True)
+        fault_point("before:mkdir:schedule")
+        try:
+            os.mkdir(files.directory)
+        except FileExistsError:
+            raise AlreadyExists(
+                f"schedule {schedule_id!r} already exists (ids are never reused)",
+                data={"schedule_id": schedule_id},
+            ) from None
+        fsync_directory(parent)
+        fault_point("after:mkdir:schedule")
+        append_records(files.lifecycle, [record])
+        atomic_write_json(files.definition, snapshot)
+        return LifecycleResult(snapshot=snapshot, record=record)
+
+    def apply_change(
+        self,
+        schedule_id: str,
+        kind: ChangeKind,
+        *,
+        at: Instant,
+        definition: Mapping[str, Any] | None = None,
+        expected_revision: int | None = None,
+    ) -> LifecycleResult:
+        """Record one lifecycle change and return the new snapshot.
+
+        `updated` needs `definition` (the full new payload) and bumps the
+        revision; `paused`, `resumed` and `deleted` keep it and are idempotent
+        (a no-op returns `record=None` and writes nothing). Raises `NotFound`,
+        `RevisionConflict` when `expected_revision` is stale, `InvalidState`
+        for a change to a deleted schedule, `StoreDamaged` when the schedule's
+        definition records are damaged, `InvalidInput` for bad arguments.
+        """
+        bad: list[Problem] = []
+        if kind not in CHANGE_KINDS:
+            bad.append(Problem(field="kind", reason=f"must be one of {sorted(CHANGE_KINDS)}"))
+        if (kind == "updated") != (definition is not None):
+            bad.append(
+                Problem(field="definition", reason="is required for updated and only for it")
+            )
+        if definition is not None and not isinstance(definition, Mapping):
+            bad.append(Problem(field="definition", reason="must be an object"))
+        if expected_revision is not None and not _is_int(expected_revision):
+            bad.append(Problem(field="expected_revision", reason="must be an integer"))
+        if bad:
+            raise InvalidInput.from_problems("lifecycle change", bad)
+        payload = dict(definition) if definition is not None else None
+        if payload is not None:
+            _json_safe(payload, "definition")
+        at_text = _instant_arg(at, "at")
+
+        files = self._files(schedule_id)
+        loaded = self.load(schedule_id, repair=True)
+        if loaded.incomplete:
+            raise NotFound(
+                f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
+            )
+        if loaded.problems or loaded.snapshot is None:
+            raise StoreDamaged(loaded.problems[0])
+        current = loaded.snapshot
+        if expected_revision is not None and expected_revision != current["revision"]:
+            raise RevisionConflict(
+                f"schedule {schedule_id!r} is at revision {current['revision']},"
+                f" not {expected_revision}",
+                data={
+                    "schedule_id": schedule_id,
+                    "expected": expected_revision,
+                    "actual": current["revision"],
+                },
+            )
+        if current["deleted"]:
+            if kind == "deleted":
+                return LifecycleResult(snapshot=current, record=None)
+            raise InvalidState(
+                f"schedule {schedule_id!r} is deleted", data={"schedule_id": schedule_id}
+            )
+        if (kind == "paused" and current["paused"]) or (
+            kind == "resumed" and not current["paused"]
+        ):
+            return LifecycleResult(snapshot=current, record=None)
+        record: dict[str, Any] = {
+            "seq": loaded.lifecycle_seq + 1,
+            "kind": kind,
+            "at": at_text,
+            "revision": current["revision"] + (1 if kind == "updated" else 0),
+        }
+        if payload is not None:
+            record["definition"] = payload
+        snapshot = _apply(current, record, schedule_id)
+        append_records(files.lifecycle, [record])
+        atomic_write_json(files.definition, snapshot)
+        return LifecycleResult(snapshot=snapshot, record=record)
+
+    def set_blocked(
+        self, schedule_id: str, blocked: Mapping[str, Any] | None, *, at: Instant | None = None
+    ) -> dict[str, Any]:
+        """Persist (or, with None, clear) the diagnostic that blocks a schedule.
+
+        `blocked` names `file`, `record` and `reason` (strings); `at` is when
+        it was found. Not a lifecycle change: only the snapshot is rewritten,
+        and nothing is written when the diagnostic is unchanged. Raises
+        `StoreDamaged` when the snapshot file itself is the damaged record
+        (the caller keeps the block in memory then; the next start finds the
+        same damage again).
+        """
+        value: dict[str, Any] | None = None
+        if blocked is not None:
+            bad = [
+                Problem(field=f"blocked.{key}", reason="must be a string")
+                for key in ("file", "record", "reason")
+                if not isinstance(blocked.get(key), str)
+            ]
+            if bad:
+                raise InvalidInput.from_problems("blocked diagnostic", bad)
+            value = {
+                "file": blocked["file"],
+                "record": blocked["record"],
+                "reason": blocked["reason"],
+                "at": _instant_arg(at, "at") if at is not None else None,
+            }
+        files = self._files(schedule_id)
+        loaded = self.load(schedule_id, repair=True)
+        if loaded.incomplete:
+            raise NotFound(
+                f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
+            )
+        if loaded.snapshot is None or not loaded.snapshot_file_ok:
+            raise StoreDamaged(loaded.problems[0])
+        current = loaded.snapshot
+        previous = current.get("blocked")
+        same = (previous is None and value is None) or (
+            previous is not None
+            and value is not None
+            and all(previous.get(k) == value[k] for k in ("file", "record", "reason"))
+        )
+        if same:
+            return current
+        snapshot = dict(current, blocked=value)
+        atomic_write_json(files.definition, snapshot)
+        return snapshot

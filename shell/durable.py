@@ -1,0 +1,528 @@
+"""Durable writes: atomic replace, fsync'd append, and group commit.
+
+Every durable write passes through `fault_point` twice ("before:<what>" and
+"after:<what>"), so crash tests can install a `FaultInjector` that raises
+`SimulatedCrash` at any of them. The default injector does nothing.
+
+Group commit (`GroupCommit`) is how the scheduler makes one wake-up's writes
+durable together. Its ordering guarantee, in the order `commit()` runs:
+
+1. every staged append is written (one `write` per file, records in staging
+   order), and every staged replace is written to a temporary file in the
+   target's directory;
+2. one flush makes all of that durable: `syncfs(2)` once per filesystem when
+   the batch touches many files, otherwise `fsync` of each file (and of the
+   directory of each newly created file);
+3. the temporary files are renamed over their targets;
+4. one more flush makes the renames durable (only when there were replaces);
+5. `on_commit` callbacks run; `commit()` returns.
+
+So a replaced file never becomes visible before every append of its batch is
+durable (a runtime record is never ahead of the history rows it depends on),
+and when `commit()` returns everything in the batch is durable. A crash before
+step 2 completes may leave any subset of the appends, each possibly torn (no
+trailing newline); readers drop a torn final line. A crash during step 3 may
+leave some replaces done and others not; each target is either wholly old or
+wholly new. Nothing in a batch may be acted on before `commit()` returns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import json
+import os
+import secrets
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final, Literal, Protocol
+
+from shell.store_format import encode_json_line
+
+__all__ = [
+    "AUTO_FSYNC_MAX_FILES",
+    "CrashAt",
+    "FaultInjector",
+    "GroupCommit",
+    "SimulatedCrash",
+    "SyncMode",
+    "append_records",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "fault_point",
+    "fsync_directory",
+    "get_fault_injector",
+    "remove_stale_temp_files",
+    "set_fault_injector",
+    "sync_paths",
+    "syncfs_available",
+]
+
+SyncMode = Literal["auto", "fsync", "syncfs"]
+
+# Up to this many files, fsync each one: it costs a few journal commits but
+# does not flush unrelated dirty data on the same filesystem. Beyond it, one
+# syncfs per filesystem is far cheaper than thousands of fsyncs.
+AUTO_FSYNC_MAX_FILES: Final = 8
+
+_TEMP_SUFFIX: Final = ".tmp"
+
+
+class SimulatedCrash(BaseException):
+    """Raised by a fault injector to simulate the process dying at a write.
+
+    A `BaseException`, so that `except Exception` recovery code cannot swallow
+    it: like a real crash, it unwinds everything.
+    """
+
+
+class FaultInjector(Protocol):
+    """Called with a point name ("before:append:history.jsonl", ...) at every durable write."""
+
+    def __call__(self, point: str) -> None: ...
+
+
+def _no_fault(point: str) -> None:
+    del point
+
+
+_injector: FaultInjector = _no_fault
+
+
+def set_fault_injector(injector: FaultInjector | None) -> FaultInjector:
+    """Install `injector` (None restores the no-op one); returns the previous one."""
+    global _injector
+    previous = _injector
+    _injector = injector if injector is not None else _no_fault
+    return previous
+
+
+def get_fault_injector() -> FaultInjector:
+    return _injector
+
+
+def fault_point(point: str) -> None:
+    """Give the installed fault injector a chance to crash at `point`."""
+    _injector(point)
+
+
+class CrashAt:
+    """A fault injector that records every point it sees and raises
+    `SimulatedCrash` at the `occurrence`-th time `point` is reached (1-based).
+    With `point=None` it only records, which is how a test enumerates points."""
+
+    def __init__(self, point: str | None, *, occurrence: int = 1) -> None:
+        self.point = point
+        self.occurrence = occurrence
+        self.seen: list[str] = []
+        self.crashed = False
+
+    def __call__(self, point: str) -> None:
+        self.seen.append(point)
+        if (
+            self.point is not None
+            and not self.crashed
+            and point == self.point
+            and self.seen.count(point) == self.occurrence
+        ):
+            self.crashed = True
+            raise SimulatedCrash(point)
+
+
+# --- low-level helpers ---------------------------------------------------------
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def fsync_directory(directory: str | os.PathLike[str]) -> None:
+    """fsync a directory so that entries created or renamed in it are durable."""
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_path(path: str | os.PathLike[str]) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _load_syncfs() -> Callable[[int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        function = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int]
+    function.restype = ctypes.c_int
+    return function
+
+
+_syncfs: Final = _load_syncfs()
+
+
+def syncfs_available() -> bool:
+    """True when `syncfs(2)` can be called (Linux); otherwise batches fsync per file."""
+    return _syncfs is not None
+
+
+def _syncfs_directory(directory: str) -> None:
+    assert _syncfs is not None
+    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        if _syncfs(fd) != 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"syncfs failed: {os.strerror(code)}", directory)
+    finally:
+        os.close(fd)
+
+
+def sync_paths(
+    files: Iterable[str | os.PathLike[str]],
+    directories: Iterable[str | os.PathLike[str]] = (),
+    *,
+    mode: SyncMode = "auto",
+) -> None:
+    """Make the named files' data and the named directories' entries durable.
+
+    `fsync` flushes each one; `syncfs` flushes each filesystem involved once
+    (which covers files and directory entries alike); `auto` picks `fsync` for
+    at most `AUTO_FSYNC_MAX_FILES` paths and `syncfs` otherwise. Without
+    `syncfs(2)` every mode falls back to `fsync`. Missing files are skipped.
+    """
+    file_list = [os.fspath(p) for p in dict.fromkeys(os.fspath(p) for p in files)]
+    dir_list = [os.fspath(p) for p in dict.fromkeys(os.fspath(p) for p in directories)]
+    if not file_list and not dir_list:
+        return
+    use_syncfs = _syncfs is not None and (
+        mode == "syncfs"
+        or (mode == "auto" and len(file_list) + len(dir_list) > AUTO_FSYNC_MAX_FILES)
+    )
+    if use_syncfs:
+        # One syncfs per filesystem: group by the device of each path's directory.
+        by_device: dict[int, str] = {}
+        for path in [*dir_list, *(os.path.dirname(f) or "." for f in file_list)]:
+            try:
+                by_device.setdefault(os.stat(path).st_dev, path)
+            except FileNotFoundError:
+                continue
+        for directory in by_device.values():
+            _syncfs_directory(directory)
+        return
+    for file in file_list:
+        try:
+            _fsync_path(file)
+        except FileNotFoundError:
+            continue
+    for directory in dir_list:
+        fsync_directory(directory)
+
+
+def _temp_path(target: Path) -> Path:
+    token = secrets.token_hex(4)
+    return target.with_name(f".{target.name}.{os.getpid()}.{token}{_TEMP_SUFFIX}")
+
+
+def _write_temp(target: Path, data: bytes, *, sync: bool) -> Path:
+    temp = _temp_path(target)
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        _write_all(fd, data)
+        if sync:
+            os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        _unlink_quietly(temp)
+        raise
+    os.close(fd)
+    return temp
+
+
+def _unlink_quietly(path: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def remove_stale_temp_files(directory: str | os.PathLike[str]) -> list[str]:
+    """Remove temporary files an interrupted atomic write left in `directory`.
+
+    Only call this while owning the store (no write can be in flight).
+    Returns the names removed.
+    """
+    removed: list[str] = []
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return removed
+    for name in names:
+        if name.startswith(".") and name.endswith(_TEMP_SUFFIX):
+            _unlink_quietly(Path(directory) / name)
+            removed.append(name)
+    return sorted(removed)
+
+
+def _json_bytes(obj: Any) -> bytes:
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return text.encode("ascii") + b"\n"
+
+
+# --- single durable writes ------------------------------------------------------
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Replace `path` with `data` atomically and durably.
+
+    Temp file in the same directory, write, fsync, `os.replace`, fsync of the
+    directory. A crash leaves either the old file or the new one (and possibly
+    a stray `.<name>.<pid>.<token>.tmp`, see `remove_stale_temp_files`).
+    """
+    target = Path(path)
+    name = target.name
+    fault_point(f"before:replace:{name}")
+    temp = _write_temp(target, data, sync=True)
+    try:
+        os.replace(temp, target)
+    except BaseException:
+        _unlink_quietly(temp)
+        raise
+    fsync_directory(target.parent)
+    fault_point(f"after:replace:{name}")
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    """`atomic_write_bytes` of canonical JSON (sorted keys, compact, ASCII)."""
+    atomic_write_bytes(path, _json_bytes(obj))
+
+
+def _open_append(path: Path) -> tuple[int, bool]:
+    """Open for appending; the flag says whether this call created the file."""
+    flags = os.O_WRONLY | os.O_APPEND
+    try:
+        return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644), True
+    except FileExistsError:
+        return os.open(path, flags), False
+
+
+def append_records(
+    path: str | os.PathLike[str],
+    records: Sequence[Mapping[str, Any]],
+    *,
+    sync: bool = True,
+) -> int:
+    """Append `records` as canonical JSON lines in one write; returns the offset
+    at which the first of them starts.
+
+    With `sync`, the file (and, if this call created it, its directory) is
+    fsynced before returning. The caller must have dropped any torn final line
+    first (see `shell.jsonlog.repair_torn_tail`), or the first record would be
+    glued to it.
+    """
+    target = Path(path)
+    data = b"".join(encode_json_line(r) for r in records)
+    fault_point(f"before:append:{target.name}")
+    fd, created = _open_append(target)
+    try:
+        offset = os.fstat(fd).st_size
+        _write_all(fd, data)
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    if sync and created:
+        fsync_directory(target.parent)
+    fault_point(f"after:append:{target.name}")
+    return offset
+
+
+# --- group commit -----------------------------------------------------------------
+
+
+class _Append:
+    __slots__ = ("chunks", "expect_size")
+
+    def __init__(self, expect_size: int | None) -> None:
+        self.chunks: list[bytes] = []
+        self.expect_size = expect_size
+
+
+class GroupCommit:
+    """Writes of one scheduler wake-up, made durable together by `commit()`.
+
+    Stage appends (`append_records`, `append_bytes`) and atomic replaces
+    (`replace_json`, `replace_bytes`) for any number of files, then call
+    `commit()`. See the module docstring for the ordering guarantee. A batch
+    is single-use. Used as a context manager it commits on a clean exit and
+    aborts when the block raises.
+
+    If `commit()` raises, the durability of the batch is unknown: some writes
+    may have reached the disk. `on_abort` callbacks run (stores drop their
+    staged state and re-read the affected files before their next use); the
+    caller must not act on anything in the batch. A `SimulatedCrash` skips all
+    clean-up, like a real crash.
+    """
+
+    def __init__(self, *, sync: SyncMode = "auto") -> None:
+        self._sync_mode: SyncMode = sync
+        self._appends: dict[Path, _Append] = {}
+        self._replaces: dict[Path, bytes] = {}
+        self._also_sync: dict[Path, None] = {}
+        self._on_commit: list[Callable[[], None]] = []
+        self._on_abort: list[Callable[[], None]] = []
+        self._state: Literal["open", "committed", "aborted", "crashed"] = "open"
+
+    @property
+    def state(self) -> str:
+        """ "open", "committed", "aborted" or "crashed" (a SimulatedCrash)."""
+        return self._state
+
+    def __len__(self) -> int:
+        return len(self._appends) + len(self._replaces)
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            raise RuntimeError(f"this GroupCommit is {self._state}; start a new one")
+
+    def append_bytes(
+        self, path: str | os.PathLike[str], data: bytes, *, expect_size: int | None = None
+    ) -> None:
+        """Stage raw bytes to append to `path`.
+
+        `expect_size`, given with the first staging for a file, is checked
+        against the file's size at commit: a mismatch means the file changed
+        under its owner, and the commit fails before writing to it.
+        """
+        self._check_open()
+        target = Path(path)
+        entry = self._appends.get(target)
+        if entry is None:
+            entry = self._appends[target] = _Append(expect_size)
+        entry.chunks.append(data)
+
+    def append_records(
+        self, path: str | os.PathLike[str], records: Sequence[Mapping[str, Any]]
+    ) -> int:
+        """Stage `records` as canonical JSON lines; returns the number of bytes staged."""
+        data = b"".join(encode_json_line(r) for r in records)
+        self.append_bytes(path, data)
+        return len(data)
+
+    def replace_bytes(self, path: str | os.PathLike[str], data: bytes) -> None:
+        """Stage an atomic replace of `path`; a later replace of the same path wins."""
+        self._check_open()
+        self._replaces[Path(path)] = data
+
+    def replace_json(self, path: str | os.PathLike[str], obj: Any) -> None:
+        """Stage an atomic replace of `path` with canonical JSON."""
+        self.replace_bytes(path, _json_bytes(obj))
+
+    def sync_also(self, path: str | os.PathLike[str]) -> None:
+        """Include an already written file in the batch's flush (for derived
+        files such as an index that must be durable once the batch is)."""
+        self._check_open()
+        self._also_sync[Path(path)] = None
+
+    def on_commit(self, callback: Callable[[], None]) -> None:
+        """Run `callback` after everything in the batch is durable."""
+        self._check_open()
+        self._on_commit.append(callback)
+
+    def on_abort(self, callback: Callable[[], None]) -> None:
+        """Run `callback` if the batch is aborted or its commit fails."""
+        self._check_open()
+        self._on_abort.append(callback)
+
+    def abort(self) -> None:
+        """Drop everything staged; nothing is written. Runs `on_abort` callbacks."""
+        self._check_open()
+        self._state = "aborted"
+        self._run(self._on_abort)
+
+    def commit(self) -> None:
+        """Make every staged write durable, in the documented order."""
+        self._check_open()
+        temps: dict[Path, Path] = {}
+        try:
+            fault_point("before:commit")
+            files: list[Path] = []
+            directories: list[Path] = []
+            for path, entry in self._appends.items():
+                fault_point(f"before:append:{path.name}")
+                self._write_append(path, entry, directories)
+                files.append(path)
+                fault_point(f"after:append:{path.name}")
+            for path, data in self._replaces.items():
+                fault_point(f"before:stage:{path.name}")
+                temps[path] = _write_temp(path, data, sync=False)
+                files.append(temps[path])
+                fault_point(f"after:stage:{path.name}")
+            files.extend(p for p in self._also_sync if p not in self._appends)
+            fault_point("before:sync")
+            sync_paths(files, directories, mode=self._sync_mode)
+            fault_point("after:sync")
+            for path, temp in list(temps.items()):
+                fault_point(f"before:replace:{path.name}")
+                os.replace(temp, path)
+                del temps[path]
+                fault_point(f"after:replace:{path.name}")
+            if self._replaces:
+                fault_point("before:sync-dirs")
+                sync_paths([], [p.parent for p in self._replaces], mode=self._sync_mode)
+                fault_point("after:sync-dirs")
+        except SimulatedCrash:
+            self._state = "crashed"
+            raise
+        except BaseException:
+            self._state = "aborted"
+            for temp in temps.values():
+                _unlink_quietly(temp)
+            self._run(self._on_abort)
+            raise
+        self._state = "committed"
+        self._run(self._on_commit)
+        fault_point("after:commit")
+
+    def _write_append(self, path: Path, entry: _Append, directories: list[Path]) -> None:
+        fd, created = _open_append(path)
+        try:
+            if entry.expect_size is not None:
+                size = os.fstat(fd).st_size
+                if size != entry.expect_size:
+                    raise OSError(
+                        errno.EIO,
+                        f"{path} is {size} bytes but its owner expected {entry.expect_size};"
+                        " it changed under the scheduler",
+                    )
+            _write_all(fd, b"".join(entry.chunks))
+        finally:
+            os.close(fd)
+        if created:
+            directories.append(path.parent)
+
+    @staticmethod
+    def _run(callbacks: list[Callable[[], None]]) -> None:
+        for callback in callbacks:
+            callback()
+
+    def __enter__(self) -> GroupCommit:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
+        if self._state != "open":
+            return
+        if exc_type is None:
+            self.commit()
+        elif not issubclass(exc_type, SimulatedCrash):
+            self.abort()

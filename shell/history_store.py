@@ -1,0 +1,1366 @@
+"""Occurrence history: an append-only log per schedule plus a derived index.
+
+Theory of operation
+-------------------
+`history.jsonl` is the truth. Each line is one row:
+
+* a *decision* row opens occurrence `seq` (0-based, dense, assigned here):
+  `{"seq", "instant", "status", "recorded_at", "run_id"?, "reason"?,
+  "revision"?, "count"?, "first_instant"?, "last_instant"?, "snapshot"?}`;
+  `status` is a decision status, `snapshot` (admitted rows only) is
+  `{"deployment_id", "inputs", "max_steps", "revision"}`, and a row standing
+  for several missed instants has `count > 1`, `first_instant`, and
+  `last_instant == instant`. Decision instants strictly increase.
+* a *transition* row moves an admitted occurrence along its run:
+  `{"seq", "update": true, "instant", "status", "recorded_at", "run_id"?,
+  "reason"?}`, carrying the run id once known. Allowed moves: admitted ->
+  running/interrupted/terminal, running <-> interrupted, either -> terminal,
+  and admitted -> admitted only to attach the run id. Nothing follows a
+  terminal row.
+
+`history.idx` is derived: a 64-byte header, then one 32-byte entry per seq:
+offset and length of the decision row, offset and length of the latest row,
+the latest status, and a CRC. A page is one read of `limit` entries and one
+(or a few) reads of the rows they point to: O(limit), whatever the log size.
+
+The index is written with plain `pwrite`s after each group commit and is
+made durable by the *next* commit's flush (or `close()`). The header records a
+checkpoint `(log size C, count, lines, low-water seq)` with the guarantee that
+every index write describing `log[0:C]` was flushed before the header was
+written; so the header always lags one commit behind. Loading trusts the
+index up to `C` after checking the header CRC and the last entry against the
+log, then replays only `log[C:]`: O(tail), not O(log). An entry may be
+*ahead* of the checkpoint (written before the crash, describing a tail row);
+replay recognises a row an entry already points at or past and skips it.
+Open occurrences (admitted, not yet terminal) are entries from the low-water
+seq on whose status is not terminal. If the header or a checked entry does
+not match the log, the index is rebuilt by one full scan, with a warning.
+
+Damage: a torn final line (no newline) is a crash artifact, dropped by the
+owner with a warning. An unparseable line, a duplicate or out-of-order
+decision, a transition for an unknown seq, a status going backwards, or a row
+after a terminal row stops the replay there and is returned as a
+`StoreProblem`; the log is then frozen (appends refused) and left as found,
+and pages show what precedes the damage. Damage before the checkpoint is not
+re-read at load; `verify()` scans everything, and a page that reads a damaged
+row raises `StoreDamaged`.
+
+Not thread-safe; one owner process (the scheduler lock holder) writes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import struct
+import zlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final, NamedTuple, NoReturn, TypeGuard
+
+from core.errors import InvalidInput, InvalidState, NotFound, Problem
+from core.occurrences import DECISION_STATUSES, RUN_STATUSES, TERMINAL_STATUSES
+from shell.durable import GroupCommit, atomic_write_bytes, fault_point, sync_paths
+from shell.jsonlog import complete_end, iter_lines, repair_torn_tail
+from shell.store_format import (
+    Instant,
+    ScheduleFiles,
+    StoreDamaged,
+    StoreProblem,
+    canonical_instant,
+    encode_json_line,
+    parse_instant,
+)
+
+__all__ = [
+    "MAX_PAGE_LIMIT",
+    "HistoryRecovery",
+    "HistoryStore",
+    "OpenOccurrence",
+]
+
+_log = logging.getLogger(__name__)
+
+MAX_PAGE_LIMIT: Final = 100
+
+# On-disk status codes: append only, never reorder (the index stores the number).
+_STATUS_CODES: Final = (
+    "admitted",
+    "running",
+    "interrupted",
+    "completed",
+    "failed",
+    "exhausted",
+    "coalesced",
+    "superseded",
+    "skipped-overlap",
+    "skipped-misfire",
+    "preflight-rejected",
+)
+_CODE_OF: Final = {status: code for code, status in enumerate(_STATUS_CODES, start=1)}
+_RANK: Final = {"admitted": 0, "running": 1, "interrupted": 1}
+
+_MAGIC: Final = b"WFHIDX\x00\x00"
+_INDEX_VERSION: Final = 1
+_HEADER: Final = struct.Struct("<8sHHIQQQQ12xI")
+_ENTRY: Final = struct.Struct("<QIQIB3xI")
+_HEADER_SIZE: Final = _HEADER.size
+_ENTRY_SIZE: Final = _ENTRY.size
+# A page's rows are fetched with one read when they lie within this span.
+_PAGE_SPAN_MAX: Final = 1 << 20
+_ENTRY_CHUNK: Final = 4096
+
+_CURSOR: Final = struct.Struct("<2s8sQ")
+_CURSOR_TAG: Final = b"h1"
+
+
+# --- public values -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpenOccurrence:
+    """An admitted occurrence whose run has not reached a terminal status."""
+
+    seq: int
+    instant: str
+    status: str
+    run_id: str | None
+    reason: str | None
+    snapshot: dict[str, Any] | None
+    revision: int | None
+    decided_at: str
+    updated_at: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HistoryRecovery:
+    """What recovering one schedule's history found.
+
+    `tail_rows`/`tail_bytes` measure the replay after the index checkpoint
+    (the load's O(tail) cost); `index_rebuilt` says the index could not be
+    trusted and the whole log was scanned.
+    """
+
+    schedule_id: str
+    occurrences: int
+    last_decided_instant: str | None
+    open_occurrences: tuple[OpenOccurrence, ...]
+    problems: tuple[StoreProblem, ...] = ()
+    dropped_torn_bytes: int = 0
+    index_rebuilt: bool = False
+    tail_rows: int = 0
+    tail_bytes: int = 0
+
+
+# --- index records ---------------------------------------------------------------------
+
+
+class _Entry(NamedTuple):
+    decision_off: int
+    decision_len: int
+    latest_off: int
+    latest_len: int
+    status: str
+
+    def pack(self) -> bytes:
+        body = _ENTRY.pack(
+            self.decision_off,
+            self.decision_len,
+            self.latest_off,
+            self.latest_len,
+            _CODE_OF[self.status],
+            0,
+        )[:-4]
+        return body + struct.pack("<I", zlib.crc32(body))
+
+    @staticmethod
+    def unpack(data: bytes) -> _Entry | None:
+        if len(data) != _ENTRY_SIZE:
+            return None
+        d_off, d_len, l_off, l_len, code, crc = _ENTRY.unpack(data)
+        if zlib.crc32(data[:-4]) != crc or not 1 <= code <= len(_STATUS_CODES):
+            return None
+        return _Entry(d_off, d_len, l_off, l_len, _STATUS_CODES[code - 1])
+
+
+@dataclass(frozen=True, slots=True)
+class _Checkpoint:
+    size: int
+    count: int
+    lines: int
+    low_water: int
+
+    def pack(self) -> bytes:
+        body = _HEADER.pack(
+            _MAGIC,
+            _INDEX_VERSION,
+            _ENTRY_SIZE,
+            0,
+            self.size,
+            self.count,
+            self.lines,
+            self.low_water,
+            0,
+        )[:-4]
+        return body + struct.pack("<I", zlib.crc32(body))
+
+    @staticmethod
+    def unpack(data: bytes) -> _Checkpoint | str:
+        """The checkpoint, or why the header cannot be trusted."""
+        if len(data) != _HEADER_SIZE:
+            return "header is short"
+        magic, version, entry_size, _reserved, size, count, lines, low_water, crc = _HEADER.unpack(
+            data
+        )
+        if magic != _MAGIC:
+            return "not a history index (bad magic)"
+        if zlib.crc32(data[:-4]) != crc:
+            return "header fails its checksum"
+        if version != _INDEX_VERSION or entry_size != _ENTRY_SIZE:
+            return f"unknown index version {version} / entry size {entry_size}"
+        if lines < count or low_water > count:
+            return "header counts are inconsistent"
+        return _Checkpoint(size, count, lines, low_water)
+
+
+_EMPTY_CHECKPOINT: Final = _Checkpoint(0, 0, 0, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Open:
+    seq: int
+    instant: str
+    status: str
+    run_id: str | None
+    reason: str | None
+    decision_off: int
+    decision_len: int
+    latest_off: int
+    latest_len: int
+    snapshot: dict[str, Any] | None
+    revision: int | None
+    decided_at: str
+    updated_at: str
+
+    def entry(self) -> _Entry:
+        return _Entry(
+            self.decision_off, self.decision_len, self.latest_off, self.latest_len, self.status
+        )
+
+    def public(self) -> OpenOccurrence:
+        return OpenOccurrence(
+            seq=self.seq,
+            instant=self.instant,
+            status=self.status,
+            run_id=self.run_id,
+            reason=self.reason,
+            snapshot=self.snapshot,
+            revision=self.revision,
+            decided_at=self.decided_at,
+            updated_at=self.updated_at,
+        )
+
+
+@dataclass(slots=True)
+class _State:
+    """A schedule's history as of log offset `size`."""
+
+    size: int = 0
+    count: int = 0
+    lines: int = 0
+    last_decided: datetime | None = None
+    last_decided_text: str | None = None
+    open: dict[int, _Open] = field(default_factory=dict)
+    by_instant: dict[str, int] = field(default_factory=dict)
+    # Index entries changed since the last index write.
+    touched: dict[int, _Entry] = field(default_factory=dict)
+
+    def copy(self) -> _State:
+        return _State(
+            self.size,
+            self.count,
+            self.lines,
+            self.last_decided,
+            self.last_decided_text,
+            dict(self.open),
+            dict(self.by_instant),
+            {},
+        )
+
+    def checkpoint(self) -> _Checkpoint:
+        low_water = min(self.open) if self.open else self.count
+        return _Checkpoint(self.size, self.count, self.lines, low_water)
+
+
+class _Bad(Exception):
+    """A row that cannot be parsed or contradicts the history before it."""
+
+    def __init__(self, reason: str, seq: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.seq = seq
+
+
+class _IndexDamaged(Exception):
+    """The index does not match the log; rebuild it from the log."""
+
+    def __init__(self, reason: str, *, missing: bool = False) -> None:
+        super().__init__(reason)
+        self.missing = missing
+
+
+# --- applying rows ------------------------------------------------------------------------
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _instant_of(row: Mapping[str, Any], key: str, seq: int) -> datetime:
+    try:
+        return parse_instant(row.get(key))  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise _Bad(f"{key} is not an ISO-8601 instant: {row.get(key)!r}", seq) from None
+
+
+def _optional_str(row: Mapping[str, Any], key: str, seq: int) -> str | None:
+    value = row.get(key)
+    if value is not None and not isinstance(value, str):
+        raise _Bad(f"{key} must be a string", seq)
+    return value
+
+
+def _check_snapshot(value: object, seq: int) -> dict[str, Any]:
+    if (
+        not isinstance(value, dict)
+        or not isinstance(value.get("deployment_id"), str)
+        or not isinstance(value.get("inputs"), dict)
+        or not (value.get("max_steps") is None or _is_int(value.get("max_steps")))
+        or not _is_int(value.get("revision"))
+    ):
+        raise _Bad(
+            "an admitted row needs snapshot {deployment_id, inputs, max_steps, revision}", seq
+        )
+    return value
+
+
+def _apply_row(
+    state: _State,
+    row: object,
+    offset: int,
+    length: int,
+    known: Callable[[int], _Open | _Entry],
+) -> None:
+    """Apply the row found at `offset` to `state`, or raise `_Bad` leaving
+    `state` unchanged. `known(seq)` supplies an occurrence the state does not
+    hold (recovery reads it from the index)."""
+    if not isinstance(row, dict):
+        raise _Bad("record is not a JSON object")
+    seq = row.get("seq")
+    if not _is_int(seq) or seq < 0:
+        raise _Bad(f"seq must be a non-negative integer, got {seq!r}")
+    if "update" not in row:
+        _apply_decision(state, row, seq, offset, length)
+    elif row["update"] is True:
+        _apply_transition(state, row, seq, offset, length, known)
+    else:
+        raise _Bad("update must be true when present", seq)
+
+
+def _apply_decision(state: _State, row: dict[str, Any], seq: int, offset: int, length: int) -> None:
+    if seq < state.count:
+        raise _Bad(f"duplicate decision for seq {seq}", seq)
+    if seq > state.count:
+        raise _Bad(f"decision for seq {seq} where seq {state.count} was expected (a gap)", seq)
+    status = row.get("status")
+    if status not in DECISION_STATUSES:
+        raise _Bad(f"{status!r} is not a decision status", seq)
+    instant = _instant_of(row, "instant", seq)
+    recorded_at = _instant_of(row, "recorded_at", seq)
+    run_id = _optional_str(row, "run_id", seq)
+    reason = _optional_str(row, "reason", seq)
+    revision = row.get("revision")
+    if revision is not None and (not _is_int(revision) or revision < 1):
+        raise _Bad(f"revision must be a positive integer, got {revision!r}", seq)
+    count = row.get("count", 1)
+    if not _is_int(count) or count < 1:
+        raise _Bad(f"count must be a positive integer, got {count!r}", seq)
+    first = instant
+    if count > 1:
+        first = _instant_of(row, "first_instant", seq)
+        last = _instant_of(row, "last_instant", seq)
+        if not first < last or last != instant:
+            raise _Bad("a coalesced row needs first_instant < last_instant == instant", seq)
+    elif row.get("first_instant") is not None or row.get("last_instant") is not None:
+        raise _Bad("first_instant/last_instant only belong to a row with count > 1", seq)
+    snapshot = None
+    if status == "admitted":
+        snapshot = _check_snapshot(row.get("snapshot"), seq)
+    elif row.get("snapshot") is not None:
+        raise _Bad("only an admitted row carries a snapshot", seq)
+    if state.last_decided is not None and first <= state.last_decided:
+        raise _Bad(
+            f"decision for {row['instant']} is not after the previous decision"
+            f" {state.last_decided_text} (duplicate or out of order)",
+            seq,
+        )
+    instant_text = canonical_instant(instant)
+    state.count += 1
+    state.last_decided = instant
+    state.last_decided_text = instant_text
+    entry = _Entry(offset, length, offset, length, status)
+    state.touched[seq] = entry
+    if status == "admitted":
+        recorded_text = canonical_instant(recorded_at)
+        state.open[seq] = _Open(
+            seq=seq,
+            instant=instant_text,
+            status=status,
+            run_id=run_id,
+            reason=reason,
+            decision_off=offset,
+            decision_len=length,
+            latest_off=offset,
+            latest_len=length,
+            snapshot=snapshot,
+            revision=revision,
+            decided_at=recorded_text,
+            updated_at=recorded_text,
+        )
+        state.by_instant[instant_text] = seq
+
+
+def _apply_transition(
+    state: _State,
+    row: dict[str, Any],
+    seq: int,
+    offset: int,
+    length: int,
+    known: Callable[[int], _Open | _Entry],
+) -> None:
+    status = row.get("status")
+    if status not in RUN_STATUSES:
+        raise _Bad(f"{status!r} is not a run status", seq)
+    recorded_at = _instant_of(row, "recorded_at", seq)
+    run_id = _optional_str(row, "run_id", seq)
+    reason = _optional_str(row, "reason", seq)
+    instant = _instant_of(row, "instant", seq)
+    if seq >= state.count:
+        raise _Bad(f"transition for unknown seq {seq}", seq)
+    current = state.open.get(seq)
+    if current is None:
+        prior: _Open | _Entry | None = state.touched.get(seq)
+        if prior is None:
+            prior = known(seq)
+        if isinstance(prior, _Open):
+            current = prior
+        elif prior.latest_off >= offset:
+            return  # the index already reflects this row (written before a crash)
+        else:
+            raise _Bad(f"a row after the terminal {prior.status} row of seq {seq}", seq)
+    if current.latest_off >= offset:
+        return
+    if canonical_instant(instant) != current.instant:
+        raise _Bad(
+            f"transition names instant {row['instant']} but seq {seq} is {current.instant}", seq
+        )
+    if status == current.status:
+        if not (current.run_id is None and run_id is not None):
+            raise _Bad(f"duplicate {status} row for seq {seq}", seq)
+    elif status not in TERMINAL_STATUSES and _RANK[status] < _RANK[current.status]:
+        raise _Bad(f"status went backwards from {current.status} to {status} for seq {seq}", seq)
+    if current.run_id is not None and run_id is not None and run_id != current.run_id:
+        raise _Bad(f"run id changed from {current.run_id} to {run_id} for seq {seq}", seq)
+    updated = replace(
+        current,
+        status=status,
+        run_id=run_id if run_id is not None else current.run_id,
+        reason=reason,
+        latest_off=offset,
+        latest_len=length,
+        updated_at=canonical_instant(recorded_at),
+    )
+    if status in TERMINAL_STATUSES:
+        state.open.pop(seq, None)
+        state.by_instant.pop(current.instant, None)
+    else:
+        state.open[seq] = updated
+        state.by_instant[current.instant] = seq
+    state.touched[seq] = updated.entry()
+
+
+# --- reading files --------------------------------------------------------------------------
+
+
+class _Reader:
+    """Open log and index of one schedule during a load."""
+
+    def __init__(self, log_fd: int, idx_fd: int | None, idx_entries: int) -> None:
+        self.log_fd = log_fd
+        self.idx_fd = idx_fd
+        self.idx_entries = idx_entries
+
+    def entries(self, first: int, count: int) -> list[_Entry]:
+        if self.idx_fd is None or first + count > self.idx_entries:
+            raise _IndexDamaged(f"index has no entry for seq {first + count - 1}")
+        data = os.pread(self.idx_fd, count * _ENTRY_SIZE, _HEADER_SIZE + first * _ENTRY_SIZE)
+        result: list[_Entry] = []
+        for i in range(count):
+            entry = _Entry.unpack(data[i * _ENTRY_SIZE : (i + 1) * _ENTRY_SIZE])
+            if entry is None:
+                raise _IndexDamaged(f"index entry for seq {first + i} fails its checksum")
+            result.append(entry)
+        return result
+
+    def row(self, offset: int, length: int, seq: int, *, decision: bool) -> dict[str, Any]:
+        data = os.pread(self.log_fd, length, offset)
+        try:
+            row = json.loads(data) if len(data) == length and data.endswith(b"\n") else None
+        except ValueError:
+            row = None
+        if (
+            not isinstance(row, dict)
+            or row.get("seq") != seq
+            or ("update" in row) == decision
+            or not isinstance(row.get("status"), str)
+        ):
+            raise _IndexDamaged(f"index entry for seq {seq} does not point at its row")
+        return row
+
+    def materialize(self, seq: int, entry: _Entry) -> _Open:
+        decision = self.row(entry.decision_off, entry.decision_len, seq, decision=True)
+        latest = decision
+        if entry.latest_off != entry.decision_off:
+            latest = self.row(entry.latest_off, entry.latest_len, seq, decision=False)
+        if latest["status"] != entry.status:
+            raise _IndexDamaged(f"index entry for seq {seq} disagrees with its latest row")
+        try:
+            return _Open(
+                seq=seq,
+                instant=canonical_instant(decision["instant"]),
+                status=entry.status,
+                run_id=latest.get("run_id") or decision.get("run_id"),
+                reason=latest.get("reason"),
+                decision_off=entry.decision_off,
+                decision_len=entry.decision_len,
+                latest_off=entry.latest_off,
+                latest_len=entry.latest_len,
+                snapshot=decision.get("snapshot"),
+                revision=decision.get("revision"),
+                decided_at=canonical_instant(decision["recorded_at"]),
+                updated_at=canonical_instant(latest["recorded_at"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            raise _IndexDamaged(f"rows of seq {seq} lack their instants") from None
+
+
+@dataclass(slots=True)
+class _Loaded:
+    state: _State
+    problems: list[StoreProblem]
+    dropped: int = 0
+    rebuilt: bool = False
+    tail_rows: int = 0
+    tail_bytes: int = 0
+    checkpoint: _Checkpoint = _EMPTY_CHECKPOINT
+
+
+@dataclass(slots=True)
+class _Log:
+    """An owned schedule history: committed state plus what a batch staged."""
+
+    files: ScheduleFiles
+    state: _State
+    problems: tuple[StoreProblem, ...]
+    # Entries not in the index file (only while frozen by a problem).
+    overlay: dict[int, _Entry]
+    # The header to publish once the entries it describes have been flushed.
+    checkpoint_next: _Checkpoint | None = None
+    pending: _State | None = None
+    pending_batch: GroupCommit | None = None
+    needs_sync: bool = False
+
+
+def _page_row(seq: int, decision: Mapping[str, Any], latest: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "seq": seq,
+        "instant": decision["instant"],
+        "status": latest["status"],
+        "run_id": latest.get("run_id") or decision.get("run_id"),
+        "reason": latest.get("reason"),
+        "count": decision.get("count", 1),
+        "first_instant": decision.get("first_instant"),
+        "last_instant": decision.get("last_instant"),
+        "revision": decision.get("revision"),
+        "decided_at": decision.get("recorded_at"),
+        "updated_at": latest.get("recorded_at"),
+    }
+
+
+class HistoryStore:
+    """Occurrence history of every schedule under `<store_root>/schedules`.
+
+    The scheduler (the lock holder) recovers each schedule once with
+    `recover()`, then appends through `append_decision`/`append_transition`,
+    normally staged in the wake-up's `GroupCommit`. `page()` serves the API;
+    in a process that has not recovered the schedule it reads the files
+    without writing anything.
+    """
+
+    def __init__(self, store_root: str | os.PathLike[str]) -> None:
+        self.store_root = Path(store_root)
+        self._logs: dict[str, _Log] = {}
+
+    def _files(self, schedule_id: str) -> ScheduleFiles:
+        return ScheduleFiles.of(self.store_root, schedule_id)
+
+    # --- loading -----------------------------------------------------------------------
+
+    def recover(self, schedule_id: str) -> HistoryRecovery:
+        """Load one schedule's history as its owner, repairing crash artifacts.
+
+        Drops a torn final line (warning), replays the log after the index
+        checkpoint, brings the index up to date (rebuilding it from the log if
+        it cannot be trusted), and keeps the result for appends. Damaged rows
+        come back as `problems` and freeze the log. Never raises for damage.
+        Call `sync_recovered()` once after recovering every schedule.
+        """
+        files = self._files(schedule_id)
+        existing = self._logs.get(schedule_id)
+        if existing is not None and existing.pending is not None:
+            raise RuntimeError(f"history of {schedule_id!r} has writes staged in an open batch")
+        loaded = self._load(files, repair=True, full_open=True)
+        state = loaded.state
+        problems = tuple(loaded.problems)
+        log = _Log(files=files, state=state, problems=problems, overlay={})
+        if problems:
+            log.overlay = dict(state.touched)
+        elif loaded.rebuilt:
+            self._write_full_index(files, state)
+        elif state.touched or loaded.tail_rows:
+            self._write_entries(files, state.touched, truncate_to=state.count)
+            log.checkpoint_next = state.checkpoint()
+            log.needs_sync = True
+        state.touched = {}
+        self._logs[schedule_id] = log
+        return HistoryRecovery(
+            schedule_id=schedule_id,
+            occurrences=state.count,
+            last_decided_instant=state.last_decided_text,
+            open_occurrences=tuple(state.open[s].public() for s in sorted(state.open)),
+            problems=problems,
+            dropped_torn_bytes=loaded.dropped,
+            index_rebuilt=loaded.rebuilt,
+            tail_rows=loaded.tail_rows,
+            tail_bytes=loaded.tail_bytes,
+        )
+
+    def sync_recovered(self) -> None:
+        """Flush every log and index `recover()` replayed a tail of, with one
+        flush for all of them, then publish their index checkpoints.
+
+        Rows found after a crash may exist only in the page cache; they must
+        be durable before the scheduler acts on them.
+        """
+        logs = [log for log in self._logs.values() if log.needs_sync and log.pending is None]
+        if not logs:
+            return
+        paths = [p for log in logs for p in (log.files.history, log.files.history_index)]
+        sync_paths(paths, mode="auto")
+        for log in logs:
+            log.needs_sync = False
+            self._publish_checkpoint(log)
+
+    def verify(self, schedule_id: str) -> tuple[StoreProblem, ...]:
+        """Scan the whole log (read-only) and return every problem found before
+        the first one that stops the replay. O(log): for operators and tests."""
+        files = self._files(schedule_id)
+        if not files.directory.is_dir():
+            raise NotFound(
+                f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
+            )
+        return tuple(self._load(files, repair=False, full_open=False, force_rebuild=True).problems)
+
+    def _load(
+        self, files: ScheduleFiles, *, repair: bool, full_open: bool, force_rebuild: bool = False
+    ) -> _Loaded:
+        try:
+            log_fd = os.open(files.history, os.O_RDONLY)
+        except FileNotFoundError:
+            if repair and files.history_index.exists():
+                # An index without its log describes nothing.
+                os.unlink(files.history_index)
+            return _Loaded(state=_State(), problems=[])
+        try:
+            dropped = 0
+            size = os.fstat(log_fd).st_size
+            if repair:
+                dropped = repair_torn_tail(files.history)
+                size = os.fstat(log_fd).st_size
+            elif size and os.pread(log_fd, 1, size - 1) != b"\n":
+                size = complete_end(log_fd, size)
+            idx_fd: int | None = None
+            with contextlib.suppress(FileNotFoundError):
+                idx_fd = os.open(files.history_index, os.O_RDONLY)
+            try:
+                loaded: _Loaded | None = None
+                if not force_rebuild:
+                    try:
+                        loaded = self._load_with_index(files, log_fd, idx_fd, size, full_open)
+                    except _IndexDamaged as damage:
+                        # Only the owner repairs; a missing index is what a
+                        # crash right after a schedule's first row leaves.
+                        level = logging.WARNING if repair and not damage.missing else logging.INFO
+                        if size:
+                            _log.log(
+                                level if repair else logging.DEBUG,
+                                "history index %s cannot be used (%s); rebuilding it from the log",
+                                files.history_index,
+                                damage,
+                            )
+                if loaded is None:
+                    loaded = self._replay(
+                        files, _Reader(log_fd, None, 0), _State(), _EMPTY_CHECKPOINT, size
+                    )
+                    loaded.rebuilt = True
+            finally:
+                if idx_fd is not None:
+                    os.close(idx_fd)
+            loaded.dropped = dropped
+            return loaded
+        finally:
+            os.close(log_fd)
+
+    def _load_with_index(
+        self, files: ScheduleFiles, log_fd: int, idx_fd: int | None, size: int, full_open: bool
+    ) -> _Loaded:
+        if idx_fd is None:
+            raise _IndexDamaged("index is missing", missing=True)
+        idx_size = os.fstat(idx_fd).st_size
+        checkpoint = _Checkpoint.unpack(os.pread(idx_fd, _HEADER_SIZE, 0))
+        if isinstance(checkpoint, str):
+            raise _IndexDamaged(checkpoint)
+        entries_in_file = max(0, (idx_size - _HEADER_SIZE) // _ENTRY_SIZE)
+        if checkpoint.size > size:
+            raise _IndexDamaged(f"checkpoint at byte {checkpoint.size} is past the log end {size}")
+        if checkpoint.count > entries_in_file:
+            raise _IndexDamaged("index is shorter than its checkpoint")
+        if checkpoint.size and os.pread(log_fd, 1, checkpoint.size - 1) != b"\n":
+            raise _IndexDamaged("checkpoint does not end a record")
+        reader = _Reader(log_fd, idx_fd, entries_in_file)
+        state = _State(size=checkpoint.size, count=checkpoint.count, lines=checkpoint.lines)
+        if checkpoint.count:
+            last_seq = checkpoint.count - 1
+            (last,) = reader.entries(last_seq, 1)
+            if last.decision_off + last.decision_len > checkpoint.size:
+                raise _IndexDamaged("last entry points past the checkpoint")
+            row = reader.row(last.decision_off, last.decision_len, last_seq, decision=True)
+            try:
+                state.last_decided = parse_instant(row["instant"])
+            except (KeyError, TypeError, ValueError):
+                raise _IndexDamaged("last decision row has no instant") from None
+            state.last_decided_text = canonical_instant(state.last_decided)
+        loaded = self._replay(files, reader, state, checkpoint, size)
+        if full_open:
+            self._collect_open(reader, loaded.state, checkpoint)
+        loaded.checkpoint = checkpoint
+        return loaded
+
+    @staticmethod
+    def _collect_open(reader: _Reader, state: _State, checkpoint: _Checkpoint) -> None:
+        """Add the occurrences open as of the checkpoint that replay did not touch."""
+        seq = checkpoint.low_water
+        while seq < checkpoint.count:
+            count = min(_ENTRY_CHUNK, checkpoint.count - seq)
+            for offset, entry in enumerate(reader.entries(seq, count)):
+                s = seq + offset
+                if entry.status in TERMINAL_STATUSES or s in state.open or s in state.touched:
+                    continue
+                opened = reader.materialize(s, entry)
+                state.open[s] = opened
+                state.by_instant[opened.instant] = s
+            seq += count
+
+    def _replay(
+        self,
+        files: ScheduleFiles,
+        reader: _Reader,
+        state: _State,
+        checkpoint: _Checkpoint,
+        end: int,
+    ) -> _Loaded:
+        problems: list[StoreProblem] = []
+        materialized: dict[int, _Open | _Entry] = {}
+
+        def known(seq: int) -> _Open | _Entry:
+            if seq not in materialized:
+                (entry,) = reader.entries(seq, 1)
+                materialized[seq] = (
+                    entry if entry.status in TERMINAL_STATUSES else reader.materialize(seq, entry)
+                )
+            return materialized[seq]
+
+        start = state.size
+        rows = 0
+        for offset, line in iter_lines(reader.log_fd, start, end):
+            if not line.endswith(b"\n"):
+                break  # a torn final line another process is still writing
+            where = f"line {state.lines + 1}, byte {offset}"
+            try:
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    raise _Bad("unparseable record") from None
+                _apply_row(state, row, offset, len(line), known)
+            except _Bad as bad:
+                record = where if bad.seq is None else f"{where} (seq {bad.seq})"
+                problems.append(
+                    StoreProblem(
+                        schedule_id=files.schedule_id,
+                        file=files.relative(files.history),
+                        record=record,
+                        reason=bad.reason,
+                    )
+                )
+                _log.warning("history %s is damaged at %s: %s", files.history, record, bad.reason)
+                break
+            state.size = offset + len(line)
+            state.lines += 1
+            rows += 1
+        return _Loaded(
+            state=state,
+            problems=problems,
+            tail_rows=rows,
+            tail_bytes=state.size - start,
+            checkpoint=checkpoint,
+        )
+
+    # --- index writes ------------------------------------------------------------------------
+
+    @staticmethod
+    def _write_full_index(files: ScheduleFiles, state: _State) -> None:
+        # The rows were read from the page cache; make them durable before an
+        # index that claims them is.
+        fd = os.open(files.history, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        parts = [state.checkpoint().pack()]
+        parts.extend(state.touched[seq].pack() for seq in range(state.count))
+        atomic_write_bytes(files.history_index, b"".join(parts))
+
+    @staticmethod
+    def _write_entries(
+        files: ScheduleFiles,
+        entries: Mapping[int, _Entry],
+        *,
+        header: _Checkpoint | None = None,
+        truncate_to: int | None = None,
+    ) -> None:
+        fault_point(f"before:index:{files.history_index.name}")
+        fd = os.open(files.history_index, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            if os.fstat(fd).st_size < _HEADER_SIZE:
+                os.pwrite(fd, (header or _EMPTY_CHECKPOINT).pack(), 0)
+            elif header is not None:
+                os.pwrite(fd, header.pack(), 0)
+            for seq in sorted(entries):
+                os.pwrite(fd, entries[seq].pack(), _HEADER_SIZE + seq * _ENTRY_SIZE)
+            if truncate_to is not None:
+                end = _HEADER_SIZE + truncate_to * _ENTRY_SIZE
+                if os.fstat(fd).st_size > end:
+                    os.ftruncate(fd, end)
+        finally:
+            os.close(fd)
+        fault_point(f"after:index:{files.history_index.name}")
+
+    def _publish_checkpoint(self, log: _Log) -> None:
+        if log.checkpoint_next is None:
+            return
+        self._write_entries(log.files, {}, header=log.checkpoint_next)
+        log.checkpoint_next = None
+
+    # --- appends -------------------------------------------------------------------------------
+
+    def _owned(self, schedule_id: str) -> _Log:
+        log = self._logs.get(schedule_id)
+        if log is None:
+            files = self._files(schedule_id)
+            if not files.directory.is_dir():
+                raise NotFound(
+                    f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
+                )
+            self.recover(schedule_id)
+            log = self._logs[schedule_id]
+        return log
+
+    def _stage(
+        self, log: _Log, batch: GroupCommit | None, build: Callable[[_State], dict[str, Any]]
+    ) -> int:
+        if log.problems:
+            raise StoreDamaged(log.problems[0])
+        own_batch = batch is None
+        active = GroupCommit() if batch is None else batch
+        if log.pending_batch is not None and log.pending_batch is not active:
+            raise RuntimeError(
+                f"history of {log.files.schedule_id!r} has writes staged in another batch"
+            )
+        first = log.pending is None
+        shadow = log.state.copy() if log.pending is None else log.pending
+        row = build(shadow)
+        line = encode_json_line(row)
+        try:
+            _apply_row(shadow, row, shadow.size, len(line), _unknown)
+        except _Bad as bad:
+            raise InvalidState(
+                f"history of {log.files.schedule_id!r} refuses the row: {bad.reason}",
+                data={"schedule_id": log.files.schedule_id},
+            ) from None
+        shadow.size += len(line)
+        shadow.lines += 1
+        active.append_bytes(log.files.history, line, expect_size=log.state.size if first else None)
+        if first:
+            log.pending = shadow
+            log.pending_batch = active
+            active.sync_also(log.files.history_index)
+            active.on_commit(lambda: self._publish(log))
+            active.on_abort(lambda: self._drop(log))
+        if own_batch:
+            active.commit()
+        return int(row["seq"])
+
+    def _publish(self, log: _Log) -> None:
+        shadow = log.pending
+        assert shadow is not None
+        log.pending = None
+        log.pending_batch = None
+        touched, shadow.touched = shadow.touched, {}
+        log.state = shadow
+        try:
+            self._write_entries(log.files, touched, header=log.checkpoint_next)
+        except OSError as exc:
+            # The rows are durable; the index is derived. Reload (and repair
+            # the index) before the next use.
+            _log.warning(
+                "could not update %s (%s); it will be rebuilt", log.files.history_index, exc
+            )
+            self._logs.pop(log.files.schedule_id, None)
+            return
+        log.checkpoint_next = shadow.checkpoint()
+
+    def _drop(self, log: _Log) -> None:
+        log.pending = None
+        log.pending_batch = None
+        # Some of the batch may have reached the disk: re-read it before the next use.
+        self._logs.pop(log.files.schedule_id, None)
+
+    def append_decision(
+        self,
+        schedule_id: str,
+        *,
+        instant: Instant,
+        status: str,
+        recorded_at: Instant,
+        run_id: str | None = None,
+        reason: str | None = None,
+        count: int = 1,
+        first_instant: Instant | None = None,
+        last_instant: Instant | None = None,
+        revision: int | None = None,
+        snapshot: Mapping[str, Any] | None = None,
+        batch: GroupCommit | None = None,
+    ) -> int:
+        """Append the decision row that opens the occurrence at `instant`;
+        returns its seq.
+
+        With `batch` the row is staged and becomes durable (and visible to
+        pages and queries) when the batch commits; without it, it is written
+        and fsynced now. `status` is a decision status; `admitted` needs
+        `snapshot` ({deployment_id, inputs, max_steps, revision}); `count > 1`
+        needs `first_instant < last_instant == instant`. Raises `InvalidInput`
+        for malformed arguments, `InvalidState` when the row would contradict
+        the history (an instant not after the last decision), `StoreDamaged`
+        when the history is frozen by damage, `NotFound` for an unknown
+        schedule.
+        """
+        problems: list[Problem] = []
+
+        def instant_field(value: Instant | None, name: str) -> str | None:
+            if value is None:
+                return None
+            try:
+                return canonical_instant(value)
+            except (TypeError, ValueError) as exc:
+                problems.append(Problem(field=name, reason=f"must be an aware instant: {exc}"))
+                return None
+
+        instant_text = instant_field(instant, "instant")
+        recorded_text = instant_field(recorded_at, "recorded_at")
+        first_text = instant_field(first_instant, "first_instant")
+        last_text = instant_field(last_instant, "last_instant")
+        if status not in DECISION_STATUSES:
+            problems.append(
+                Problem(field="status", reason=f"must be one of {sorted(DECISION_STATUSES)}")
+            )
+        if not _is_int(count) or count < 1:
+            problems.append(Problem(field="count", reason="must be a positive integer"))
+        elif count > 1 and (first_text is None or last_text is None):
+            problems.append(
+                Problem(field="first_instant", reason="count > 1 needs first and last instants")
+            )
+        elif count == 1 and (first_text is not None or last_text is not None):
+            problems.append(
+                Problem(field="first_instant", reason="only a row with count > 1 has them")
+            )
+        if (status == "admitted") != (snapshot is not None):
+            problems.append(
+                Problem(field="snapshot", reason="is required for admitted and only for it")
+            )
+        elif snapshot is not None:
+            try:
+                _check_snapshot(dict(snapshot), 0)
+                json.dumps(dict(snapshot), allow_nan=False)
+            except (_Bad, TypeError, ValueError):
+                problems.append(
+                    Problem(
+                        field="snapshot",
+                        reason="must be JSON {deployment_id, inputs, max_steps, revision}",
+                    )
+                )
+        for name, value in (("run_id", run_id), ("reason", reason)):
+            if value is not None and not isinstance(value, str):
+                problems.append(Problem(field=name, reason="must be a string"))
+        if revision is not None and (not _is_int(revision) or revision < 1):
+            problems.append(Problem(field="revision", reason="must be a positive integer"))
+        if problems:
+            raise InvalidInput.from_problems("history row", problems)
+
+        def build(state: _State) -> dict[str, Any]:
+            row: dict[str, Any] = {
+                "seq": state.count,
+                "instant": instant_text,
+                "status": status,
+                "recorded_at": recorded_text,
+            }
+            optional = {"run_id": run_id, "reason": reason, "revision": revision}
+            row.update({k: v for k, v in optional.items() if v is not None})
+            if snapshot is not None:
+                row["snapshot"] = dict(snapshot)
+            if count > 1:
+                row.update(count=count, first_instant=first_text, last_instant=last_text)
+            return row
+
+        return self._stage(self._owned(schedule_id), batch, build)
+
+    def append_transition(
+        self,
+        schedule_id: str,
+        *,
+        status: str,
+        recorded_at: Instant,
+        seq: int | None = None,
+        instant: Instant | None = None,
+        run_id: str | None = None,
+        reason: str | None = None,
+        batch: GroupCommit | None = None,
+    ) -> int:
+        """Append a row moving an open occurrence (named by `seq` or `instant`)
+        to `status`; returns its seq.
+
+        Idempotent: the same status with nothing new (no run id to attach)
+        writes nothing. The row carries the occurrence's run id once known.
+        Raises `InvalidState` when no such open occurrence exists or the move
+        is not allowed (backwards, after a terminal status, a different run
+        id), `InvalidInput` for malformed arguments, `StoreDamaged` when the
+        history is frozen by damage.
+        """
+        problems: list[Problem] = []
+        if (seq is None) == (instant is None):
+            problems.append(Problem(field="seq", reason="give exactly one of seq and instant"))
+        if seq is not None and (not _is_int(seq) or seq < 0):
+            problems.append(Problem(field="seq", reason="must be a non-negative integer"))
+        if status not in RUN_STATUSES:
+            problems.append(
+                Problem(field="status", reason=f"must be one of {sorted(RUN_STATUSES)}")
+            )
+        instant_text: str | None = None
+        recorded_text = ""
+        for name, value in (("instant", instant), ("recorded_at", recorded_at)):
+            if value is None:
+                continue
+            try:
+                text = canonical_instant(value)
+            except (TypeError, ValueError) as exc:
+                problems.append(Problem(field=name, reason=f"must be an aware instant: {exc}"))
+                continue
+            if name == "instant":
+                instant_text = text
+            else:
+                recorded_text = text
+        for name, value in (("run_id", run_id), ("reason", reason)):
+            if value is not None and not isinstance(value, str):
+                problems.append(Problem(field=name, reason="must be a string"))
+        if problems:
+            raise InvalidInput.from_problems("history row", problems)
+
+        log = self._owned(schedule_id)
+        state = log.pending if log.pending is not None else log.state
+        target = seq if seq is not None else state.by_instant.get(instant_text or "")
+        current = state.open.get(target) if target is not None else None
+        if current is None:
+            what = f"seq {seq}" if seq is not None else f"instant {instant_text}"
+            raise InvalidState(
+                f"history of {schedule_id!r} has no open occurrence at {what}",
+                data={"schedule_id": schedule_id},
+            )
+        if status == current.status and (run_id is None or run_id == current.run_id):
+            return current.seq
+
+        def build(_state: _State) -> dict[str, Any]:
+            row: dict[str, Any] = {
+                "seq": current.seq,
+                "update": True,
+                "instant": current.instant,
+                "status": status,
+                "recorded_at": recorded_text,
+            }
+            known_run = run_id if run_id is not None else current.run_id
+            if known_run is not None:
+                row["run_id"] = known_run
+            if reason is not None:
+                row["reason"] = reason
+            return row
+
+        return self._stage(log, batch, build)
+
+    # --- queries --------------------------------------------------------------------------------
+
+    def open_occurrences(self, schedule_id: str) -> tuple[OpenOccurrence, ...]:
+        """Committed open occurrences of an owned schedule, oldest first."""
+        state = self._owned(schedule_id).state
+        return tuple(state.open[s].public() for s in sorted(state.open))
+
+    def open_occurrence(self, schedule_id: str, instant: Instant) -> OpenOccurrence | None:
+        """The committed open occurrence at `instant`, if any."""
+        state = self._owned(schedule_id).state
+        seq = state.by_instant.get(canonical_instant(instant))
+        return state.open[seq].public() if seq is not None else None
+
+    def last_decided_instant(self, schedule_id: str) -> str | None:
+        return self._owned(schedule_id).state.last_decided_text
+
+    def occurrence_count(self, schedule_id: str) -> int:
+        return self._owned(schedule_id).state.count
+
+    def problems(self, schedule_id: str) -> tuple[StoreProblem, ...]:
+        """The damage that froze an owned schedule's history (empty if none)."""
+        return self._owned(schedule_id).problems
+
+    def page(
+        self, schedule_id: str, *, limit: int, cursor: str | None = None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of occurrences, oldest first: one entry per occurrence with
+        its latest status.
+
+        Each entry: `seq`, `instant`, `count`, `first_instant`,
+        `last_instant`, `revision`, `decided_at` (from the decision row) and
+        `status`, `run_id`, `reason`, `updated_at` (from the latest row).
+        `next_cursor` is None when the page reaches the newest occurrence.
+        Reads O(limit) bytes of index and rows. Raises `InvalidInput` naming
+        `limit` (not 1..100) or `cursor` (not issued for this history),
+        `NotFound`, or `StoreDamaged` when a row it reads is damaged.
+        """
+        problems: list[Problem] = []
+        if not _is_int(limit) or not 1 <= limit <= MAX_PAGE_LIMIT:
+            problems.append(
+                Problem(field="limit", reason=f"must be an integer from 1 to {MAX_PAGE_LIMIT}")
+            )
+        start = 0
+        if cursor is not None:
+            decoded = _decode_cursor(schedule_id, cursor)
+            if decoded is None:
+                problems.append(
+                    Problem(field="cursor", reason="is not a cursor of this schedule's history")
+                )
+            else:
+                start = decoded
+        if problems:
+            raise InvalidInput.from_problems("history page", problems)
+        files = self._files(schedule_id)
+        if not files.directory.is_dir():
+            raise NotFound(
+                f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
+            )
+        log = self._logs.get(schedule_id)
+        if log is not None:
+            state, overlay = log.state, log.overlay
+        else:
+            loaded = self._load(files, repair=False, full_open=False)
+            state, overlay = loaded.state, loaded.state.touched
+        if start > state.count:
+            raise InvalidInput.from_problems(
+                "history page", [Problem(field="cursor", reason="is past the end of this history")]
+            )
+        end = min(state.count, start + limit)
+        if start == end:
+            return [], None
+        entries = self._page_entries(files, state, overlay, start, end)
+        rows = self._page_rows(files, entries, start)
+        return rows, (_encode_cursor(schedule_id, end) if end < state.count else None)
+
+    def _page_entries(
+        self,
+        files: ScheduleFiles,
+        state: _State,
+        overlay: Mapping[int, _Entry],
+        start: int,
+        end: int,
+    ) -> list[_Entry]:
+        raw = b""
+        if any(s not in state.open and s not in overlay for s in range(start, end)):
+            fd = os.open(files.history_index, os.O_RDONLY)
+            try:
+                raw = os.pread(fd, (end - start) * _ENTRY_SIZE, _HEADER_SIZE + start * _ENTRY_SIZE)
+            finally:
+                os.close(fd)
+        entries: list[_Entry] = []
+        for seq in range(start, end):
+            opened = state.open.get(seq)
+            entry = opened.entry() if opened is not None else overlay.get(seq)
+            if entry is None:
+                i = seq - start
+                entry = _Entry.unpack(raw[i * _ENTRY_SIZE : (i + 1) * _ENTRY_SIZE])
+            if entry is None:
+                self._damaged(
+                    files, files.history_index, f"entry for seq {seq}", "fails its checksum"
+                )
+            entries.append(entry)
+        return entries
+
+    def _page_rows(
+        self, files: ScheduleFiles, entries: list[_Entry], start: int
+    ) -> list[dict[str, Any]]:
+        spans = [(e.decision_off, e.decision_len) for e in entries]
+        spans += [(e.latest_off, e.latest_len) for e in entries if e.latest_off != e.decision_off]
+        low = min(off for off, _ in spans)
+        high = max(off + length for off, length in spans)
+        fd = os.open(files.history, os.O_RDONLY)
+        try:
+            if high - low <= _PAGE_SPAN_MAX:
+                blob = os.pread(fd, high - low, low)
+
+                def read(off: int, length: int) -> bytes:
+                    return blob[off - low : off - low + length]
+
+            else:
+
+                def read(off: int, length: int) -> bytes:
+                    return os.pread(fd, length, off)
+
+            rows: list[dict[str, Any]] = []
+            for i, entry in enumerate(entries):
+                seq = start + i
+                decision = self._parse_page_row(
+                    files, read(entry.decision_off, entry.decision_len), seq, True
+                )
+                latest = decision
+                if entry.latest_off != entry.decision_off:
+                    latest = self._parse_page_row(
+                        files, read(entry.latest_off, entry.latest_len), seq, False
+                    )
+                rows.append(_page_row(seq, decision, latest))
+            return rows
+        finally:
+            os.close(fd)
+
+    def _parse_page_row(
+        self, files: ScheduleFiles, data: bytes, seq: int, decision: bool
+    ) -> dict[str, Any]:
+        try:
+            row = json.loads(data) if data.endswith(b"\n") else None
+        except ValueError:
+            row = None
+        if not isinstance(row, dict) or row.get("seq") != seq or ("update" in row) == decision:
+            self._damaged(
+                files,
+                files.history,
+                f"seq {seq}",
+                "the row the index points at is not this occurrence's",
+            )
+        return row
+
+    def _damaged(self, files: ScheduleFiles, path: Path, record: str, reason: str) -> NoReturn:
+        problem = StoreProblem(
+            schedule_id=files.schedule_id, file=files.relative(path), record=record, reason=reason
+        )
+        _log.warning("history %s is damaged: %s", files.history, problem.describe())
+        log = self._logs.get(files.schedule_id)
+        if log is not None and log.pending is None:
+            # The next owner access re-reads the files (and rebuilds the index).
+            self._logs.pop(files.schedule_id, None)
+        raise StoreDamaged(problem)
+
+    # --- shutdown ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Publish every index checkpoint durably, so the next start replays
+        nothing: one flush of all index files, the headers, one more flush."""
+        logs = [
+            log
+            for log in self._logs.values()
+            if log.checkpoint_next is not None and log.pending is None
+        ]
+        if logs:
+            paths = [p for log in logs for p in (log.files.history, log.files.history_index)]
+            sync_paths(paths, mode="auto")
+            for log in logs:
+                log.needs_sync = False
+                self._publish_checkpoint(log)
+            sync_paths([log.files.history_index for log in logs], mode="auto")
+        self._logs = {k: v for k, v in self._logs.items() if v.pending is not None}
+
+    def forget(self, schedule_ids: Iterable[str] | None = None) -> None:
+        """Drop cached state (all schedules when None); the next use reloads."""
+        if schedule_ids is None:
+            self._logs = {k: v for k, v in self._logs.items() if v.pending is not None}
+            return
+        for schedule_id in schedule_ids:
+            log = self._logs.get(schedule_id)
+            if log is not None and log.pending is None:
+                del self._logs[schedule_id]
+
+
+def _unknown(seq: int) -> _Open | _Entry:
+    raise _Bad(f"no open occurrence with seq {seq}", seq)
+
+
+def _cursor_tag(schedule_id: str) -> bytes:
+    return hashlib.sha256(schedule_id.encode()).digest()[:8]
+
+
+def _encode_cursor(schedule_id: str, seq: int) -> str:
+    raw = _CURSOR.pack(_CURSOR_TAG, _cursor_tag(schedule_id), seq)
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def _decode_cursor(schedule_id: str, cursor: object) -> int | None:
+    if not isinstance(cursor, str) or not 0 < len(cursor) <= 64:
+        return None
+    try:
+        raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if len(raw) != _CURSOR.size:
+        return None
+    tag, owner, seq = _CURSOR.unpack(raw)
+    if tag != _CURSOR_TAG or owner != _cursor_tag(schedule_id):
+        return None
+    return int(seq)

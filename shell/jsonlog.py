@@ -1,0 +1,123 @@
+"""Reading append-only JSON-lines logs, and dropping a torn final line.
+
+A record is exactly one line ending in `\\n` (see `encode_json_line`). A final
+piece without the newline is what a crash in the middle of an append leaves:
+it was never acknowledged, so it is a crash artifact and not corruption.
+The owner drops it (`repair_torn_tail`) with a logged warning before
+appending again; readers that do not own the store just ignore it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+from shell.durable import fault_point
+
+__all__ = [
+    "complete_end",
+    "iter_lines",
+    "read_lines",
+    "repair_torn_tail",
+]
+
+_log = logging.getLogger(__name__)
+
+_CHUNK: Final = 1 << 20
+
+
+def iter_lines(fd: int, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+    """Yield `(offset, line)` for the bytes `[start, end)` of an open file.
+
+    Every line but possibly the last ends in `\\n`; a last line without it is
+    torn. Reads in large chunks, so the cost is proportional to `end - start`.
+    """
+    pending = b""
+    pending_at = start
+    position = start
+    while position < end:
+        chunk = os.pread(fd, min(_CHUNK, end - position), position)
+        if not chunk:
+            break
+        position += len(chunk)
+        buffer = pending + chunk if pending else chunk
+        cut = 0
+        while True:
+            newline = buffer.find(b"\n", cut)
+            if newline < 0:
+                break
+            yield pending_at + cut, buffer[cut : newline + 1]
+            cut = newline + 1
+        pending_at += cut
+        pending = buffer[cut:]
+    if pending:
+        yield pending_at, pending
+
+
+def complete_end(fd: int, size: int, floor: int = 0) -> int:
+    """The offset just past the last `\\n` in `[floor, size)`, or `floor` if none.
+
+    Reads backwards from the end, so finding a torn final line costs only the
+    length of that line.
+    """
+    position = size
+    while position > floor:
+        start = max(floor, position - 65536)
+        chunk = os.pread(fd, position - start, start)
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        position = start
+    return floor
+
+
+def repair_torn_tail(path: str | os.PathLike[str], *, floor: int = 0) -> int:
+    """Drop a torn final line of the log at `path`; returns the bytes dropped.
+
+    The truncation is fsynced, so new records are never appended to a torn
+    line's bytes. Never cuts below `floor` (an offset known to end a record).
+    Only the store's owner may call this.
+    """
+    target = Path(path)
+    try:
+        fd = os.open(target, os.O_RDWR)
+    except FileNotFoundError:
+        return 0
+    try:
+        size = os.fstat(fd).st_size
+        if size <= floor or os.pread(fd, 1, size - 1) == b"\n":
+            return 0
+        end = complete_end(fd, size, floor)
+        fault_point(f"before:truncate:{target.name}")
+        os.ftruncate(fd, end)
+        os.fsync(fd)
+        fault_point(f"after:truncate:{target.name}")
+    finally:
+        os.close(fd)
+    dropped = size - end
+    _log.warning(
+        "dropped a torn final line of %s (%d bytes at offset %d): a crash interrupted"
+        " an append that was never acknowledged",
+        target,
+        dropped,
+        end,
+    )
+    return dropped
+
+
+def read_lines(path: str | os.PathLike[str]) -> tuple[list[bytes], bytes] | None:
+    """All complete lines of a small log and its torn remainder (b"" if none).
+
+    Returns None when the file does not exist.
+    """
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    end = data.rfind(b"\n") + 1
+    # Split on b"\n" only: bytes.splitlines would also split on a stray b"\r".
+    lines = [line + b"\n" for line in data[: end - 1].split(b"\n")] if end else []
+    return lines, data[end:]

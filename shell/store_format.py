@@ -1,0 +1,212 @@
+"""How schedule data rests on disk: paths, ids, instants, JSON lines, problems.
+
+Everything the scheduler owns lives under `<store_root>/schedules/`, one
+directory per schedule. Other processes' data (runs, artifacts) lives
+elsewhere under the same root and is never touched here.
+
+```
+<store_root>/scheduler.lock              the service's OS lock (shell.lock)
+<store_root>/schedules/<schedule_id>/
+    lifecycle.jsonl                      append-only lifecycle log (the truth)
+    definition.json                      snapshot of the lifecycle log
+    runtime.json                         watermark, held candidate
+    history.jsonl                        append-only occurrence history
+    history.idx                          derived fixed-width index of history
+```
+
+Instants at rest are UTC ISO-8601 strings ending in `Z`; JSON lines are
+canonical (`sort_keys`, compact separators, ASCII) and end in `\\n`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+from core.errors import InvalidInput, InvalidState, Problem
+
+__all__ = [
+    "DEFINITION_FILE",
+    "HISTORY_FILE",
+    "HISTORY_INDEX_FILE",
+    "LIFECYCLE_FILE",
+    "LOCK_FILE",
+    "RUNTIME_FILE",
+    "SCHEDULES_DIR",
+    "Instant",
+    "ScheduleFiles",
+    "StoreDamaged",
+    "StoreProblem",
+    "canonical_instant",
+    "check_schedule_id",
+    "encode_json_line",
+    "format_instant",
+    "parse_instant",
+]
+
+SCHEDULES_DIR: Final = "schedules"
+LOCK_FILE: Final = "scheduler.lock"
+DEFINITION_FILE: Final = "definition.json"
+LIFECYCLE_FILE: Final = "lifecycle.jsonl"
+RUNTIME_FILE: Final = "runtime.json"
+HISTORY_FILE: Final = "history.jsonl"
+HISTORY_INDEX_FILE: Final = "history.idx"
+
+# An instant as callers may pass it: an aware datetime or its ISO-8601 text.
+Instant = datetime | str
+
+_ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def check_schedule_id(schedule_id: object) -> str:
+    """Return `schedule_id` if it is safe to use as a directory name.
+
+    Ids are validated upstream (1-128 chars of `[A-Za-z0-9._-]`, first char
+    alphanumeric); this is the last line of defence before a path is built, so
+    it also refuses path separators, NUL and `..` explicitly.
+
+    Raises `InvalidInput` naming `schedule_id`.
+    """
+    if not isinstance(schedule_id, str):
+        raise InvalidInput.from_problems(
+            "schedule id", [Problem(field="schedule_id", reason="must be a string")]
+        )
+    reason: str | None = None
+    if "/" in schedule_id or "\\" in schedule_id or "\x00" in schedule_id:
+        reason = "must not contain path separators or NUL"
+    elif ".." in schedule_id:
+        reason = "must not contain '..'"
+    elif _ID_RE.fullmatch(schedule_id) is None:
+        reason = "must be 1-128 characters of [A-Za-z0-9._-] starting with a letter or digit"
+    if reason is not None:
+        raise InvalidInput.from_problems(
+            "schedule id", [Problem(field="schedule_id", reason=reason)]
+        )
+    return schedule_id
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleFiles:
+    """The paths of one schedule's files under a store root."""
+
+    store_root: Path
+    schedule_id: str
+
+    @classmethod
+    def of(cls, store_root: str | Path, schedule_id: str) -> ScheduleFiles:
+        return cls(Path(store_root), check_schedule_id(schedule_id))
+
+    @property
+    def directory(self) -> Path:
+        return self.store_root / SCHEDULES_DIR / self.schedule_id
+
+    @property
+    def definition(self) -> Path:
+        return self.directory / DEFINITION_FILE
+
+    @property
+    def lifecycle(self) -> Path:
+        return self.directory / LIFECYCLE_FILE
+
+    @property
+    def runtime(self) -> Path:
+        return self.directory / RUNTIME_FILE
+
+    @property
+    def history(self) -> Path:
+        return self.directory / HISTORY_FILE
+
+    @property
+    def history_index(self) -> Path:
+        return self.directory / HISTORY_INDEX_FILE
+
+    def relative(self, path: Path) -> str:
+        """`path` relative to the store root, as diagnostics name files."""
+        try:
+            return path.relative_to(self.store_root).as_posix()
+        except ValueError:
+            return str(path)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoreProblem:
+    """A record that cannot be parsed or contradicts another one.
+
+    `file` is relative to the store root, `record` locates the record (line,
+    byte offset, seq) and `reason` says what is wrong. The schedule concerned is
+    blocked; nothing is cleared.
+    """
+
+    schedule_id: str
+    file: str
+    record: str
+    reason: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"file": self.file, "record": self.record, "reason": self.reason}
+
+    def describe(self) -> str:
+        return f"{self.file} ({self.record}): {self.reason}"
+
+
+class StoreDamaged(InvalidState):
+    """A store file needed for the operation is damaged; `problem` says where.
+
+    The data is left as found for an operator to inspect.
+    """
+
+    def __init__(self, problem: StoreProblem) -> None:
+        super().__init__(
+            f"schedule {problem.schedule_id!r} has damaged records: {problem.describe()}",
+            data={"schedule_id": problem.schedule_id, **problem.as_dict()},
+        )
+        self.problem = problem
+
+
+def format_instant(value: datetime) -> str:
+    """UTC ISO-8601 text ending in `Z` (microseconds only when non-zero).
+
+    Raises `ValueError` for a naive datetime: an instant must be unambiguous.
+    """
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"naive datetime {value!r} is not an instant")
+    utc = value.astimezone(UTC)
+    text = utc.strftime("%Y-%m-%dT%H:%M:%S")
+    if utc.microsecond:
+        text += f".{utc.microsecond:06d}"
+    return text + "Z"
+
+
+def parse_instant(text: str) -> datetime:
+    """Parse ISO-8601 text with an offset (`Z` or `+00:00`) into an aware UTC datetime.
+
+    Raises `ValueError` for anything else, naive text included.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"instant must be a string, got {type(text).__name__}")
+    parsed = datetime.fromisoformat(text)
+    if parsed.tzinfo is None or parsed.utcoffset() is None:
+        raise ValueError(f"instant {text!r} has no UTC offset")
+    return parsed.astimezone(UTC)
+
+
+def canonical_instant(value: Instant) -> str:
+    """The at-rest text of an instant given as a datetime or ISO-8601 text."""
+    if isinstance(value, datetime):
+        return format_instant(value)
+    return format_instant(parse_instant(value))
+
+
+def encode_json_line(record: Mapping[str, Any]) -> bytes:
+    """One canonical JSON line (ASCII, sorted keys, compact, newline-terminated).
+
+    ASCII output means a line never contains a raw newline or a Unicode line
+    separator, so `\\n` is an exact record boundary.
+    """
+    text = json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return text.encode("ascii") + b"\n"
