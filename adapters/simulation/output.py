@@ -306,12 +306,16 @@ def render_table(
     from rich.console import Console
     from rich.table import Table
 
+    # Off a terminal nothing wraps a long line, so do not squeeze the columns.
+    if width is None and not terminal:
+        width = 200
     console = Console(file=stream, force_terminal=terminal, width=width, highlight=False)
     title = header.get("title") or "simulation"
-    occurrences = Table(title=f"{title}: {header['start']} → {header['end']}")
-    for name in ("schedule", "instant (UTC)", "local", "status", "run", "start (UTC)", "end"):
-        occurrences.add_column(name)
+    occurrences = Table(title=f"{title}\n{header['start']} → {header['end']}")
+    for name in ("schedule", "instant (UTC)", "local", "status", "run"):
+        occurrences.add_column(name, no_wrap=name != "schedule")
     occurrences.add_column("late s", justify="right")
+    occurrences.add_column("end (UTC)", no_wrap=True)
     occurrences.add_column("note")
     for row in sorted_rows(rows):
         notes = []
@@ -323,15 +327,17 @@ def render_table(
         if row.reason:
             notes.append(row.reason)
         lateness = row.lateness_s
+        end = _short(row.run_end)
+        if row.run_end is not None and row.run_end.date() == row.instant.date():
+            end = end[len("2026-03-02 ") :]  # same day as the instant: time only
         occurrences.add_row(
             row.schedule_id,
             _short(row.instant),
             row.local_instant.replace("T", " "),
             row.status,
             row.run_id or "",
-            _short(row.run_start),
-            _short(row.run_end),
             "" if lateness is None else f"{lateness:g}",
+            end,
             "; ".join(notes),
         )
     console.print(occurrences)

@@ -1,0 +1,422 @@
+"""The simulation engine: the real `decide` on a virtual clock, in memory.
+
+Theory of operation. The engine keeps the core's state and three queues of
+future happenings: the scenario's timeline (schedule creations and operator
+actions, in time order), the simulated runs' status changes (a heap), and the
+downtime windows. Time never ticks: after each `decide` call the clock jumps
+to the earliest of the core's `next_wakeup`, the next run change, the next
+timeline entry and the end of the horizon. A jump that lands inside a
+downtime window lands at the window's end instead, so the first call after
+an outage sees the whole gap at once, together with every operator action
+and run change that happened during it (each carries its own instant).
+
+Commands are carried out the way the service would, without disk or server:
+`AdmitOccurrence` runs the preflight (it fails only while the scenario marks
+the deployment missing), then gives the occurrence a `run-000001`-style id
+and a plan drawn from the schedule's run model; `OccurrenceAdmitted` and the
+run's status changes come back to `decide` as events. Everything that
+follows from one call at `now` (admissions, zero-length runs, freed slots)
+is fed back at the same `now` before the clock moves.
+
+Rows are settled as described in `output.py` and handed to a sink at once;
+the engine keeps only open occurrences (active runs), so memory does not grow
+with the horizon.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import lru_cache
+from typing import Any, Final
+from zoneinfo import ZoneInfo
+
+from adapters.simulation.output import Row, RowSink, SummaryBuilder, iso
+from adapters.simulation.runmodel import RunModel
+from adapters.simulation.scenario import OperatorEvent, Scenario, ScenarioSchedule
+from core.calendar import compile_trigger
+from core.commands import (
+    AdmitOccurrence,
+    BlockSchedule,
+    Command,
+    LogWarning,
+    PersistRuntime,
+    RecordOccurrence,
+)
+from core.decide import decide, next_wakeup
+from core.definitions import CronTrigger, ScheduleDefinition, Trigger
+from core.errors import CoreMisuse
+from core.events import (
+    Event,
+    OccurrenceAdmitted,
+    PreflightFailed,
+    RunStatusChanged,
+    ScheduleCreated,
+    ScheduleDeleted,
+    SchedulePaused,
+    ScheduleResumed,
+    ScheduleUpdated,
+)
+from core.occurrences import TERMINAL_RUN_STATUSES, RunStatus
+from core.state import SchedulerState, initial_state, schedule_view
+
+__all__ = ["SimulationResult", "header", "simulate"]
+
+_RUN_STATUSES_RECORDED_BY_ENGINE: Final = frozenset(
+    {"admitted", "running", "interrupted", "completed", "failed", "exhausted"}
+)
+# A runaway guard: the most `decide` calls at one instant before the engine
+# concludes the core keeps asking for attention without progress.
+_MAX_CALLS_PER_INSTANT: Final = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationResult:
+    """What a finished simulation reports besides its rows."""
+
+    summary: dict[str, Any]
+    decide_calls: int
+    warnings: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class _OpenRun:
+    schedule_id: str
+    instant: datetime
+    run_id: str
+    start: datetime
+    status: RunStatus
+
+
+@dataclass(frozen=True, slots=True)
+class _Timed:
+    """A timeline entry: a creation (`schedule`) or an operator action (`event`)."""
+
+    at: datetime
+    schedule: ScenarioSchedule | None
+    event: OperatorEvent | None
+
+
+@lru_cache(maxsize=4096)
+def _zone(name: str) -> ZoneInfo:
+    return ZoneInfo(name)
+
+
+class _Presenter:
+    """Turns an instant of a schedule into its local text and DST note, using
+    the definition that produced the instant (an update may change the zone)."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self._by_schedule: dict[str, list[tuple[datetime, ScheduleDefinition]]] = {
+            s.schedule_id: [(s.created_at, s.definition)] for s in scenario.schedules
+        }
+        for event in scenario.events:
+            if event.definition is not None:
+                self._by_schedule[event.schedule_id].append((event.at, event.definition))
+
+    def _definition(self, schedule_id: str, instant: datetime) -> ScheduleDefinition:
+        # Instants up to an update's time were produced by the older definition.
+        chosen = None
+        for at, definition in self._by_schedule[schedule_id]:
+            if chosen is None or at < instant:
+                chosen = definition
+            else:
+                break
+        assert chosen is not None
+        return chosen
+
+    def describe(self, schedule_id: str, instant: datetime) -> tuple[str, str | None]:
+        trigger = self._definition(schedule_id, instant).trigger
+        return _describe(trigger, instant)
+
+
+@lru_cache(maxsize=65536)
+def _describe(trigger: Trigger, instant: datetime) -> tuple[str, str | None]:
+    if not isinstance(trigger, CronTrigger):
+        return iso(instant) or "", None
+    local = instant.astimezone(_zone(trigger.timezone)).isoformat()
+    return local, compile_trigger(trigger).dst_note(instant)
+
+
+def header(scenario: Scenario) -> dict[str, Any]:
+    """The scenario as the `json` output restates it (for readers of the output)."""
+    return {
+        "title": scenario.title,
+        "description": scenario.description,
+        "start": iso(scenario.start),
+        "end": iso(scenario.end),
+        "max_concurrent_runs": scenario.max_concurrent_runs,
+        "schedules": [
+            {
+                "schedule_id": s.schedule_id,
+                "created_at": iso(s.created_at),
+                "trigger": s.definition.trigger.model_dump(mode="json"),
+                "overlap": s.definition.overlap,
+                "max_active_runs": s.definition.max_active_runs,
+                "misfire": s.definition.misfire,
+                "lateness_allowance_s": s.definition.lateness_allowance_s,
+            }
+            for s in scenario.schedules
+        ],
+        "events": [
+            {"at": iso(e.at), "action": e.action, "schedule_id": e.schedule_id}
+            | ({"revision": e.revision} if e.revision is not None else {})
+            for e in scenario.events
+        ],
+        "downtime": [{"from": iso(w.start), "to": iso(w.end)} for w in scenario.downtime],
+    }
+
+
+def _timeline(scenario: Scenario) -> list[_Timed]:
+    entries = [_Timed(s.created_at, s, None) for s in scenario.schedules]
+    entries += [_Timed(e.at, None, e) for e in scenario.events]
+    # Stable: a creation precedes actions at the same instant (validation
+    # guarantees actions are not before their schedule's creation).
+    entries.sort(key=lambda entry: (entry.at, entry.schedule is None))
+    return entries
+
+
+def _to_event(entry: _Timed) -> Event:
+    if entry.schedule is not None:
+        return ScheduleCreated(definition=entry.schedule.definition, at=entry.at, revision=1)
+    event = entry.event
+    assert event is not None
+    if event.action == "pause":
+        return SchedulePaused(schedule_id=event.schedule_id, at=event.at)
+    if event.action == "resume":
+        return ScheduleResumed(schedule_id=event.schedule_id, at=event.at)
+    if event.action == "delete":
+        return ScheduleDeleted(schedule_id=event.schedule_id, at=event.at)
+    assert event.definition is not None and event.revision is not None
+    return ScheduleUpdated(definition=event.definition, revision=event.revision, at=event.at)
+
+
+class _Engine:
+    def __init__(
+        self,
+        scenario: Scenario,
+        sink: RowSink,
+        on_progress: Callable[[float], None] | None,
+    ) -> None:
+        self.scenario = scenario
+        self.sink = sink
+        self.on_progress = on_progress
+        self.presenter = _Presenter(scenario)
+        self.models = {s.schedule_id: RunModel(s.run) for s in scenario.schedules}
+        self.summary = SummaryBuilder(s.schedule_id for s in scenario.schedules)
+        self.state: SchedulerState = initial_state(max_concurrent_runs=scenario.max_concurrent_runs)
+        self.open: dict[tuple[str, datetime], _OpenRun] = {}
+        self.active_by_schedule: dict[str, int] = dict.fromkeys(self.models, 0)
+        self.active_total = 0
+        # (time, sequence, schedule_id, instant, status); the sequence keeps
+        # changes at one time in the order they were planned.
+        self.changes: list[tuple[datetime, int, str, datetime, RunStatus]] = []
+        self.sequence = 0
+        self.runs_started = 0
+        self.calls = 0
+        self.warnings: list[str] = []
+
+    # --- commands ---------------------------------------------------------
+
+    def carry_out(self, commands: Iterable[Command], now: datetime) -> list[Event]:
+        feedback: list[Event] = []
+        for command in commands:
+            if isinstance(command, AdmitOccurrence):
+                feedback += self.admit(command, now)
+            elif isinstance(command, RecordOccurrence):
+                self.record(command)
+            elif isinstance(command, PersistRuntime):
+                continue  # nothing is durable in a simulation
+            elif isinstance(command, LogWarning):
+                self.warnings.append(f"{iso(now)}: {command.message}")
+            elif isinstance(command, BlockSchedule):
+                self.warnings.append(
+                    f"{iso(now)}: schedule {command.schedule_id} blocked: {command.diagnostic}"
+                )
+            else:
+                # CreateAdmittedRun and StartRun answer restart recovery,
+                # which a simulation never reports.
+                raise CoreMisuse(f"simulation cannot carry out {command!r} at {iso(now)}")
+        return feedback
+
+    def admit(self, command: AdmitOccurrence, now: datetime) -> list[Event]:
+        sid, instant = command.schedule_id, command.instant
+        if self.scenario.deployment_missing(command.deployment_id, now):
+            return [
+                PreflightFailed(
+                    schedule_id=sid,
+                    instant=instant,
+                    reason=f"deployment {command.deployment_id!r} not found",
+                )
+            ]
+        self.runs_started += 1
+        run_id = f"run-{self.runs_started:06d}"
+        plan = self.models[sid].next_plan()
+        self.open[(sid, instant)] = _OpenRun(sid, instant, run_id, now, "admitted")
+        self.active_by_schedule[sid] += 1
+        self.active_total += 1
+        self.summary.note_active(sid, self.active_by_schedule[sid], self.active_total)
+        admitted = OccurrenceAdmitted(schedule_id=sid, instant=instant, run_id=run_id)
+        feedback: list[Event] = [admitted]
+        for offset, status in plan.changes:
+            self.sequence += 1
+            at = now + timedelta(seconds=offset)
+            heapq.heappush(self.changes, (at, self.sequence, sid, instant, status))
+        return feedback
+
+    def record(self, command: RecordOccurrence) -> None:
+        if command.status in _RUN_STATUSES_RECORDED_BY_ENGINE:
+            # The engine follows its own runs; the core's run rows repeat them.
+            return
+        sid = command.schedule_id
+        local, dst = self.presenter.describe(sid, command.instant)
+        grouped = command.count > 1
+        self.emit(
+            Row(
+                schedule_id=sid,
+                instant=command.instant,
+                local_instant=local,
+                status=command.status,
+                count=command.count,
+                first_instant=command.first_instant if grouped else None,
+                last_instant=command.last_instant if grouped else None,
+                dst=dst,
+                reason=command.reason,
+            )
+        )
+
+    def emit(self, row: Row) -> None:
+        self.summary.add_row(row)
+        self.sink.row(row)
+
+    # --- runs -------------------------------------------------------------
+
+    def due_changes(self, now: datetime) -> list[Event]:
+        events: list[Event] = []
+        while self.changes and self.changes[0][0] <= now:
+            at, _, sid, instant, status = heapq.heappop(self.changes)
+            run = self.open[(sid, instant)]
+            run.status = status
+            events.append(
+                RunStatusChanged(schedule_id=sid, instant=instant, run_id=run.run_id, status=status)
+            )
+            if status in TERMINAL_RUN_STATUSES:
+                del self.open[(sid, instant)]
+                self.active_by_schedule[sid] -= 1
+                self.active_total -= 1
+                self.emit(self.run_row(run, at))
+        return events
+
+    def run_row(self, run: _OpenRun, end: datetime | None) -> Row:
+        local, dst = self.presenter.describe(run.schedule_id, run.instant)
+        return Row(
+            schedule_id=run.schedule_id,
+            instant=run.instant,
+            local_instant=local,
+            status=run.status,
+            run_id=run.run_id,
+            run_start=run.start,
+            run_end=end,
+            dst=dst,
+        )
+
+    # --- the clock ----------------------------------------------------------
+
+    def run(self) -> SimulationResult:
+        scenario = self.scenario
+        timeline = _timeline(scenario)
+        windows = list(scenario.downtime)
+        position = 0
+        window = 0
+        feedback: list[Event] = []
+        now = timeline[0].at
+        span = (scenario.end - scenario.start).total_seconds()
+        reported = -1.0
+        calls_here = 0
+        while True:
+            while window < len(windows) and windows[window].end <= now:
+                window += 1
+            if window < len(windows) and windows[window].start <= now:
+                now = windows[window].end
+                continue
+            if now >= scenario.end:
+                break
+            events = feedback
+            while position < len(timeline) and timeline[position].at <= now:
+                events.append(_to_event(timeline[position]))
+                position += 1
+            events += self.due_changes(now)
+            self.state, commands = decide(self.state, now, events)
+            self.calls += 1
+            calls_here += 1
+            if calls_here > _MAX_CALLS_PER_INSTANT:
+                raise CoreMisuse(f"decide made no progress at {iso(now)} after {calls_here} calls")
+            feedback = self.carry_out(commands, now)
+            if feedback or (self.changes and self.changes[0][0] <= now):
+                continue
+            upcoming = [scenario.end]
+            wake = next_wakeup(self.state)
+            if wake is not None:
+                upcoming.append(wake)
+            if self.changes:
+                upcoming.append(self.changes[0][0])
+            if position < len(timeline):
+                upcoming.append(timeline[position].at)
+            later = min(upcoming)
+            if later <= now:
+                raise CoreMisuse(
+                    f"next_wakeup {iso(later)} is not after now {iso(now)} "
+                    "although nothing new happened"
+                )
+            now = later
+            calls_here = 0
+            if self.on_progress is not None:
+                done = (now - scenario.start).total_seconds() / span
+                if done - reported >= 0.005:
+                    reported = done
+                    self.on_progress(min(done, 1.0))
+        self.finish()
+        if self.on_progress is not None:
+            self.on_progress(1.0)
+        summary = self.summary.as_dict()
+        summary["warnings"] = list(self.warnings)
+        self.sink.finish(summary)
+        return SimulationResult(summary, self.calls, tuple(self.warnings))
+
+    def finish(self) -> None:
+        # Whatever is still open at the end of the horizon is settled as it is.
+        for _, run in sorted(self.open.items()):
+            self.emit(self.run_row(run, None))
+        self.open.clear()
+        for schedule in self.scenario.schedules:
+            view = schedule_view(self.state, schedule.schedule_id)
+            pending = sorted({*view.waiting, *((view.held,) if view.held else ())})
+            for instant in pending:
+                local, dst = self.presenter.describe(schedule.schedule_id, instant)
+                self.emit(
+                    Row(
+                        schedule_id=schedule.schedule_id,
+                        instant=instant,
+                        local_instant=local,
+                        status="pending",
+                        dst=dst,
+                    )
+                )
+
+
+def simulate(
+    scenario: Scenario,
+    sink: RowSink,
+    *,
+    on_progress: Callable[[float], None] | None = None,
+) -> SimulationResult:
+    """Run `scenario` through `decide` on a virtual clock.
+
+    Each occurrence's row goes to `sink` as soon as it is settled, then the
+    summary (`sink.finish`). `on_progress` is called with the fraction of the
+    horizon done, at most every half percent. Raises CoreMisuse if the core
+    breaks its protocol (asks to be woken in the past without progress).
+    """
+    return _Engine(scenario, sink, on_progress).run()
