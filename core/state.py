@@ -40,6 +40,7 @@ __all__ = [
     "ScheduleState",
     "ScheduleView",
     "SchedulerState",
+    "check_capacity",
     "initial_state",
     "schedule_ids",
     "schedule_view",
