@@ -1,3 +1,18 @@
-"""shell layer of wf-scheduler."""
+"""The imperative shell: the scheduler service, the schedules API and the stores."""
 
-__all__: list[str] = []
+from shell.clock import Clock, ManualClock, SystemClock
+from shell.config import SchedulerServiceConfig, parse_scheduler_config
+from shell.schedules_api import SchedulesApi, build_schedules_api
+from shell.service import SchedulerService, build_scheduler_service
+
+__all__ = [
+    "Clock",
+    "ManualClock",
+    "SchedulerService",
+    "SchedulerServiceConfig",
+    "SystemClock",
+    "SchedulesApi",
+    "build_scheduler_service",
+    "build_schedules_api",
+    "parse_scheduler_config",
+]

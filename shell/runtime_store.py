@@ -5,14 +5,20 @@ wake-up's `GroupCommit`, so it becomes visible only after the history rows it
 depends on are durable):
 
     {"format": 1, "watermark": "<instant>", "held": "<instant>" | null,
+     "waiting": ["<instant>", ...],
      "lifecycle_seq": <last lifecycle seq the scheduler consumed>,
      "written_at": "<instant>"}
+
+`waiting` lists on-time instants of a misfire="skip" schedule that wait for
+an execution slot: they have no history row yet, so they must survive a
+restart. Records written before the field existed read as `[]`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -57,6 +63,14 @@ def _check(obj: object) -> dict[str, Any]:
             parse_instant(value)
         except (TypeError, ValueError):
             raise ValueError(f"{key} is not an ISO-8601 instant: {value!r}") from None
+    waiting = obj.setdefault("waiting", [])
+    if not isinstance(waiting, list):
+        raise ValueError("waiting must be a list of instants")
+    for value in waiting:
+        try:
+            parse_instant(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"waiting holds a value that is not an instant: {value!r}") from None
     seq = obj.get("lifecycle_seq")
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
         raise ValueError(f"lifecycle_seq must be a non-negative integer, got {seq!r}")
@@ -102,6 +116,7 @@ class RuntimeStore:
         held: Instant | None,
         lifecycle_seq: int,
         written_at: Instant,
+        waiting: Sequence[Instant] = (),
     ) -> dict[str, Any]:
         """The record to persist; raises `InvalidInput` naming each bad field."""
         problems: list[Problem] = []
@@ -134,6 +149,7 @@ class RuntimeStore:
         held: Instant | None,
         lifecycle_seq: int,
         written_at: Instant,
+        waiting: Sequence[Instant] = (),
     ) -> dict[str, Any]:
         """Stage the atomic rewrite of `runtime.json` in `batch`; returns the record.
 
@@ -162,6 +178,7 @@ class RuntimeStore:
         held: Instant | None,
         lifecycle_seq: int,
         written_at: Instant,
+        waiting: Sequence[Instant] = (),
     ) -> dict[str, Any]:
         """Rewrite `runtime.json` now (atomic and durable); returns the record."""
         files = self._files(schedule_id)

@@ -1,0 +1,376 @@
+"""The schedule administration API: `server.api.schedules`.
+
+Every call validates through `core` before its first write, writes through the
+stores, and then tells the scheduler service (when one is attached in this
+process) that a schedule changed. The API never admits runs itself: the
+service reads the lifecycle record the API wrote and feeds it to `decide`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from core.bindings import resolve_inputs
+from core.calendar import compile_trigger
+from core.definitions import (
+    OneShotTrigger,
+    ScheduleDefinition,
+    apply_patch,
+    check_oneshot_in_future,
+    definition_to_payload,
+    parse_definition,
+    parse_patch,
+)
+from core.errors import InvalidDefinition, InvalidInput, InvalidState, NotFound, Problem
+from shell.clock import Clock, SystemClock
+from shell.definition_store import DefinitionStore
+from shell.history_store import HistoryStore
+from shell.ports import HostApi
+from shell.runtime_store import RuntimeStore
+from shell.store_format import format_instant, parse_instant
+
+__all__ = ["LiveScheduleView", "SchedulesApi", "build_schedules_api"]
+
+_log = logging.getLogger(__name__)
+
+_PATCHABLE = (
+    "deployment_id",
+    "trigger",
+    "inputs",
+    "overlap",
+    "max_active_runs",
+    "misfire",
+    "lateness_allowance_s",
+    "max_steps",
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LiveScheduleView:
+    """What a running service knows about a schedule that the stores may lag."""
+
+    pending: tuple[datetime, ...]
+    held: datetime | None
+    blocked: str | None
+
+
+class _Service(Protocol):
+    def schedule_changed(self, schedule_id: str) -> None: ...
+
+    def live_view(self, schedule_id: str) -> LiveScheduleView | None: ...
+
+
+def _int_problem(field: str, value: object, *, low: int, high: int | None = None) -> Problem | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return Problem(field=field, reason=f"must be an integer, got {type(value).__name__}")
+    if value < low or (high is not None and value > high):
+        bound = f"between {low} and {high}" if high is not None else f">= {low}"
+        return Problem(field=field, reason=f"must be {bound}, got {value}")
+    return None
+
+
+class SchedulesApi:
+    """Create, inspect, change and page the history of schedules.
+
+    All methods are coroutines taking keyword arguments and returning JSON-safe
+    dicts. Errors: `InvalidDefinition` (every bad field named; nothing written),
+    `NotFound`, `AlreadyExists`, `RevisionConflict`, `InvalidState`.
+    """
+
+    def __init__(self, *, store_root: Any, host: HostApi, clock: Clock | None = None) -> None:
+        self.definitions = DefinitionStore(store_root)
+        self.runtime = RuntimeStore(store_root)
+        self.history = HistoryStore(store_root)
+        self._host = host
+        self.clock: Clock = clock or SystemClock()
+        self._service: _Service | None = None
+        # One writer at a time: each change reads, validates and writes.
+        self._write_lock = asyncio.Lock()
+
+    # --- wiring -------------------------------------------------------------------
+
+    def attach_service(self, service: _Service) -> None:
+        """Called by the scheduler service at start; changes then wake it at once."""
+        self._service = service
+
+    def detach_service(self, service: _Service) -> None:
+        if self._service is service:
+            self._service = None
+
+    def _changed(self, schedule_id: str) -> None:
+        if self._service is not None:
+            self._service.schedule_changed(schedule_id)
+
+    # --- validation ---------------------------------------------------------------
+
+    async def _check_runnable(
+        self, definition: ScheduleDefinition, revision: int, now: datetime
+    ) -> None:
+        """The deployment exists and the inputs resolved for a sample occurrence
+        (the next instant) validate against its input schema."""
+        trigger = compile_trigger(definition.trigger)
+        sample = trigger.next_after(now)
+        if sample is None and isinstance(definition.trigger, OneShotTrigger):
+            sample = definition.trigger.at
+        if sample is None:
+            raise InvalidDefinition.from_problems(
+                "schedule definition",
+                [Problem(field="trigger", reason="has no instant after now")],
+            )
+        inputs = resolve_inputs(definition, revision, sample)
+        try:
+            await self._host.preflight(definition.deployment_id, inputs)
+        except NotFound as exc:
+            raise InvalidDefinition.from_problems(
+                "schedule definition", [Problem(field="deployment_id", reason=exc.message)]
+            ) from None
+        except InvalidInput as exc:
+            problems = [
+                Problem(
+                    field=p.field if p.field.startswith("inputs") else f"inputs.{p.field}",
+                    reason=f"{p.reason} (sample occurrence {format_instant(sample)})",
+                )
+                for p in exc.problems
+            ] or [Problem(field="inputs", reason=exc.message)]
+            raise InvalidDefinition.from_problems("schedule definition", problems) from None
+
+    # --- operations ---------------------------------------------------------------
+
+    async def create_schedule(
+        self,
+        *,
+        schedule_id: str,
+        deployment_id: str,
+        trigger: Mapping[str, Any],
+        inputs: Mapping[str, Any] | None = None,
+        overlap: str | None = None,
+        max_active_runs: int | None = None,
+        misfire: str | None = None,
+        lateness_allowance_s: float | None = None,
+        max_steps: int | None = None,
+    ) -> dict[str, Any]:
+        """Create a schedule at revision 1; its watermark starts now (no backfill).
+
+        Raises InvalidDefinition (trigger, deployment, sample inputs, a one-shot
+        already past) or AlreadyExists (ids are never reused, even after delete).
+        """
+        given = {
+            "schedule_id": schedule_id,
+            "deployment_id": deployment_id,
+            "trigger": trigger,
+            "inputs": inputs,
+            "overlap": overlap,
+            "max_active_runs": max_active_runs,
+            "misfire": misfire,
+            "lateness_allowance_s": lateness_allowance_s,
+            "max_steps": max_steps,
+        }
+        definition = parse_definition({k: v for k, v in given.items() if v is not None})
+        async with self._write_lock:
+            now = self.clock.now()
+            check_oneshot_in_future(definition, now)
+            await self._check_runnable(definition, 1, now)
+            result = self.definitions.create(
+                definition.schedule_id, definition_to_payload(definition), at=now
+            )
+        self._changed(definition.schedule_id)
+        return self._present(result.snapshot, now)
+
+    async def get_schedule(self, *, schedule_id: str) -> dict[str, Any]:
+        """The full definition payload with revision, lifecycle flags, the blocking
+        diagnostic (if any), the next instant and the held candidate."""
+        snapshot = self.definitions.get(schedule_id)
+        return self._present(snapshot, self.clock.now())
+
+    async def list_schedules(self, *, include_deleted: bool = False) -> list[dict[str, Any]]:
+        """Every schedule, sorted by id; deleted ones only when asked."""
+        if not isinstance(include_deleted, bool):
+            raise InvalidInput.from_problems(
+                "list request", [Problem(field="include_deleted", reason="must be a boolean")]
+            )
+        now = self.clock.now()
+        listed: list[dict[str, Any]] = []
+        for schedule_id in self.definitions.list_ids():
+            try:
+                snapshot = self.definitions.get(schedule_id)
+            except NotFound:
+                continue
+            except InvalidState as exc:
+                # A schedule whose records cannot be rebuilt is still listed, blocked.
+                listed.append({"schedule_id": schedule_id, "blocked": exc.data, "deleted": False})
+                continue
+            if snapshot["deleted"] and not include_deleted:
+                continue
+            listed.append(self._present(snapshot, now))
+        return listed
+
+    async def update_schedule(
+        self,
+        *,
+        schedule_id: str,
+        expected_revision: int,
+        deployment_id: str | None = None,
+        trigger: Mapping[str, Any] | None = None,
+        inputs: Mapping[str, Any] | None = None,
+        overlap: str | None = None,
+        max_active_runs: int | None = None,
+        misfire: str | None = None,
+        lateness_allowance_s: float | None = None,
+        max_steps: int | None = None,
+    ) -> dict[str, Any]:
+        """Apply the provided fields (None = unpatched) and bump the revision.
+
+        Raises RevisionConflict when `expected_revision` is stale, InvalidDefinition
+        when the result is invalid, InvalidState for a deleted schedule. A rejected
+        edit changes nothing. The edit affects admissions after it only.
+        """
+        given = {
+            "deployment_id": deployment_id,
+            "trigger": trigger,
+            "inputs": inputs,
+            "overlap": overlap,
+            "max_active_runs": max_active_runs,
+            "misfire": misfire,
+            "lateness_allowance_s": lateness_allowance_s,
+            "max_steps": max_steps,
+        }
+        problem = _int_problem("expected_revision", expected_revision, low=1)
+        if problem is not None:
+            raise InvalidDefinition.from_problems("schedule update", [problem])
+        fields = {k: v for k, v in given.items() if v is not None}
+        patch = parse_patch(fields)
+        if not fields:
+            raise InvalidDefinition.from_problems(
+                "schedule update",
+                [Problem(field="(fields)", reason=f"give at least one of {', '.join(_PATCHABLE)}")],
+            )
+        async with self._write_lock:
+            now = self.clock.now()
+            snapshot = self.definitions.get(schedule_id)
+            if snapshot["deleted"]:
+                raise InvalidState(
+                    f"schedule {schedule_id!r} is deleted", data={"schedule_id": schedule_id}
+                )
+            current = parse_definition(snapshot["definition"])
+            updated = apply_patch(current, patch)
+            if "trigger" in fields:
+                check_oneshot_in_future(updated, now)
+            await self._check_runnable(updated, snapshot["revision"] + 1, now)
+            result = self.definitions.apply_change(
+                schedule_id,
+                "updated",
+                at=now,
+                definition=definition_to_payload(updated),
+                expected_revision=expected_revision,
+            )
+        self._changed(schedule_id)
+        return self._present(result.snapshot, now)
+
+    async def pause_schedule(self, *, schedule_id: str) -> dict[str, Any]:
+        """Stop future admissions (active runs go on); idempotent. The held
+        candidate is superseded and the paused span is never replayed."""
+        return await self._lifecycle(schedule_id, "paused")
+
+    async def resume_schedule(self, *, schedule_id: str) -> dict[str, Any]:
+        """Resume from the next instant after now; idempotent."""
+        return await self._lifecycle(schedule_id, "resumed")
+
+    async def delete_schedule(self, *, schedule_id: str) -> dict[str, Any]:
+        """Soft delete: no admissions after it; runs and history survive; the id
+        is never reused. Idempotent."""
+        return await self._lifecycle(schedule_id, "deleted")
+
+    async def _lifecycle(self, schedule_id: str, kind: Any) -> dict[str, Any]:
+        async with self._write_lock:
+            now = self.clock.now()
+            result = self.definitions.apply_change(schedule_id, kind, at=now)
+        if result.record is not None:
+            self._changed(schedule_id)
+        return self._present(result.snapshot, now)
+
+    async def list_schedule_occurrences(
+        self, *, schedule_id: str, limit: int = 50, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """One page of the schedule's occurrence history, oldest first.
+
+        On the first page (no cursor) a held or waiting candidate is shown as a
+        synthesized `pending` row at the top, so that page may hold `limit + 1`
+        rows. Raises InvalidInput for a limit outside 1-100 or a bad cursor.
+        """
+        problems = [p for p in (_int_problem("limit", limit, low=1, high=100),) if p]
+        if cursor is not None and not isinstance(cursor, str):
+            problems.append(Problem(field="cursor", reason="must be a string or null"))
+        if problems:
+            raise InvalidInput.from_problems("occurrence query", problems)
+        if not self.definitions.exists(schedule_id):
+            raise NotFound(
+                f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
+            )
+        rows, next_cursor = self.history.page(schedule_id, limit=limit, cursor=cursor)
+        occurrences = [dict(row) for row in rows]
+        if cursor is None:
+            pending = [
+                {
+                    "instant": format_instant(instant),
+                    "status": "pending",
+                    "run_id": None,
+                    "reason": "held candidate: waits for overlap or capacity",
+                    "count": 1,
+                    "first_instant": None,
+                    "last_instant": None,
+                    "recorded_at": None,
+                    "revision": None,
+                }
+                for instant in self._pending_instants(schedule_id)
+            ]
+            occurrences = pending + occurrences
+        return {"occurrences": occurrences, "next_cursor": next_cursor}
+
+    # --- presentation -------------------------------------------------------------
+
+    def _pending_instants(self, schedule_id: str) -> tuple[datetime, ...]:
+        live = self._service.live_view(schedule_id) if self._service is not None else None
+        if live is not None:
+            return live.pending
+        loaded = self.runtime.load(schedule_id)
+        if loaded.record is None:
+            return ()
+        instants = [loaded.record.get("held"), *loaded.record.get("waiting", ())]
+        return tuple(sorted(parse_instant(text) for text in instants if text))
+
+    def _present(self, snapshot: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+        schedule_id = snapshot["schedule_id"]
+        definition = dict(snapshot["definition"])
+        live = self._service.live_view(schedule_id) if self._service is not None else None
+        next_instant: str | None = None
+        if not snapshot["paused"] and not snapshot["deleted"]:
+            try:
+                upcoming = compile_trigger(parse_definition(definition).trigger).next_after(now)
+            except InvalidDefinition:
+                upcoming = None
+            next_instant = format_instant(upcoming) if upcoming is not None else None
+        pending = self._pending_instants(schedule_id)
+        blocked = snapshot.get("blocked")
+        if blocked is None and live is not None and live.blocked is not None:
+            blocked = {"file": None, "record": None, "reason": live.blocked, "at": None}
+        return {
+            **definition,
+            "revision": snapshot["revision"],
+            "created_at": snapshot["created_at"],
+            "updated_at": snapshot["updated_at"],
+            "paused": snapshot["paused"],
+            "deleted": snapshot["deleted"],
+            "blocked": blocked,
+            "next_instant": next_instant,
+            "held": format_instant(pending[0]) if pending else None,
+        }
+
+
+def build_schedules_api(server: Any, *, clock: Clock | None = None) -> SchedulesApi:
+    """The schedules API for a host server (used by `schedules=True`)."""
+    return SchedulesApi(store_root=server.store_root, host=server.api, clock=clock)

@@ -1,0 +1,772 @@
+"""The scheduler service: runs `decide` against the stores and the run API.
+
+Theory of operation
+-------------------
+`start()` takes `<store_root>/scheduler.lock`, recovers every schedule from
+its stores (lifecycle log, runtime record, history) into events, and starts
+the loop. Each round of the loop:
+
+1. collects events: lifecycle records the API appended (the API wakes the
+   loop; the log is the truth, so a change is consumed exactly once, in
+   order, with its own `at`), run status changes reported by the host, and the
+   answers to last round's admissions;
+2. calls `decide(state, now, events)`;
+3. carries the commands out with one group commit: history rows and runtime
+   records are staged in command order, preflight runs before an admission
+   row is staged, run ids for all admissions are reserved with one counter
+   write, then everything is flushed together; only after that are runs
+   created and launched (admitted row -> run record -> executing mark);
+4. sleeps until `next_wakeup(state)`, never longer than `poll_interval_s`,
+   or until the API or the host wakes it.
+
+`stop()` stops admitting first (no more rounds), then drains executing runs
+for up to `drain_grace_s`; whatever still runs keeps its executing mark, and
+the next start's recovery fails it truthfully.
+
+No scheduling rule lives here: every decision is `decide`'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from types import TracebackType
+from typing import Any
+
+from core.commands import (
+    AdmitOccurrence,
+    BlockSchedule,
+    Command,
+    CreateAdmittedRun,
+    LogWarning,
+    PersistRuntime,
+    RecordOccurrence,
+    StartRun,
+)
+from core.decide import decide, next_wakeup
+from core.definitions import parse_definition
+from core.errors import InvalidDefinition, NotFound, SchedulerUnavailable, SchedulingError
+from core.events import (
+    CapacityChanged,
+    Event,
+    OccurrenceAdmitted,
+    PreflightFailed,
+    RecordsContradicted,
+    RecoveredRun,
+    RunStatusChanged,
+    ScheduleCreated,
+    ScheduleDeleted,
+    SchedulePaused,
+    ScheduleRecovered,
+    ScheduleResumed,
+    ScheduleUpdated,
+)
+from core.occurrences import RUN_STATUSES
+from core.state import SchedulerState, initial_state, schedule_view
+from shell.clock import Clock, SystemClock
+from shell.config import SchedulerServiceConfig
+from shell.durable import GroupCommit
+from shell.lock import SchedulerLock
+from shell.ports import HostApi
+from shell.schedules_api import LiveScheduleView, SchedulesApi
+from shell.store_format import StoreDamaged, StoreProblem, format_instant, parse_instant
+
+__all__ = ["SchedulerService", "build_scheduler_service"]
+
+_log = logging.getLogger(__name__)
+
+_NO_RUN_DIAGNOSTIC = "no run record"
+
+
+@dataclass(slots=True)
+class _Folded:
+    """A schedule's lifecycle folded up to some record."""
+
+    definition: dict[str, Any]
+    revision: int
+    created_at: datetime
+    updated_at: datetime | None = None
+    resumed_at: datetime | None = None
+    paused: bool = False
+    deleted: bool = False
+
+
+@dataclass(slots=True)
+class _Round:
+    """What one round's commands produced for after the group commit."""
+
+    launches: list[tuple[str, str, datetime, dict[str, Any]]] = field(default_factory=list)
+    creates: list[tuple[str, datetime]] = field(default_factory=list)
+    starts: list[tuple[str, datetime, str]] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+
+
+def _lifecycle_event(schedule_id: str, record: Mapping[str, Any]) -> Event:
+    at = parse_instant(record["at"])
+    kind = record["kind"]
+    if kind == "created":
+        return ScheduleCreated(
+            definition=parse_definition(record["definition"]), at=at, revision=record["revision"]
+        )
+    if kind == "updated":
+        return ScheduleUpdated(
+            definition=parse_definition(record["definition"]), revision=record["revision"], at=at
+        )
+    if kind == "paused":
+        return SchedulePaused(schedule_id=schedule_id, at=at)
+    if kind == "resumed":
+        return ScheduleResumed(schedule_id=schedule_id, at=at)
+    if kind == "deleted":
+        return ScheduleDeleted(schedule_id=schedule_id, at=at)
+    raise ValueError(f"unknown lifecycle record kind {kind!r}")
+
+
+def _fold(records: Sequence[Mapping[str, Any]]) -> _Folded:
+    first = records[0]
+    folded = _Folded(
+        definition=dict(first["definition"]),
+        revision=first["revision"],
+        created_at=parse_instant(first["at"]),
+    )
+    for record in records[1:]:
+        at = parse_instant(record["at"])
+        kind = record["kind"]
+        if kind == "updated":
+            folded.definition = dict(record["definition"])
+            folded.revision = record["revision"]
+            folded.updated_at = at
+        elif kind == "paused":
+            folded.paused = True
+        elif kind == "resumed":
+            folded.paused = False
+            folded.resumed_at = at
+        elif kind == "deleted":
+            folded.deleted = True
+    return folded
+
+
+class SchedulerService:
+    """The one scheduler of a store root. See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        host: HostApi,
+        schedules: SchedulesApi,
+        store_root: Any,
+        config: SchedulerServiceConfig,
+        clock: Clock,
+    ) -> None:
+        self._host = host
+        self._api = schedules
+        self._config = config
+        self._clock = clock
+        self._lock = SchedulerLock(store_root)
+        self._state: SchedulerState = initial_state(max_concurrent_runs=config.max_concurrent_runs)
+        self._events: list[Event] = []
+        self._dirty: set[str] = set()
+        # Per schedule, the seq of the last lifecycle record fed to decide.
+        self._consumed: dict[str, int] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._running = False
+        self._fenced = False
+        # Schedules whose lifecycle records this round feeds to decide: their
+        # runtime record is rewritten so the consumed seq is durable.
+        self._consumed_now: set[str] = set()
+        self._idle = asyncio.Event()
+
+    # --- public ---------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    @property
+    def state(self) -> SchedulerState:
+        """The core state after the last round (read-only; for inspection and tests)."""
+        return self._state
+
+    async def start(self) -> None:
+        """Take the store lock, recover, and start the loop.
+
+        Raises SchedulerUnavailable naming the holder when another process owns
+        the store.
+        """
+        if self._running:
+            return
+        self._lock.acquire()
+        try:
+            recovery = await self._recover()
+        except BaseException:
+            self._lock.release()
+            raise
+        self._events = recovery + self._events
+        self._host.add_run_listener(self._on_run_status)
+        self._api.attach_service(self)
+        self._running = True
+        self._task = asyncio.create_task(self._loop(), name="wf-scheduler-loop")
+        _log.info("scheduler started on %s", self._lock.path)
+
+    async def stop(self) -> list[str]:
+        """Stop admitting, drain executing runs for up to `drain_grace_s`, release
+        the lock. Returns the ids of runs still executing (they keep their
+        executing marks)."""
+        if not self._running:
+            return []
+        self._running = False
+        self._wake.set()
+        if self._task is not None:
+            try:
+                await self._task
+            finally:
+                self._task = None
+        self._api.detach_service(self)
+        still = await self._host.drain(self._config.drain_grace_s)
+        if still:
+            _log.warning(
+                "%d run(s) still executing after %.1fs of drain; they keep their executing"
+                " marks and the next start fails them as abandoned: %s",
+                len(still),
+                self._config.drain_grace_s,
+                ", ".join(still),
+            )
+        self._lock.release()
+        _log.info("scheduler stopped")
+        return still
+
+    async def __aenter__(self) -> SchedulerService:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    async def settle(self, *, max_rounds: int = 1000) -> None:
+        """Run rounds until nothing is left to do at the current instant (for tests
+        on a manual clock): events answered, launched runs given a chance to report."""
+        quiet = 0
+        for _ in range(max_rounds):
+            if not self._running:
+                return
+            self._idle.clear()
+            self._wake.set()
+            await self._idle.wait()
+            for _ in range(10):
+                await asyncio.sleep(0)
+            quiet = quiet + 1 if not self._events and not self._dirty else 0
+            if quiet >= 2:
+                return
+        raise RuntimeError(f"the scheduler did not settle in {max_rounds} rounds")
+
+    def set_capacity(self, max_concurrent_runs: int) -> None:
+        """Change the execution-slot bound while running (lowering cancels nothing)."""
+        self._events.append(CapacityChanged(max_concurrent_runs=max_concurrent_runs))
+        self._wake.set()
+
+    # --- called by the API and the host ----------------------------------------------
+
+    def schedule_changed(self, schedule_id: str) -> None:
+        self._dirty.add(schedule_id)
+        self._wake.set()
+
+    def live_view(self, schedule_id: str) -> LiveScheduleView | None:
+        if schedule_id not in self._state.schedules:
+            return None
+        view = schedule_view(self._state, schedule_id)
+        pending = tuple(sorted({*view.waiting, *((view.held,) if view.held else ())}))
+        return LiveScheduleView(pending=pending, held=view.held, blocked=view.blocked)
+
+    def _on_run_status(
+        self, run_id: str, status: str, origin: Mapping[str, Any] | None, message: str | None
+    ) -> None:
+        if not self._running or origin is None or origin.get("kind") != "schedule":
+            return
+        if status not in RUN_STATUSES or status == "admitted":
+            return
+        self._events.append(
+            RunStatusChanged(
+                schedule_id=origin["schedule_id"],
+                instant=parse_instant(origin["instant"]),
+                run_id=run_id,
+                status=status,  # type: ignore[arg-type]
+                message=message,
+            )
+        )
+        self._wake.set()
+
+    # --- the loop ---------------------------------------------------------------------
+
+    async def _loop(self) -> None:
+        while self._running:
+            self._wake.clear()
+            try:
+                await self._round()
+            except Exception:
+                _log.exception("scheduler round failed; retrying after the poll interval")
+            if self._events or self._dirty:
+                continue
+            self._idle.set()
+            now = self._clock.now()
+            deadline = now + timedelta(seconds=self._config.poll_interval_s)
+            due = next_wakeup(self._state)
+            if due is not None and due < deadline:
+                deadline = due
+            if self._running:
+                await self._clock.sleep_until(deadline, self._wake)
+        self._idle.set()
+
+    async def _round(self) -> None:
+        if not self._lock.verify():
+            if not self._fenced:
+                _log.error(
+                    "scheduler lock %s was removed or replaced under this process: admissions"
+                    " are stopped; restart the scheduler",
+                    self._lock.path,
+                )
+            self._fenced = True
+            self._events.clear()
+            return
+        events = self._take_events()
+        now = self._clock.now()
+        self._state, commands = decide(self._state, now, events)
+        persisted = {c.schedule_id for c in commands if isinstance(c, PersistRuntime)}
+        consumed, self._consumed_now = self._consumed_now, set()
+        extra: list[Command] = []
+        for schedule_id in sorted(consumed - persisted):
+            if schedule_id in self._state.schedules:
+                view = schedule_view(self._state, schedule_id)
+                extra.append(
+                    PersistRuntime(
+                        schedule_id=schedule_id,
+                        watermark=view.watermark,
+                        held=view.held,
+                        waiting=view.waiting,
+                    )
+                )
+        await self._carry_out((*commands, *extra), now)
+
+    def _take_events(self) -> list[Event]:
+        events, self._events = self._events, []
+        dirty, self._dirty = self._dirty, set()
+        for schedule_id in sorted(dirty):
+            events.extend(self._lifecycle_events(schedule_id))
+        return events
+
+    def _lifecycle_events(self, schedule_id: str) -> list[Event]:
+        after = self._consumed.get(schedule_id, 0)
+        try:
+            records = self._api.definitions.records_after(schedule_id, after)
+        except StoreDamaged as exc:
+            return self._damaged(schedule_id, exc.problem)
+        events: list[Event] = []
+        for record in records:
+            try:
+                events.append(_lifecycle_event(schedule_id, record))
+            except (InvalidDefinition, ValueError, KeyError) as exc:
+                return [*events, *self._damaged_record(schedule_id, record, str(exc))]
+            self._consumed[schedule_id] = record["seq"]
+            self._consumed_now.add(schedule_id)
+        if schedule_id not in self._state.schedules and events:
+            self._api.history.recover(schedule_id)
+        return events
+
+    def _damaged(self, schedule_id: str, problem: StoreProblem) -> list[Event]:
+        if schedule_id not in self._state.schedules:
+            self._block_unknown(schedule_id, problem)
+            return []
+        return [
+            RecordsContradicted(
+                schedule_id=schedule_id,
+                file=problem.file,
+                record=problem.record,
+                reason=problem.reason,
+            )
+        ]
+
+    def _damaged_record(
+        self, schedule_id: str, record: Mapping[str, Any], reason: str
+    ) -> list[Event]:
+        problem = StoreProblem(
+            schedule_id=schedule_id,
+            file=f"schedules/{schedule_id}/lifecycle.jsonl",
+            record=f"seq {record.get('seq')}",
+            reason=reason,
+        )
+        return self._damaged(schedule_id, problem)
+
+    def _block_unknown(self, schedule_id: str, problem: StoreProblem) -> None:
+        """A schedule decide cannot know (no definition can be rebuilt): persist
+        the diagnostic so `get_schedule` shows it; nothing else can happen."""
+        _log.error("schedule %s is blocked: %s", schedule_id, problem.describe())
+        try:
+            self._api.definitions.set_blocked(schedule_id, problem.as_dict(), at=self._clock.now())
+        except SchedulingError as exc:
+            _log.error("could not persist the diagnostic of %s: %s", schedule_id, exc)
+
+    # --- recovery ---------------------------------------------------------------------
+
+    async def _recover(self) -> list[Event]:
+        events: list[Event] = []
+        definitions = self._api.definitions
+        history = self._api.history
+        for schedule_id in definitions.list_ids():
+            events.extend(await self._recover_schedule(schedule_id))
+        history.sync_recovered()
+        return events
+
+    async def _recover_schedule(self, schedule_id: str) -> list[Event]:
+        definitions = self._api.definitions
+        try:
+            records = definitions.records_after(schedule_id, 0)
+        except StoreDamaged as exc:
+            self._block_unknown(schedule_id, exc.problem)
+            return []
+        except NotFound:
+            return []
+        if not records:
+            return []
+        runtime = self._api.runtime.load(schedule_id)
+        recovered = self._api.history.recover(schedule_id)
+        problems = [*recovered.problems]
+        if runtime.problem is not None:
+            problems.append(runtime.problem)
+        consumed = runtime.record["lifecycle_seq"] if runtime.record else 0
+        consumed = min(consumed, len(records))
+        events: list[Event] = []
+        if consumed == 0:
+            replay = records
+        else:
+            try:
+                folded = _fold(records[:consumed])
+                definition = parse_definition(folded.definition)
+            except (InvalidDefinition, KeyError, ValueError) as exc:
+                self._block_unknown(
+                    schedule_id,
+                    StoreProblem(
+                        schedule_id=schedule_id,
+                        file=f"schedules/{schedule_id}/lifecycle.jsonl",
+                        record="definition",
+                        reason=str(exc),
+                    ),
+                )
+                return []
+            record = runtime.record or {}
+            held = parse_instant(record["held"]) if record.get("held") else None
+            waiting = tuple(parse_instant(t) for t in record.get("waiting", ()))
+            last_decided = (
+                parse_instant(recovered.last_decided_instant)
+                if recovered.last_decided_instant
+                else None
+            )
+            active = []
+            for occurrence in recovered.open_occurrences:
+                active.append(await self._recovered_run(occurrence))
+            events.append(
+                ScheduleRecovered(
+                    definition=definition,
+                    revision=folded.revision,
+                    created_at=folded.created_at,
+                    watermark=parse_instant(record["watermark"]) if record else None,
+                    last_decided_instant=last_decided,
+                    held=held,
+                    paused=folded.paused,
+                    deleted=folded.deleted,
+                    active_runs=tuple(active),
+                    updated_at=folded.updated_at,
+                    resumed_at=folded.resumed_at,
+                    waiting=tuple(w for w in waiting if last_decided is None or w > last_decided),
+                )
+            )
+            replay = records[consumed:]
+        for record in replay:
+            try:
+                events.append(_lifecycle_event(schedule_id, record))
+            except (InvalidDefinition, ValueError, KeyError) as exc:
+                events.extend(self._damaged_record(schedule_id, record, str(exc)))
+                break
+            self._consumed[schedule_id] = record["seq"]
+            self._consumed_now.add(schedule_id)
+        self._consumed.setdefault(schedule_id, consumed)
+        if consumed == 0 and recovered.open_occurrences:
+            problems.append(
+                StoreProblem(
+                    schedule_id=schedule_id,
+                    file=f"schedules/{schedule_id}/runtime.json",
+                    record="whole file",
+                    reason="history holds admitted occurrences but the runtime record is missing",
+                )
+            )
+        for problem in problems:
+            if not any(isinstance(e, ScheduleRecovered | ScheduleCreated) for e in events):
+                self._block_unknown(schedule_id, problem)
+                break
+            events.append(
+                RecordsContradicted(
+                    schedule_id=schedule_id,
+                    file=problem.file,
+                    record=problem.record,
+                    reason=problem.reason,
+                )
+            )
+        return events
+
+    async def _recovered_run(self, occurrence: Any) -> RecoveredRun:
+        instant = parse_instant(occurrence.instant)
+        run_id = occurrence.run_id
+        if run_id is None:
+            return RecoveredRun(instant=instant, run_id=None, status="admitted")
+        try:
+            run = await self._host.inspect_run(run_id)
+        except NotFound:
+            return RecoveredRun(instant=instant, run_id=None, status="admitted")
+        except SchedulingError as exc:
+            # An unreadable run record: keep the occurrence active (overlap is
+            # not cleared) and say why; decide blocks nothing on its own here.
+            return RecoveredRun(
+                instant=instant, run_id=run_id, status="running", message=exc.message
+            )
+        error = run.get("error")
+        message = error.get("message") if isinstance(error, Mapping) else None
+        status = run["status"]
+        return RecoveredRun(
+            instant=instant,
+            run_id=run_id,
+            status=status,
+            message=message,
+            never_started=status == "admitted",
+        )
+
+    # --- carrying out commands -----------------------------------------------------------
+
+    async def _carry_out(self, commands: Sequence[Command], now: datetime) -> None:
+        history = self._api.history
+        admits = [c for c in commands if isinstance(c, AdmitOccurrence)]
+        verdicts: dict[tuple[str, datetime], str | None] = {}
+        for admit in admits:
+            verdicts[(admit.schedule_id, admit.instant)] = await self._preflight(admit)
+        passing = [a for a in admits if verdicts[(a.schedule_id, a.instant)] is None]
+        run_ids = iter(await self._host.reserve_run_ids(len(passing)) if passing else [])
+        after = _Round()
+        batch = GroupCommit()
+        try:
+            for command in commands:
+                if isinstance(command, RecordOccurrence):
+                    self._stage_row(batch, command, now)
+                elif isinstance(command, AdmitOccurrence):
+                    reason = verdicts[(command.schedule_id, command.instant)]
+                    if reason is not None:
+                        history.append_decision(
+                            command.schedule_id,
+                            instant=command.instant,
+                            status="preflight-rejected",
+                            reason=reason,
+                            revision=command.revision,
+                            recorded_at=now,
+                            batch=batch,
+                        )
+                        after.events.append(
+                            PreflightFailed(
+                                schedule_id=command.schedule_id,
+                                instant=command.instant,
+                                reason=reason,
+                            )
+                        )
+                        continue
+                    run_id = next(run_ids)
+                    snapshot = {
+                        "deployment_id": command.deployment_id,
+                        "inputs": command.inputs,
+                        "max_steps": command.max_steps,
+                        "revision": command.revision,
+                    }
+                    history.append_decision(
+                        command.schedule_id,
+                        instant=command.instant,
+                        status="admitted",
+                        run_id=run_id,
+                        revision=command.revision,
+                        snapshot=snapshot,
+                        recorded_at=now,
+                        batch=batch,
+                    )
+                    after.launches.append((command.schedule_id, run_id, command.instant, snapshot))
+                elif isinstance(command, PersistRuntime):
+                    self._api.runtime.stage(
+                        batch,
+                        command.schedule_id,
+                        watermark=command.watermark,
+                        held=command.held,
+                        waiting=command.waiting,
+                        lifecycle_seq=self._consumed.get(command.schedule_id, 0),
+                        written_at=now,
+                    )
+                elif isinstance(command, BlockSchedule):
+                    _log.error(
+                        "schedule %s is blocked: %s", command.schedule_id, command.diagnostic
+                    )
+                    self._persist_block(command)
+                elif isinstance(command, CreateAdmittedRun):
+                    after.creates.append((command.schedule_id, command.instant))
+                elif isinstance(command, StartRun):
+                    after.starts.append((command.schedule_id, command.instant, command.run_id))
+                elif isinstance(command, LogWarning):
+                    _log.warning("%s", command.message)
+                else:
+                    raise TypeError(f"unknown command {command!r}")
+            batch.commit()
+        except BaseException:
+            if batch.state == "open":
+                batch.abort()
+            raise
+        self._events.extend(after.events)
+        for schedule_id, run_id, instant, snapshot in after.launches:
+            await self._create_and_launch(schedule_id, instant, run_id, snapshot)
+        for schedule_id, instant in after.creates:
+            occurrence = history.open_occurrence(schedule_id, instant)
+            if occurrence is None or occurrence.run_id is None or occurrence.snapshot is None:
+                _log.error(
+                    "admitted occurrence %s@%s has no run id or snapshot to create its run from",
+                    schedule_id,
+                    format_instant(instant),
+                )
+                continue
+            await self._create_and_launch(
+                schedule_id, instant, occurrence.run_id, occurrence.snapshot
+            )
+        for schedule_id, instant, run_id in after.starts:
+            await self._launch(schedule_id, instant, run_id)
+
+    async def _preflight(self, admit: AdmitOccurrence) -> str | None:
+        try:
+            await self._host.preflight(admit.deployment_id, admit.inputs)
+        except SchedulingError as exc:
+            return exc.message
+        return None
+
+    def _stage_row(self, batch: GroupCommit, command: RecordOccurrence, now: datetime) -> None:
+        history = self._api.history
+        if command.status in RUN_STATUSES:
+            history.append_transition(
+                command.schedule_id,
+                instant=command.instant,
+                status=command.status,
+                run_id=command.run_id,
+                reason=command.reason,
+                recorded_at=now,
+                batch=batch,
+            )
+            return
+        history.append_decision(
+            command.schedule_id,
+            instant=command.instant,
+            status=command.status,
+            reason=command.reason,
+            count=command.count,
+            first_instant=command.first_instant if command.count > 1 else None,
+            last_instant=command.last_instant if command.count > 1 else None,
+            recorded_at=now,
+            batch=batch,
+        )
+
+    def _persist_block(self, command: BlockSchedule) -> None:
+        try:
+            current = self._api.definitions.get(command.schedule_id)
+            if current.get("blocked") is not None:
+                return
+            self._api.definitions.set_blocked(
+                command.schedule_id,
+                {"file": "", "record": "", "reason": command.diagnostic},
+                at=self._clock.now(),
+            )
+        except SchedulingError as exc:
+            _log.error("could not persist the diagnostic of %s: %s", command.schedule_id, exc)
+
+    async def _create_and_launch(
+        self, schedule_id: str, instant: datetime, run_id: str, snapshot: Mapping[str, Any]
+    ) -> None:
+        origin = {
+            "kind": "schedule",
+            "schedule_id": schedule_id,
+            "instant": format_instant(instant),
+            "revision": snapshot["revision"],
+        }
+        try:
+            await self._host.admit_run(
+                snapshot["deployment_id"],
+                dict(snapshot["inputs"]),
+                max_steps=snapshot["max_steps"],
+                origin=origin,
+                run_id=run_id,
+            )
+        except SchedulingError as exc:
+            # The occurrence is admitted and durable; its run cannot be created
+            # (the deployment vanished between preflight and now). Fail it
+            # truthfully rather than leave the overlap place taken forever.
+            _log.error(
+                "run %s for %s@%s could not be created: %s",
+                run_id,
+                schedule_id,
+                origin["instant"],
+                exc,
+            )
+            self._events.append(
+                OccurrenceAdmitted(schedule_id=schedule_id, instant=instant, run_id=run_id)
+            )
+            self._events.append(
+                RunStatusChanged(
+                    schedule_id=schedule_id,
+                    instant=instant,
+                    run_id=run_id,
+                    status="failed",
+                    message=f"the run could not be created: {exc.message}",
+                )
+            )
+            return
+        self._events.append(
+            OccurrenceAdmitted(schedule_id=schedule_id, instant=instant, run_id=run_id)
+        )
+        await self._launch(schedule_id, instant, run_id)
+
+    async def _launch(self, schedule_id: str, instant: datetime, run_id: str) -> None:
+        try:
+            await self._host.launch_run(run_id)
+        except SchedulingError as exc:
+            _log.error("run %s of %s could not be launched: %s", run_id, schedule_id, exc)
+
+
+def build_scheduler_service(
+    server: Any,
+    config: SchedulerServiceConfig | None = None,
+    *,
+    clock: Clock | None = None,
+) -> SchedulerService:
+    """The scheduler service for a server built with `schedules=True`.
+
+    `clock` (default: the system clock) is shared with the server's schedules
+    API so lifecycle instants and decisions read the same time. Raises
+    SchedulerUnavailable when the server has no schedules API.
+    """
+    schedules = getattr(server.api, "schedules", None)
+    if not isinstance(schedules, SchedulesApi):
+        raise SchedulerUnavailable(
+            "this server was built without schedules: use"
+            " build_local_static_workflow_server(root, schedules=True)"
+        )
+    chosen = clock or schedules.clock or SystemClock()
+    schedules.clock = chosen
+    return SchedulerService(
+        host=server.api,
+        schedules=schedules,
+        store_root=server.store_root,
+        config=config or SchedulerServiceConfig(enabled=True),
+        clock=chosen,
+    )
