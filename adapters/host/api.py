@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from core.errors import AlreadyExists, InvalidInput, NotFound, Problem
@@ -21,6 +20,7 @@ from .counter import RunIdCounter
 from .deployments import DeploymentStore
 from .executor import RunExecutor, RunListener
 from .identifiers import check_positive_int, format_run_id
+from .jsonvalues import NotJson, as_json, json_problem
 from .origins import check_origin
 from .plans import Plan
 from .records import RunRecord, Snapshot
@@ -121,16 +121,18 @@ class WorkflowApi:
         plan: Plan = self._artifacts.plan(deployment["artifact_id"], deployment["artifact_version"])
         if inputs is None:
             inputs = {}
-        if not isinstance(inputs, dict):
+        if not isinstance(inputs, Mapping):
             return deployment, {}, [Problem(field="inputs", reason="must be an object")]
         try:
-            inputs = json.loads(json.dumps(inputs, allow_nan=False))
-        except (TypeError, ValueError) as exc:
-            return deployment, {}, [Problem(field="inputs", reason=f"is not JSON: {exc}")]
+            inputs = as_json(inputs, "inputs")
+        except NotJson as exc:
+            return deployment, {}, [json_problem(exc)]
         merged = {**deployment["inputs"], **inputs}
         return deployment, merged, validate_instance("inputs", plan.input_schema, merged)
 
-    async def preflight(self, deployment_id: str, inputs: dict[str, Any] | None) -> dict[str, Any]:
+    async def preflight(
+        self, deployment_id: str, inputs: Mapping[str, Any] | None
+    ) -> dict[str, Any]:
         """Check that a run of `deployment_id` with `inputs` would be admitted.
 
         Returns the merged inputs (deployment defaults overlaid by `inputs`).
@@ -156,9 +158,9 @@ class WorkflowApi:
     async def admit_run(
         self,
         deployment_id: str,
-        inputs: dict[str, Any] | None,
+        inputs: Mapping[str, Any] | None,
         max_steps: int | None = None,
-        origin: dict[str, Any] | None = None,
+        origin: Mapping[str, Any] | None = None,
         run_id: str | None = None,
     ) -> str:
         """Write a new run record with status `admitted` (it does not execute).
@@ -223,9 +225,9 @@ class WorkflowApi:
     async def start_run(
         self,
         deployment_id: str,
-        inputs: dict[str, Any] | None,
+        inputs: Mapping[str, Any] | None,
         max_steps: int | None = None,
-        origin: dict[str, Any] | None = None,
+        origin: Mapping[str, Any] | None = None,
     ) -> str:
         """admit_run + launch_run: returns the run id at once; the run executes in a task."""
         run_id = await self.admit_run(deployment_id, inputs, max_steps=max_steps, origin=origin)
@@ -246,7 +248,7 @@ class WorkflowApi:
     async def run_deployment(
         self,
         deployment_id: str,
-        inputs: dict[str, Any] | None,
+        inputs: Mapping[str, Any] | None,
         max_steps: int | None = None,
     ) -> dict[str, Any]:
         """A manual run: admit, execute, and return the inspected run once it stops."""

@@ -9,8 +9,8 @@ and the merge is what must satisfy the plan's input schema.
 from __future__ import annotations
 
 import copy
-import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, cast
 
@@ -18,6 +18,7 @@ from core.errors import InvalidInput, NotFound, Problem
 
 from .artifacts import ArtifactStore
 from .identifiers import ID_PATTERN, check_identifier, check_positive_int
+from .jsonvalues import NotJson, as_json, json_problem
 from .storage import atomic_write_json, fsync_dir, is_temp_file, read_json
 
 __all__ = ["DeploymentStore"]
@@ -28,12 +29,12 @@ _PAYLOAD_KEYS: Final = frozenset(
 
 
 def _check_inputs(field: str, value: Any) -> list[Problem]:
-    if not isinstance(value, dict):
+    if not isinstance(value, Mapping):
         return [Problem(field=field, reason="must be an object")]
     try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        return [Problem(field=field, reason=f"is not JSON: {exc}")]
+        as_json(value, field)
+    except NotJson as exc:
+        return [json_problem(exc)]
     return []
 
 
@@ -90,7 +91,7 @@ class DeploymentStore:
 
     def save(self, payload: Any, artifacts: ArtifactStore, now: str) -> dict[str, Any]:
         """Validate and create or replace a deployment. NotFound if the artifact is missing."""
-        if not isinstance(payload, dict):
+        if not isinstance(payload, Mapping):
             raise InvalidInput.from_problems(
                 "deployment", [Problem(field="payload", reason="must be an object")]
             )
@@ -115,7 +116,7 @@ class DeploymentStore:
             "deployment_id": deployment_id,
             "artifact_id": payload["artifact_id"],
             "artifact_version": payload["artifact_version"],
-            "inputs": copy.deepcopy(inputs),
+            "inputs": as_json(inputs, "inputs"),
             "title": title,
             "created_at": previous["created_at"] if previous else now,
             "updated_at": now,

@@ -18,15 +18,15 @@ abandons the run truthfully.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 from typing import Any, Final
 
-from core.errors import InvalidInput, InvalidState, Problem
+from core.errors import InvalidInput, InvalidState
 
 from .artifacts import ArtifactStore
 from .engine import Position, Stop, execute, trace_entry
+from .jsonvalues import NotJson, as_json, json_problem
 from .plans import Plan
 from .records import Checkpoint, ExecutingMark, Progress, RunError, RunRecord
 from .runs import RunStore
@@ -103,11 +103,9 @@ class RunExecutor:
             plan = self._plan(record)
             node = plan.nodes[checkpoint.node]
             try:
-                payload = json.loads(json.dumps(payload, allow_nan=False))
-            except (TypeError, ValueError) as exc:
-                raise InvalidInput.from_problems(
-                    "resume payload", [Problem(field="payload", reason=f"is not JSON: {exc}")]
-                ) from None
+                payload = as_json(payload, "payload")
+            except NotJson as exc:
+                raise InvalidInput.from_problems("resume payload", [json_problem(exc)]) from None
             problems = validate_instance("payload", node.resume_schema, payload)
             if problems:
                 raise InvalidInput.from_problems("resume payload", problems)

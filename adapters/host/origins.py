@@ -7,12 +7,14 @@ for a run the scheduler admitted for one occurrence of a schedule revision.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final
 
 from core.errors import Problem
 
 from .identifiers import check_positive_int
+from .jsonvalues import NotJson, as_json, json_problem
 
 __all__ = ["MANUAL", "check_origin"]
 
@@ -24,8 +26,12 @@ def check_origin(origin: Any) -> tuple[dict[str, Any], list[Problem]]:
     """The origin to store (manual for None) and its problems."""
     if origin is None:
         return dict(MANUAL), []
-    if not isinstance(origin, dict):
+    if not isinstance(origin, Mapping):
         return {}, [Problem(field="origin", reason="must be an object or null")]
+    try:
+        origin = as_json(origin, "origin")
+    except NotJson as exc:
+        return {}, [json_problem(exc)]
     kind = origin.get("kind")
     if kind == "manual":
         extra = sorted(set(origin) - {"kind"}, key=str)

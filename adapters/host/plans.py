@@ -8,7 +8,6 @@ is created, so a stored plan is known to be well-formed.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -16,6 +15,7 @@ from typing import Any, Final, Literal
 from core.errors import InvalidInput, Problem
 
 from .capabilities import CAPABILITIES
+from .jsonvalues import NotJson, as_json, json_problem
 from .schemas import check_schema
 from .templates import ValuePath, parse_path
 
@@ -312,12 +312,10 @@ class _Compiler:
 def compile_plan(raw: Any) -> Plan:
     """Validate a plan and compile it. Raises InvalidInput listing every problem."""
     try:
-        # Round-trip so the stored plan is exactly the JSON that was checked.
-        normalized = json.loads(json.dumps(raw, allow_nan=False))
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput.from_problems(
-            "plan", [Problem(field="plan", reason=f"is not JSON: {exc}")]
-        ) from None
+        # A plain copy, so the stored plan is exactly the JSON that was checked.
+        normalized = as_json(raw, "plan")
+    except NotJson as exc:
+        raise InvalidInput.from_problems("plan", [json_problem(exc)]) from None
     if not isinstance(normalized, dict):
         raise InvalidInput.from_problems(
             "plan", [Problem(field="plan", reason="must be a JSON object")]

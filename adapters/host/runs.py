@@ -15,6 +15,7 @@ import base64
 import binascii
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -78,7 +79,7 @@ class RunStore:
     def path(self, run_id: str) -> Path:
         return self.dir / f"{run_id}.json"
 
-    def load(self, now: str) -> list[dict[str, Any]]:
+    def load(self, now: Callable[[], str]) -> list[dict[str, Any]]:
         """Startup recovery of every record (see recovery.py). Returns the findings."""
         findings: list[dict[str, Any]] = []
         if not self.dir.is_dir():
@@ -102,7 +103,7 @@ class RunStore:
             _log.warning("run store recovery: %s", finding)
         return findings
 
-    def _load_one(self, number: int, path: Path, now: str) -> list[dict[str, Any]]:
+    def _load_one(self, number: int, path: Path, now: Callable[[], str]) -> list[dict[str, Any]]:
         run_id = format_run_id(number)
 
         def broken(finding: str, reason: str) -> list[dict[str, Any]]:
@@ -121,7 +122,10 @@ class RunStore:
         contradiction = check_consistency(record)
         if contradiction is not None:
             return broken("contradictory", contradiction)
-        recovered = recover_record(record, now)
+        if record.status != "running":
+            self._records[number] = record
+            return []
+        recovered = recover_record(record, now())
         if recovered is None:
             self._records[number] = record
             return []

@@ -84,7 +84,7 @@ def build_local_static_workflow_server(
     deployments = DeploymentStore(store_root)
     report += deployments.load()
     runs = RunStore(store_root)
-    report += runs.load(now())
+    report += runs.load(now)
     counter = RunIdCounter(store_root / "counters" / "run_id")
     repaired = counter.load(runs.highest_number())
     if repaired is not None:

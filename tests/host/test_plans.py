@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -257,17 +258,23 @@ def test_many_problems_come_in_one_error() -> None:
 
 
 @pytest.mark.parametrize(
-    ("raw", "reason"),
+    ("raw", "field", "reason"),
     [
-        ([], "must be a JSON object"),
-        ({"name": float("nan")}, "is not JSON"),
-        (object(), "is not JSON"),
+        ([], "plan", "must be a JSON object"),
+        ({"name": float("nan")}, "plan.name", "is not JSON: nan is not a JSON number"),
+        ({"nodes": [{"id": b"x"}]}, "plan.nodes.0.id", "is not JSON: bytes is not a JSON value"),
+        (object(), "plan", "is not JSON: object is not a JSON value"),
     ],
 )
-def test_plan_that_is_not_a_json_object(raw: Any, reason: str) -> None:
+def test_plan_that_is_not_a_json_object(raw: Any, field: str, reason: str) -> None:
     with pytest.raises(InvalidInput) as caught:
         compile_plan(raw)
-    assert [(p.field, reason in p.reason) for p in caught.value.problems] == [("plan", True)]
+    assert [(p.field, p.reason) for p in caught.value.problems] == [(field, reason)]
+
+
+def test_immutable_mappings_and_sequences_are_accepted() -> None:
+    frozen = MappingProxyType({**APPROVAL_PLAN, "nodes": tuple(APPROVAL_PLAN["nodes"])})
+    assert compile_plan(frozen).source == APPROVAL_PLAN
 
 
 def test_valid_plan_compiles_with_defaults() -> None:

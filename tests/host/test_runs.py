@@ -7,6 +7,7 @@ import copy
 import json
 import logging
 import os
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -106,13 +107,13 @@ async def test_snapshot_is_pinned_at_admission(server: LocalStaticWorkflowServer
 
 async def test_unknown_deployment(server: LocalStaticWorkflowServer) -> None:
     for call in (
-        server.api.preflight("nope", {}),
-        server.api.admit_run("nope", {}),
-        server.api.start_run("nope", {}),
-        server.api.run_deployment("nope", {}),
+        server.api.preflight,
+        server.api.admit_run,
+        server.api.start_run,
+        server.api.run_deployment,
     ):
         with pytest.raises(NotFound, match="deployment 'nope' not found"):
-            await call
+            await call("nope", {})
     assert tree_snapshot(server.store_root) == {}
 
 
@@ -126,7 +127,7 @@ async def test_unknown_deployment(server: LocalStaticWorkflowServer) -> None:
             [("inputs.name", "not of type"), ("inputs.punct", "not of type")],
         ),
         ([1], [("inputs", "must be an object")]),
-        ({"name": float("nan")}, [("inputs", "is not JSON")]),
+        ({"name": float("nan")}, [("inputs.name", "is not JSON")]),
     ],
 )
 async def test_invalid_inputs_change_nothing(
@@ -135,13 +136,13 @@ async def test_invalid_inputs_change_nothing(
     await deploy(server, GREETING_PLAN, "hello.default")
     before = tree_snapshot(server.store_root)
     for call in (
-        server.api.preflight("hello.default", inputs),
-        server.api.admit_run("hello.default", inputs),
-        server.api.start_run("hello.default", inputs),
-        server.api.run_deployment("hello.default", inputs),
+        server.api.preflight,
+        server.api.admit_run,
+        server.api.start_run,
+        server.api.run_deployment,
     ):
         with pytest.raises(InvalidInput) as caught:
-            await call
+            await call("hello.default", inputs)
         got = [(p.field, p.reason) for p in caught.value.problems]
         assert [f for f, _ in got] == [f for f, _ in problems]
         for (_, reason), (_, fragment) in zip(got, problems, strict=True):
@@ -374,7 +375,7 @@ async def test_interrupt_can_happen_again_after_a_resume(server: LocalStaticWork
         ({"approved": "yes"}, ["payload.approved"]),
         ({"approved": True, "note": 1}, ["payload"]),
         ([True], ["payload"]),
-        ({"approved": float("nan")}, ["payload"]),
+        ({"approved": float("nan")}, ["payload.approved"]),
     ],
 )
 async def test_invalid_resume_payload_changes_nothing(
@@ -547,8 +548,8 @@ async def test_a_loop_without_budget_is_stopped_by_a_budget(
     plan["nodes"].pop()
     plan["edges"] = {"boom": {"error": "boom"}}
     await deploy(server, plan, "loop.default")
-    run = await server.api.run_deployment("loop.default", {}, max_steps=50)
-    assert (run["status"], run["steps"], len(run["trace"])) == ("exhausted", 50, 50)
+    run = await server.api.run_deployment("loop.default", {}, max_steps=20)
+    assert (run["status"], run["steps"], len(run["trace"])) == ("exhausted", 20, 20)
 
 
 @pytest.mark.parametrize("max_steps", [0, -3, True, 2.5, "10"])
@@ -728,3 +729,15 @@ async def test_run_ids_continue_after_restart(build: Builder) -> None:
         "run-000001",
         "run-000004",
     ]
+
+
+async def test_immutable_mappings_from_the_scheduler_are_accepted(
+    server: LocalStaticWorkflowServer,
+) -> None:
+    await deploy(server, GREETING_PLAN, "hello.default")
+    inputs = MappingProxyType({"name": "frozen"})
+    origin = MappingProxyType(SCHEDULE_ORIGIN)
+    assert await server.api.preflight("hello.default", inputs) == {"name": "frozen"}
+    run_id = await server.api.admit_run("hello.default", inputs, origin=origin)
+    run = await server.api.inspect_run(run_id)
+    assert (run["snapshot"]["inputs"], run["origin"]) == ({"name": "frozen"}, SCHEDULE_ORIGIN)

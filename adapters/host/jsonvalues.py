@@ -1,0 +1,57 @@
+"""Turning caller values into plain JSON values before they are checked or stored.
+
+Callers (the scheduler in particular) may hand over immutable mappings and
+sequences (`Mapping`, tuples, pyrsistent maps/vectors). The host stores plain
+JSON, so those are thawed into dicts and lists; anything that is not JSON
+(NaN, infinities, non-string keys, other objects) is a problem at `field`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from core.errors import Problem
+
+__all__ = ["NotJson", "as_json", "json_problem"]
+
+
+class NotJson(ValueError):
+    """The value at `path` is not JSON, for `reason`."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+def _thaw(value: Any, where: str) -> Any:
+    if value is None or isinstance(value, bool | str):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise NotJson(where, f"{value!r} is not a JSON number")
+        return value
+    if isinstance(value, Mapping):
+        thawed: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise NotJson(where, f"key {key!r} is not a string")
+            thawed[key] = _thaw(item, f"{where}.{key}")
+        return thawed
+    if isinstance(value, Sequence) and not isinstance(value, bytes | bytearray):
+        return [_thaw(item, f"{where}.{index}") for index, item in enumerate(value)]
+    raise NotJson(where, f"{type(value).__name__} is not a JSON value")
+
+
+def as_json(value: Any, field: str) -> Any:
+    """A plain-JSON deep copy of `value`. Raises NotJson naming the offending path."""
+    return _thaw(value, field)
+
+
+def json_problem(exc: NotJson) -> Problem:
+    """The Problem naming where a value is not JSON."""
+    return Problem(field=exc.path, reason=f"is not JSON: {exc.reason}")
