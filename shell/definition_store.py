@@ -467,9 +467,10 @@ class DefinitionStore:
         """Lifecycle records with seq greater than `seq`, oldest first.
 
         The scheduler passes the last seq it consumed (`runtime.json`'s
-        `lifecycle_seq`) to find the changes it has not applied yet. Raises
-        `StoreDamaged` if one of those records is damaged, `NotFound` if the
-        schedule does not exist. A torn final line is ignored.
+        `lifecycle_seq`) to find the changes it has not applied yet. Every
+        record is checked, so this raises `StoreDamaged` for any unparseable
+        or contradictory record, and `NotFound` if the schedule does not
+        exist. A torn final line is ignored.
         """
         files = self._files(schedule_id)
         if not _is_int(seq) or seq < 0:
@@ -485,9 +486,16 @@ class DefinitionStore:
             return ()
         lines, _torn = read
         records: list[dict[str, Any]] = []
+        snapshot: dict[str, Any] | None = None
         try:
-            for index in range(seq, len(lines)):
-                records.append(_parse_record(lines[index], index + 1))
+            # Replayed from the first record so that a contradiction (not just
+            # a parse error) in the returned records is caught; the log holds
+            # one record per edit, so this stays cheap.
+            for index, line in enumerate(lines):
+                record = _parse_record(line, index + 1)
+                snapshot = _apply(snapshot, record, schedule_id)
+                if index >= seq:
+                    records.append(record)
         except _Bad as bad:
             raise StoreDamaged(
                 StoreProblem(

@@ -11,7 +11,8 @@ depends on are durable):
 
 `waiting` lists on-time instants of a misfire="skip" schedule that wait for
 an execution slot: they have no history row yet, so they must survive a
-restart. Records written before the field existed read as `[]`.
+restart. It is written sorted and without duplicates; records written before
+the field existed read as `[]`.
 """
 
 from __future__ import annotations
@@ -135,9 +136,25 @@ class RuntimeStore:
             or lifecycle_seq < 0
         ):
             problems.append(Problem(field="lifecycle_seq", reason="must be a non-negative integer"))
+        waiting_texts: set[str] = set()
+        if isinstance(waiting, str | bytes) or not isinstance(waiting, Sequence):
+            problems.append(Problem(field="waiting", reason="must be a list of instants"))
+        else:
+            for index, value in enumerate(waiting):
+                try:
+                    waiting_texts.add(canonical_instant(value))
+                except (TypeError, ValueError) as exc:
+                    problems.append(
+                        Problem(
+                            field=f"waiting[{index}]", reason=f"must be an aware instant: {exc}"
+                        )
+                    )
         if problems:
             raise InvalidInput.from_problems("runtime record", problems)
         record["lifecycle_seq"] = lifecycle_seq
+        # Sorted by instant (all are UTC "Z" text of one shape except for
+        # optional microseconds, so sort the parsed values, not the text).
+        record["waiting"] = sorted(waiting_texts, key=parse_instant)
         return record
 
     def stage(
@@ -162,6 +179,7 @@ class RuntimeStore:
             held=held,
             lifecycle_seq=lifecycle_seq,
             written_at=written_at,
+            waiting=waiting,
         )
         if not files.directory.is_dir():
             raise NotFound(
@@ -188,6 +206,7 @@ class RuntimeStore:
             held=held,
             lifecycle_seq=lifecycle_seq,
             written_at=written_at,
+            waiting=waiting,
         )
         if not files.directory.is_dir():
             raise NotFound(

@@ -1,0 +1,25 @@
+"""Fixtures shared by the store tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from shell.durable import set_fault_injector
+
+
+@pytest.fixture(autouse=True)
+def _no_fault_injector() -> Iterator[None]:
+    # A test that installs a crash hook must never leak it into the next one.
+    previous = set_fault_injector(None)
+    yield
+    set_fault_injector(previous)
+
+
+@pytest.fixture
+def store_root(tmp_path: Path) -> Path:
+    root = tmp_path / "store"
+    root.mkdir()
+    return root

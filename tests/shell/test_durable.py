@@ -1,0 +1,223 @@
+"""Atomic writes, fsync'd appends and group commit, including simulated crashes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from shell import durable
+from shell.durable import (
+    CrashAt,
+    GroupCommit,
+    SimulatedCrash,
+    append_records,
+    atomic_write_bytes,
+    atomic_write_json,
+    remove_stale_temp_files,
+    set_fault_injector,
+    sync_paths,
+)
+
+
+def _names(directory: Path) -> list[str]:
+    return sorted(os.listdir(directory))
+
+
+def test_atomic_write_json_writes_canonical_json_and_leaves_no_temp(tmp_path: Path) -> None:
+    target = tmp_path / "a.json"
+    atomic_write_json(target, {"b": 1, "a": [1, 2]})
+    assert target.read_bytes() == b'{"a":[1,2],"b":1}\n'
+    atomic_write_json(target, {"c": None})
+    assert json.loads(target.read_bytes()) == {"c": None}
+    assert _names(tmp_path) == ["a.json"]
+
+
+def test_atomic_write_crash_before_replace_keeps_old_content(tmp_path: Path) -> None:
+    target = tmp_path / "a.json"
+    atomic_write_bytes(target, b"old\n")
+    set_fault_injector(CrashAt("after:replace:a.json"))
+    with pytest.raises(SimulatedCrash):
+        atomic_write_bytes(target, b"new\n")
+    assert target.read_bytes() == b"new\n"
+    set_fault_injector(CrashAt("before:replace:a.json"))
+    with pytest.raises(SimulatedCrash):
+        atomic_write_bytes(target, b"newer\n")
+    assert target.read_bytes() == b"new\n"
+
+
+def test_atomic_write_refuses_nan(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        atomic_write_json(tmp_path / "a.json", {"x": float("nan")})
+    assert _names(tmp_path) == []
+
+
+def test_append_records_writes_lines_and_returns_start_offset(tmp_path: Path) -> None:
+    log = tmp_path / "log.jsonl"
+    first = append_records(log, [{"seq": 0, "b": "x"}, {"seq": 1}])
+    second = append_records(log, [{"seq": 2}], sync=False)
+    data = log.read_bytes()
+    assert first == 0
+    assert second == len(b'{"b":"x","seq":0}\n{"seq":1}\n')
+    assert data.split(b"\n") == [b'{"b":"x","seq":0}', b'{"seq":1}', b'{"seq":2}', b""]
+
+
+def test_append_records_escapes_non_ascii_so_lines_stay_lines(tmp_path: Path) -> None:
+    log = tmp_path / "log.jsonl"
+    append_records(log, [{"text": "line\u2028sep\nnewline é"}])
+    data = log.read_bytes()
+    assert data.count(b"\n") == 1
+    assert json.loads(data)["text"] == "line\u2028sep\nnewline é"
+
+
+def test_group_commit_makes_appends_and_replaces_visible(tmp_path: Path) -> None:
+    seen: list[str] = []
+    batch = GroupCommit()
+    batch.append_records(tmp_path / "a.jsonl", [{"n": 1}])
+    batch.append_records(tmp_path / "b.jsonl", [{"n": 2}])
+    batch.append_records(tmp_path / "a.jsonl", [{"n": 3}])
+    batch.replace_json(tmp_path / "r.json", {"v": 1})
+    batch.replace_json(tmp_path / "r.json", {"v": 2})
+    batch.on_commit(lambda: seen.append("committed"))
+    batch.on_abort(lambda: seen.append("aborted"))
+    assert not (tmp_path / "a.jsonl").exists()
+    batch.commit()
+    assert (tmp_path / "a.jsonl").read_bytes() == b'{"n":1}\n{"n":3}\n'
+    assert (tmp_path / "b.jsonl").read_bytes() == b'{"n":2}\n'
+    assert json.loads((tmp_path / "r.json").read_bytes()) == {"v": 2}
+    assert seen == ["committed"]
+    assert batch.state == "committed"
+    assert _names(tmp_path) == ["a.jsonl", "b.jsonl", "r.json"]
+    with pytest.raises(RuntimeError):
+        batch.append_records(tmp_path / "a.jsonl", [{"n": 4}])
+    with pytest.raises(RuntimeError):
+        batch.commit()
+
+
+def test_group_commit_crash_before_renames_leaves_appends_and_old_targets(tmp_path: Path) -> None:
+    atomic_write_json(tmp_path / "r.json", {"v": "old"})
+    batch = GroupCommit()
+    batch.append_records(tmp_path / "a.jsonl", [{"n": 1}])
+    batch.replace_json(tmp_path / "r.json", {"v": "new"})
+    set_fault_injector(CrashAt("before:replace:r.json"))
+    with pytest.raises(SimulatedCrash):
+        batch.commit()
+    assert batch.state == "crashed"
+    # The ordering guarantee: appends are durable before any replace is visible.
+    assert (tmp_path / "a.jsonl").read_bytes() == b'{"n":1}\n'
+    assert json.loads((tmp_path / "r.json").read_bytes()) == {"v": "old"}
+    # Like a real crash, the temp file stays until the owner cleans up.
+    stale = [n for n in _names(tmp_path) if n.endswith(".tmp")]
+    assert len(stale) == 1
+    assert remove_stale_temp_files(tmp_path) == stale
+    assert _names(tmp_path) == ["a.jsonl", "r.json"]
+
+
+def test_group_commit_failure_runs_abort_callbacks_and_removes_temps(tmp_path: Path) -> None:
+    seen: list[str] = []
+    (tmp_path / "a.jsonl").write_bytes(b'{"n":0}\n')
+    batch = GroupCommit()
+    batch.replace_json(tmp_path / "r.json", {"v": 1})
+    batch.append_bytes(tmp_path / "a.jsonl", b'{"n":1}\n', expect_size=999)
+    batch.on_commit(lambda: seen.append("committed"))
+    batch.on_abort(lambda: seen.append("aborted"))
+    with pytest.raises(OSError, match="changed under the scheduler"):
+        batch.commit()
+    assert seen == ["aborted"]
+    assert batch.state == "aborted"
+    assert (tmp_path / "a.jsonl").read_bytes() == b'{"n":0}\n'
+    assert _names(tmp_path) == ["a.jsonl"]
+
+
+def test_group_commit_context_manager_commits_or_aborts(tmp_path: Path) -> None:
+    with GroupCommit() as batch:
+        batch.append_records(tmp_path / "a.jsonl", [{"n": 1}])
+    assert batch.state == "committed"
+    with pytest.raises(KeyError), GroupCommit() as failing:
+        failing.append_records(tmp_path / "a.jsonl", [{"n": 2}])
+        raise KeyError("boom")
+    assert failing.state == "aborted"
+    assert (tmp_path / "a.jsonl").read_bytes() == b'{"n":1}\n'
+
+
+def test_group_commit_names_every_fault_point_in_order(tmp_path: Path) -> None:
+    recorder = CrashAt(None)
+    set_fault_injector(recorder)
+    batch = GroupCommit()
+    batch.append_records(tmp_path / "a.jsonl", [{"n": 1}])
+    batch.replace_json(tmp_path / "r.json", {"v": 1})
+    batch.commit()
+    assert recorder.seen == [
+        "before:commit",
+        "before:append:a.jsonl",
+        "after:append:a.jsonl",
+        "before:stage:r.json",
+        "after:stage:r.json",
+        "before:sync",
+        "after:sync",
+        "before:replace:r.json",
+        "after:replace:r.json",
+        "before:sync-dirs",
+        "after:sync-dirs",
+        "after:commit",
+    ]
+
+
+@pytest.mark.skipif(not durable.syncfs_available(), reason="syncfs(2) is Linux-only")
+def test_many_files_are_flushed_with_one_syncfs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: dict[str, int] = {"syncfs": 0, "fsync": 0, "fsync_dir": 0}
+    real_syncfs = durable._syncfs_directory
+    real_fsync = durable._fsync_path
+    real_fsync_dir = durable.fsync_directory
+
+    def count_syncfs(directory: str) -> None:
+        calls["syncfs"] += 1
+        real_syncfs(directory)
+
+    def count_fsync(path: str | os.PathLike[str]) -> None:
+        calls["fsync"] += 1
+        real_fsync(path)
+
+    def count_fsync_dir(path: str | os.PathLike[str]) -> None:
+        calls["fsync_dir"] += 1
+        real_fsync_dir(path)
+
+    monkeypatch.setattr(durable, "_syncfs_directory", count_syncfs)
+    monkeypatch.setattr(durable, "_fsync_path", count_fsync)
+    monkeypatch.setattr(durable, "fsync_directory", count_fsync_dir)
+    batch = GroupCommit()
+    for i in range(50):
+        batch.append_records(tmp_path / f"h{i}.jsonl", [{"n": i}])
+        batch.replace_json(tmp_path / f"r{i}.json", {"n": i})
+    batch.commit()
+    # One syncfs for 100 files' data; the renames all live in one directory,
+    # so one fsync of it makes them durable. No per-file fsync.
+    assert calls == {"syncfs": 1, "fsync": 0, "fsync_dir": 1}
+    assert all((tmp_path / f"r{i}.json").exists() for i in range(50))
+
+
+def test_small_batches_fsync_each_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    flushed: list[str] = []
+    real_fsync = durable._fsync_path
+
+    def record(path: str | os.PathLike[str]) -> None:
+        flushed.append(os.path.basename(path))
+        real_fsync(path)
+
+    monkeypatch.setattr(durable, "_fsync_path", record)
+    monkeypatch.setattr(durable, "_syncfs", None)
+    (tmp_path / "a.jsonl").write_bytes(b"")
+    batch = GroupCommit(sync="syncfs")  # falls back to fsync without syncfs(2)
+    batch.append_records(tmp_path / "a.jsonl", [{"n": 1}])
+    batch.commit()
+    assert flushed == ["a.jsonl"]
+
+
+def test_sync_paths_skips_missing_files(tmp_path: Path) -> None:
+    (tmp_path / "x").write_bytes(b"x")
+    sync_paths([tmp_path / "x", tmp_path / "missing"], [tmp_path], mode="fsync")
+    sync_paths([tmp_path / "x", tmp_path / "missing"], [tmp_path], mode="syncfs")
