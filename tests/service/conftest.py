@@ -1,0 +1,156 @@
+"""Fixtures for the scheduler service tests: a host server and a service on a
+manual clock, rebuilt on the same store root to simulate restarts."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters import build_local_static_workflow_server
+from adapters.host import LocalStaticWorkflowServer
+from shell import ManualClock, SchedulerService, SchedulerServiceConfig, build_scheduler_service
+
+START = datetime(2026, 3, 2, 9, 30, tzinfo=UTC)  # a Monday
+
+CONSTANT_PLAN: dict[str, Any] = {
+    "name": "report",
+    "input_schema": {
+        "type": "object",
+        "properties": {"when": {"type": "string"}},
+    },
+    "start": "emit",
+    "nodes": [
+        {
+            "id": "emit",
+            "kind": "call",
+            "capability": "wf.std.format",
+            "params": {"template": "report for {input.when}"},
+        }
+    ],
+    "edges": {"emit": {"ok": "__end__"}},
+    "output": {"result": "state.emit"},
+}
+
+GATE_PLAN: dict[str, Any] = {
+    "name": "gate",
+    "input_schema": {"type": "object"},
+    "start": "gate",
+    "nodes": [
+        {
+            "id": "gate",
+            "kind": "interrupt",
+            "prompt": "go?",
+            "resume_schema": {
+                "type": "object",
+                "properties": {"go": {"type": "boolean"}},
+                "required": ["go"],
+            },
+        },
+        {"id": "done", "kind": "call", "capability": "wf.std.constant", "params": {"value": 1}},
+    ],
+    "edges": {"gate": {"ok": "done"}, "done": {"ok": "__end__"}},
+    "output": {"done": "state.done"},
+}
+
+
+def sleep_plan(seconds: float) -> dict[str, Any]:
+    return {
+        "name": "sleeper",
+        "input_schema": {"type": "object"},
+        "start": "nap",
+        "nodes": [
+            {
+                "id": "nap",
+                "kind": "call",
+                "capability": "wf.std.sleep",
+                "params": {"seconds": seconds},
+            }
+        ],
+        "edges": {"nap": {"ok": "__end__"}},
+        "output": {},
+    }
+
+
+class Harness:
+    """One store root; `boot()` builds a server + service as a process start would."""
+
+    def __init__(self, root: Path, clock: ManualClock) -> None:
+        self.root = root
+        self.clock = clock
+        self.server: LocalStaticWorkflowServer | None = None
+        self.service: SchedulerService | None = None
+
+    def build_server(self) -> LocalStaticWorkflowServer:
+        self.server = build_local_static_workflow_server(
+            self.root, schedules=True, clock=self.clock.now
+        )
+        return self.server
+
+    async def boot(self, **config: Any) -> SchedulerService:
+        server = self.build_server()
+        config.setdefault("enabled", True)
+        self.service = build_scheduler_service(
+            server, SchedulerServiceConfig(**config), clock=self.clock
+        )
+        await self.service.start()
+        await self.service.settle()
+        return self.service
+
+    @property
+    def api(self) -> Any:
+        assert self.server is not None
+        return self.server.api
+
+    @property
+    def schedules(self) -> Any:
+        return self.api.schedules
+
+    async def deploy(self, deployment_id: str, plan: dict[str, Any]) -> None:
+        artifact_id = deployment_id.split(".")[0]
+        await self.api.create_artifact_from_plan(artifact_id, 1, plan)
+        await self.api.save_deployment(
+            {"deployment_id": deployment_id, "artifact_id": artifact_id, "artifact_version": 1}
+        )
+
+    async def at(self, instant: datetime) -> None:
+        """Move the clock to `instant` and let the scheduler do everything due."""
+        assert self.service is not None
+        await self.clock.set(instant)
+        await self.service.settle()
+
+    async def occurrences(self, schedule_id: str) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            page = await self.schedules.list_schedule_occurrences(
+                schedule_id=schedule_id, limit=100, cursor=cursor
+            )
+            rows.extend(page["occurrences"])
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return rows
+
+    async def statuses(self, schedule_id: str) -> list[tuple[str, str]]:
+        return [
+            (row["instant"][11:16], row["status"]) for row in await self.occurrences(schedule_id)
+        ]
+
+    async def shutdown(self) -> None:
+        if self.service is not None and self.service.running:
+            await self.service.stop()
+        if self.server is not None:
+            await self.server.api.cancel_executing()
+
+
+@pytest.fixture
+async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
+    h = Harness(tmp_path / "store", ManualClock(START))
+    yield h
+    await h.shutdown()
+
+
+Booter = Callable[..., Any]
