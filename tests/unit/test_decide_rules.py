@@ -1,0 +1,245 @@
+"""Rules of decide that the decision tables do not spell out row by row."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from core.commands import AdmitOccurrence, LogWarning, PersistRuntime, RecordOccurrence
+from core.decide import decide, next_wakeup
+from core.events import (
+    OccurrenceAdmitted,
+    RunStatusChanged,
+    ScheduleCreated,
+    ScheduleDeleted,
+    SchedulePaused,
+    ScheduleResumed,
+    ScheduleUpdated,
+)
+from core.state import initial_state, schedule_view
+from tests.property.builders import at, cron, kinds, oneshot, persisted, rows, run, started_state
+
+
+def test_admission_carries_revision_deployment_inputs_and_budget() -> None:
+    definition = cron(
+        "r",
+        "0 * * * *",
+        "Europe/Berlin",
+        inputs={
+            "when": {"$bind": "occurrence.instant"},
+            "local": {"$bind": "occurrence.local_instant"},
+            "rev": {"$bind": "schedule.revision"},
+            "fixed": [1, "two"],
+        },
+        max_steps=7,
+    )
+    state = started_state(definition)
+    _, commands = run(state, at(10))
+    admit = commands[0]
+    assert admit == AdmitOccurrence(
+        schedule_id="r",
+        instant=at(10),
+        revision=1,
+        deployment_id="report.default",
+        inputs={
+            "when": "2024-01-15T10:00:00Z",
+            "local": "2024-01-15T11:00:00+01:00",
+            "rev": 1,
+            "fixed": [1, "two"],
+        },
+        max_steps=7,
+    )
+
+
+def test_an_update_applies_to_later_admissions_only() -> None:
+    state = started_state(cron("r", overlap="parallel", max_active_runs=5))
+    state, first = run(state, at(10))
+    updated = cron("r", "30 * * * *", overlap="parallel", max_active_runs=5, max_steps=3)
+    state, commands = run(
+        state, at(10, 10), ScheduleUpdated(definition=updated, revision=2, at=at(10, 10))
+    )
+    assert commands == (PersistRuntime(schedule_id="r", watermark=at(10, 10), held=None),)
+    state, commands = run(state, at(10, 30))
+    admit = commands[0]
+    assert isinstance(admit, AdmitOccurrence)
+    assert (admit.instant, admit.revision, admit.max_steps) == (at(10, 30), 2, 3)
+    assert schedule_view(state, "r").active.keys() == {at(10), at(10, 30)}
+    assert isinstance(first[0], AdmitOccurrence) and first[0].revision == 1
+
+
+def test_a_held_candidate_waiting_from_before_a_downtime_is_superseded() -> None:
+    state = started_state(cron("r", misfire="latest"))
+    state, _ = run(state, at(10))
+    state, _ = run(state, at(11))
+    assert schedule_view(state, "r").held == at(11)
+    state, commands = run(state, at(15, 30))
+    recorded = [c for c in commands if isinstance(c, RecordOccurrence)]
+    assert [(c.instant, c.status, c.count, c.first_instant) for c in recorded] == [
+        (at(11), "superseded", 1, None),
+        (at(14), "coalesced", 3, at(12)),
+    ]
+    assert schedule_view(state, "r").held == at(15)
+
+
+def test_a_held_candidate_missed_earlier_in_the_same_catch_up_is_coalesced() -> None:
+    # The downtime is split by an update replayed at 13:30.
+    definition = cron("r", misfire="latest", lateness_allowance_s=30)
+    state = started_state(definition, created=at(10, 30))
+    updated = cron("r", misfire="latest", lateness_allowance_s=45)
+    state, commands = run(
+        state, at(15, 30), ScheduleUpdated(definition=updated, revision=2, at=at(13, 30))
+    )
+    recorded = [c for c in commands if isinstance(c, RecordOccurrence)]
+    assert [(c.instant, c.status, c.count) for c in recorded] == [
+        (at(12), "coalesced", 2),
+        (at(13), "coalesced", 1),
+        (at(14), "coalesced", 1),
+    ]
+    assert kinds(commands)[-2:] == ["AdmitOccurrence", "PersistRuntime"]
+    assert commands[-2] == AdmitOccurrence(
+        schedule_id="r",
+        instant=at(15),
+        revision=2,
+        deployment_id="report.default",
+        inputs={},
+        max_steps=None,
+    )
+
+
+def test_several_on_time_instants_in_one_call_are_each_decided() -> None:
+    # A generous allowance and a late call: 10:00, 10:15 and 10:30 are all
+    # on time at 10:40 and the schedule runs up to two at once.
+    definition = cron(
+        "r", "*/15 * * * *", overlap="parallel", max_active_runs=2, lateness_allowance_s=3600
+    )
+    state = started_state(definition, created=at(9, 50))
+    _, commands = run(state, at(10, 40))
+    assert [(c.instant) for c in commands if isinstance(c, AdmitOccurrence)] == [at(10), at(10, 15)]
+    assert rows(commands) == [("r", at(10, 30), "skipped-overlap")]
+
+
+def test_switching_misfire_to_latest_keeps_the_newest_waiting_instant() -> None:
+    allowance = {"lateness_allowance_s": 600}
+    state = started_state(
+        cron("a"),
+        cron("r", "*/5 * * * *", overlap="parallel", max_active_runs=3, **allowance),
+        capacity=1,
+    )
+    state, _ = run(state, at(9, 35))  # r 09:35 takes the slot
+    state, _ = run(state, at(9, 40))
+    state, _ = run(state, at(9, 45))
+    assert schedule_view(state, "r").waiting == (at(9, 40), at(9, 45))
+    latest = cron(
+        "r", "*/5 * * * *", overlap="parallel", max_active_runs=3, misfire="latest", **allowance
+    )
+    state, commands = run(
+        state, at(9, 46), ScheduleUpdated(definition=latest, revision=2, at=at(9, 46))
+    )
+    assert rows(commands) == [("r", at(9, 40), "superseded")]
+    view = schedule_view(state, "r")
+    assert (view.held, view.waiting) == (at(9, 45), ())
+
+
+def test_lowering_the_limit_drops_waiting_instants_beyond_it() -> None:
+    allowance = {"lateness_allowance_s": 600}
+    state = started_state(
+        cron("r", "*/5 * * * *", overlap="parallel", max_active_runs=3, **allowance), capacity=1
+    )
+    state, _ = run(state, at(9, 35))
+    state, _ = run(state, at(9, 40))
+    state, _ = run(state, at(9, 45))
+    assert schedule_view(state, "r").waiting == (at(9, 40), at(9, 45))
+    lowered = cron("r", "*/5 * * * *", overlap="parallel", max_active_runs=2, **allowance)
+    state, commands = run(
+        state, at(9, 46), ScheduleUpdated(definition=lowered, revision=2, at=at(9, 46))
+    )
+    assert [(r[1], r[2]) for r in rows(commands)] == [(at(9, 45), "superseded")]
+    assert schedule_view(state, "r").waiting == (at(9, 40),)
+
+
+def test_creation_replayed_late_catches_up_from_the_creation_time() -> None:
+    state = initial_state(max_concurrent_runs=2)
+    state, commands = run(state, at(13, 30), ScheduleCreated(definition=cron("r"), at=at(10, 30)))
+    recorded = [c for c in commands if isinstance(c, RecordOccurrence)]
+    assert [(c.instant, c.status, c.count, c.first_instant) for c in recorded] == [
+        (at(13), "skipped-misfire", 3, at(11))
+    ]
+
+
+def test_a_lifecycle_change_stamped_in_the_future_decides_nothing_beyond_now() -> None:
+    state = started_state(cron("r", "*/10 * * * *"))
+    state, commands = run(state, at(9, 55), SchedulePaused(schedule_id="r", at=at(10, 15)))
+    assert persisted(commands) == [PersistRuntime(schedule_id="r", watermark=at(10, 15), held=None)]
+    state, commands = run(state, at(10, 20), ScheduleResumed(schedule_id="r", at=at(10, 20)))
+    assert rows(commands) == []
+    assert next_wakeup(state) == at(10, 30)
+
+
+def test_pause_resume_and_delete_are_idempotent() -> None:
+    state = started_state(cron("r"))
+    state, _ = run(state, at(9, 40), SchedulePaused(schedule_id="r", at=at(9, 40)))
+    for event in (
+        SchedulePaused(schedule_id="r", at=at(9, 41)),
+        ScheduleResumed(schedule_id="r", at=at(9, 42)),
+        ScheduleResumed(schedule_id="r", at=at(9, 43)),
+    ):
+        state, commands = run(state, event.at, event)
+    assert [type(c).__name__ for c in commands] == []
+    state, _ = run(state, at(9, 50), ScheduleDeleted(schedule_id="r", at=at(9, 50)))
+    state, commands = run(state, at(9, 51), ScheduleDeleted(schedule_id="r", at=at(9, 51)))
+    assert commands == ()
+
+
+def test_deleting_supersedes_waiting_instants() -> None:
+    state = started_state(cron("a"), cron("b"), capacity=1)
+    state, _ = run(state, at(10))
+    state, commands = run(state, at(10, 0, 10), ScheduleDeleted(schedule_id="b", at=at(10, 0, 10)))
+    assert [(r[0], r[2]) for r in rows(commands)] == [("b", "superseded")]
+    view = schedule_view(state, "b")
+    assert (view.deleted, view.waiting) == (True, ())
+
+
+def test_a_one_shot_is_decided_once_and_may_be_moved_by_an_update() -> None:
+    state = started_state(oneshot("o", at(10)))
+    state, commands = run(state, at(10))
+    assert kinds(commands) == ["AdmitOccurrence", "PersistRuntime"]
+    assert next_wakeup(state) is None
+    state, _ = run(state, at(10), OccurrenceAdmitted(schedule_id="o", instant=at(10), run_id="1"))
+    state, _ = run(
+        state,
+        at(10, 5),
+        RunStatusChanged(schedule_id="o", instant=at(10), run_id="1", status="completed"),
+    )
+    moved = oneshot("o", at(12))
+    state, _ = run(state, at(11), ScheduleUpdated(definition=moved, revision=2, at=at(11)))
+    assert next_wakeup(state) == at(12)
+
+
+def test_each_step_back_of_the_clock_warns_once() -> None:
+    state = started_state(cron("r"))
+    state, commands = run(state, at(10))
+    state, commands = run(state, at(9, 58))
+    assert kinds(commands) == ["LogWarning"]
+    state, commands = run(state, at(9, 59))
+    assert commands == ()
+    state, commands = run(state, at(10, 0, 1))
+    assert commands == ()
+    state, commands = run(state, at(9, 0))
+    assert kinds(commands) == ["LogWarning"]
+    warning = commands[0]
+    assert isinstance(warning, LogWarning)
+    assert "2024-01-15T10:00:01Z" in warning.message and "2024-01-15T09:00:00Z" in warning.message
+
+
+def test_decide_does_not_replay_after_a_step_back() -> None:
+    state = started_state(cron("r", "*/10 * * * *"))
+    state, first = run(state, at(10))
+    state, again = run(state, at(9, 55) - timedelta(seconds=1))
+    assert not any(isinstance(c, AdmitOccurrence) for c in again)
+    assert len([c for c in first if isinstance(c, AdmitOccurrence)]) == 1
+
+
+def test_the_same_inputs_give_the_same_outputs() -> None:
+    state = started_state(cron("a"), cron("b", misfire="latest"), capacity=1)
+    one = decide(state, at(12, 30), [])
+    two = decide(state, at(12, 30), [])
+    assert one == two
