@@ -44,8 +44,10 @@ d. On time, no slot free (or an older candidate is queued for one): `t`
    "skip" it joins the schedule's short FIFO of waiting instants. A waiting
    instant that is past the allowance when next looked at is decided by (b).
 e. Otherwise `AdmitOccurrence`: the run counts as active and holds a slot at
-   once; the shell answers `OccurrenceAdmitted` or `PreflightFailed` (then
-   `preflight-rejected`, the place and slot are released).
+   once; the shell preflights it and writes its decision row in command
+   order (`admitted`, or `preflight-rejected` with the reason), then answers
+   `OccurrenceAdmitted` or `PreflightFailed` (the place and slot are
+   released).
 
 A held candidate (misfire "latest") is admitted whenever overlap and capacity
 allow, whatever its age; a newer instant replaces it, so there is never a
@@ -690,8 +692,10 @@ class _Call:
         run = w.active.get(instant)
         if run is None or run.run_id is not None or run.status != "admitted":
             raise self.misuse(event, w, f"no admission of {_iso(instant)} is in flight")
+        # The shell wrote the `preflight-rejected` row in command order when the
+        # preflight failed (a later row of this schedule may already follow it),
+        # so only the reservation is released here.
         self.release(w, instant, run, remove=True)
-        self.record(w.schedule_id, instant, "preflight-rejected", reason=event.reason)
         self.refresh(w)
 
     def on_run_status(self, event: RunStatusChanged) -> None:

@@ -238,3 +238,31 @@ async def test_api_changes_wake_the_service_without_waiting_for_the_poll(
     )
     await harness.at(START + timedelta(minutes=5))
     assert await harness.statuses("soon") == [("09:35", "completed")]
+
+
+async def test_preflight_rejection_is_recorded_in_order_and_the_schedule_goes_on(
+    harness: Harness,
+) -> None:
+    await harness.boot()
+    await harness.deploy("gate.default", GATE_PLAN)
+    await harness.schedules.create_schedule(
+        schedule_id="gated",
+        deployment_id="gate.default",
+        trigger={"kind": "cron", "expression": "*/30 * * * *"},
+        overlap="parallel",
+        max_active_runs=3,
+        lateness_allowance_s=3600,
+    )
+    await harness.api.delete_deployment("gate.default")
+    await harness.at(hour(10, 1))
+    rows = await harness.occurrences("gated")
+    assert [(r["instant"][11:16], r["status"]) for r in rows] == [
+        ("10:00", "preflight-rejected"),
+    ]
+    assert "gate.default" in rows[0]["reason"]
+    await harness.deploy("gate.default", GATE_PLAN)
+    await harness.at(hour(10, 30))
+    assert await harness.statuses("gated") == [
+        ("10:00", "preflight-rejected"),
+        ("10:30", "interrupted"),
+    ]
