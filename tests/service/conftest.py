@@ -3,6 +3,7 @@ manual clock, rebuilt on the same store root to simulate restarts."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -144,6 +145,21 @@ class Harness:
             await self.service.stop()
         if self.server is not None:
             await self.server.api.cancel_executing()
+
+
+@pytest.fixture(autouse=True)
+def no_failed_rounds(caplog: pytest.LogCaptureFixture, request: pytest.FixtureRequest) -> Any:
+    """A scheduler round that raised is a bug even when the test's assertions
+    happen to hold: fail on any ERROR the service logged, unless the test says
+    it expects some (`@pytest.mark.expected_errors`)."""
+    caplog.set_level(logging.WARNING, logger="shell")
+    yield
+    if request.node.get_closest_marker("expected_errors"):
+        return
+    errors = [
+        r for r in caplog.records if r.name.startswith("shell") and r.levelno >= logging.ERROR
+    ]
+    assert not errors, [r.getMessage() for r in errors]
 
 
 @pytest.fixture
