@@ -31,12 +31,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any, Final
-from zoneinfo import ZoneInfo
 
 from adapters.simulation.output import Row, RowSink, SummaryBuilder, iso
 from adapters.simulation.runmodel import RunModel
 from adapters.simulation.scenario import OperatorEvent, Scenario, ScenarioSchedule
-from core.calendar import compile_trigger
+from core.calendar import CompiledTrigger, compile_trigger
 from core.commands import (
     AdmitOccurrence,
     BlockSchedule,
@@ -46,7 +45,7 @@ from core.commands import (
     RecordOccurrence,
 )
 from core.decide import decide, next_wakeup
-from core.definitions import CronTrigger, ScheduleDefinition, Trigger
+from core.definitions import CronTrigger, ScheduleDefinition
 from core.errors import CoreMisuse
 from core.events import (
     Event,
@@ -64,8 +63,10 @@ from core.state import SchedulerState, initial_state, schedule_view
 
 __all__ = ["SimulationResult", "header", "simulate"]
 
-_RUN_STATUSES_RECORDED_BY_ENGINE: Final = frozenset(
-    {"admitted", "running", "interrupted", "completed", "failed", "exhausted"}
+# Rows the engine writes itself: runs (it follows its own) and preflight
+# rejections (the shell's row, as in the service).
+_RECORDED_BY_ENGINE: Final = frozenset(
+    {"admitted", "running", "interrupted", "completed", "failed", "exhausted", "preflight-rejected"}
 )
 # A runaway guard: the most `decide` calls at one instant before the engine
 # concludes the core keeps asking for attention without progress.
@@ -99,45 +100,48 @@ class _Timed:
     event: OperatorEvent | None
 
 
-@lru_cache(maxsize=4096)
-def _zone(name: str) -> ZoneInfo:
-    return ZoneInfo(name)
-
-
 class _Presenter:
     """Turns an instant of a schedule into its local text and DST note, using
     the definition that produced the instant (an update may change the zone)."""
 
     def __init__(self, scenario: Scenario) -> None:
-        self._by_schedule: dict[str, list[tuple[datetime, ScheduleDefinition]]] = {
-            s.schedule_id: [(s.created_at, s.definition)] for s in scenario.schedules
-        }
+        self._by_schedule: dict[str, list[tuple[datetime, CompiledTrigger | None]]] = {}
+        for schedule in scenario.schedules:
+            self._by_schedule[schedule.schedule_id] = [
+                (schedule.created_at, _compiled_cron(schedule.definition))
+            ]
         for event in scenario.events:
             if event.definition is not None:
-                self._by_schedule[event.schedule_id].append((event.at, event.definition))
-
-    def _definition(self, schedule_id: str, instant: datetime) -> ScheduleDefinition:
-        # Instants up to an update's time were produced by the older definition.
-        chosen = None
-        for at, definition in self._by_schedule[schedule_id]:
-            if chosen is None or at < instant:
-                chosen = definition
-            else:
-                break
-        assert chosen is not None
-        return chosen
+                self._by_schedule[event.schedule_id].append(
+                    (event.at, _compiled_cron(event.definition))
+                )
 
     def describe(self, schedule_id: str, instant: datetime) -> tuple[str, str | None]:
-        trigger = self._definition(schedule_id, instant).trigger
+        versions = self._by_schedule[schedule_id]
+        trigger = versions[0][1]
+        # Instants up to an update's time were produced by the older definition.
+        for at, later in versions[1:]:
+            if at >= instant:
+                break
+            trigger = later
+        if trigger is None:
+            return _iso_text(instant), None
         return _describe(trigger, instant)
 
 
-@lru_cache(maxsize=65536)
-def _describe(trigger: Trigger, instant: datetime) -> tuple[str, str | None]:
-    if not isinstance(trigger, CronTrigger):
-        return iso(instant) or "", None
-    local = instant.astimezone(_zone(trigger.timezone)).isoformat()
-    return local, compile_trigger(trigger).dst_note(instant)
+def _compiled_cron(definition: ScheduleDefinition) -> CompiledTrigger | None:
+    trigger = definition.trigger
+    return compile_trigger(trigger) if isinstance(trigger, CronTrigger) else None
+
+
+def _iso_text(instant: datetime) -> str:
+    return iso(instant) or ""
+
+
+# Schedules that share a trigger share its instants: describe each once.
+@lru_cache(maxsize=4096)
+def _describe(trigger: CompiledTrigger, instant: datetime) -> tuple[str, str | None]:
+    return trigger.local(instant).isoformat(), trigger.dst_note(instant)
 
 
 def header(scenario: Scenario) -> dict[str, Any]:
@@ -244,13 +248,21 @@ class _Engine:
     def admit(self, command: AdmitOccurrence, now: datetime) -> list[Event]:
         sid, instant = command.schedule_id, command.instant
         if self.scenario.deployment_missing(command.deployment_id, now):
-            return [
-                PreflightFailed(
+            # As in the service, the shell writes the rejected row itself (in
+            # command order) and tells decide, which releases the reservation.
+            reason = f"deployment {command.deployment_id!r} not found"
+            local, dst = self.presenter.describe(sid, instant)
+            self.emit(
+                Row(
                     schedule_id=sid,
                     instant=instant,
-                    reason=f"deployment {command.deployment_id!r} not found",
+                    local_instant=local,
+                    status="preflight-rejected",
+                    dst=dst,
+                    reason=reason,
                 )
-            ]
+            )
+            return [PreflightFailed(schedule_id=sid, instant=instant, reason=reason)]
         self.runs_started += 1
         run_id = f"run-{self.runs_started:06d}"
         plan = self.models[sid].next_plan()
@@ -258,17 +270,24 @@ class _Engine:
         self.active_by_schedule[sid] += 1
         self.active_total += 1
         self.summary.note_active(sid, self.active_by_schedule[sid], self.active_total)
-        admitted = OccurrenceAdmitted(schedule_id=sid, instant=instant, run_id=run_id)
-        feedback: list[Event] = [admitted]
+        feedback: list[Event] = [
+            OccurrenceAdmitted(schedule_id=sid, instant=instant, run_id=run_id)
+        ]
+        immediate = True
         for offset, status in plan.changes:
+            # Changes at once (the start, a zero-second run) are reported with
+            # the admission; later ones wait in the heap for their instant.
+            if immediate and offset == 0:
+                feedback.append(self.change(sid, instant, status, now))
+                continue
+            immediate = False
             self.sequence += 1
             at = now + timedelta(seconds=offset)
             heapq.heappush(self.changes, (at, self.sequence, sid, instant, status))
         return feedback
 
     def record(self, command: RecordOccurrence) -> None:
-        if command.status in _RUN_STATUSES_RECORDED_BY_ENGINE:
-            # The engine follows its own runs; the core's run rows repeat them.
+        if command.status in _RECORDED_BY_ENGINE:
             return
         sid = command.schedule_id
         local, dst = self.presenter.describe(sid, command.instant)
@@ -295,19 +314,22 @@ class _Engine:
 
     def due_changes(self, now: datetime) -> list[Event]:
         events: list[Event] = []
-        while self.changes and self.changes[0][0] <= now:
-            at, _, sid, instant, status = heapq.heappop(self.changes)
-            run = self.open[(sid, instant)]
-            run.status = status
-            events.append(
-                RunStatusChanged(schedule_id=sid, instant=instant, run_id=run.run_id, status=status)
-            )
-            if status in TERMINAL_RUN_STATUSES:
-                del self.open[(sid, instant)]
-                self.active_by_schedule[sid] -= 1
-                self.active_total -= 1
-                self.emit(self.run_row(run, at))
+        changes = self.changes
+        while changes and changes[0][0] <= now:
+            at, _, sid, instant, status = heapq.heappop(changes)
+            events.append(self.change(sid, instant, status, at))
         return events
+
+    def change(self, sid: str, instant: datetime, status: RunStatus, at: datetime) -> Event:
+        """Apply a run's status change at `at`; settle its row when it is final."""
+        run = self.open[(sid, instant)]
+        run.status = status
+        if status in TERMINAL_RUN_STATUSES:
+            del self.open[(sid, instant)]
+            self.active_by_schedule[sid] -= 1
+            self.active_total -= 1
+            self.emit(self.run_row(run, at))
+        return RunStatusChanged(schedule_id=sid, instant=instant, run_id=run.run_id, status=status)
 
     def run_row(self, run: _OpenRun, end: datetime | None) -> Row:
         local, dst = self.presenter.describe(run.schedule_id, run.instant)
