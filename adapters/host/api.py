@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import math
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -348,7 +349,8 @@ class WorkflowApi:
             raise InvalidInput.from_problems(
                 "drain", [Problem(field="timeout_s", reason="must be a number >= 0")]
             )
-        return await self._executor.drain(float(timeout_s))
+        # asyncio cannot schedule an infinite timeout; None means "no timeout" there.
+        return await self._executor.drain(None if math.isinf(timeout_s) else float(timeout_s))
 
     async def cancel_executing(self) -> list[str]:
         """Cancel every executing run task (shutdown). Nothing is written: the runs

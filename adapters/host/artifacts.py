@@ -137,8 +137,10 @@ class ArtifactStore:
         return copy.deepcopy(record)
 
     def _lookup(self, artifact_id: Any, version: Any) -> tuple[dict[str, Any], Plan]:
-        problems = check_identifier("artifact_id", artifact_id)
-        problems += check_positive_int("version", version, optional=True)
+        # A string that could never be an id simply names no artifact.
+        problems = check_positive_int("version", version, optional=True)
+        if not isinstance(artifact_id, str):
+            problems = [*check_identifier("artifact_id", artifact_id), *problems]
         if problems:
             raise InvalidInput.from_problems("artifact lookup", problems)
         if version is None:

@@ -126,9 +126,11 @@ class DeploymentStore:
         return copy.deepcopy(record)
 
     def _lookup(self, deployment_id: Any) -> dict[str, Any]:
-        problems = check_identifier("deployment_id", deployment_id)
-        if problems:
-            raise InvalidInput.from_problems("deployment lookup", problems)
+        # A string that could never be an id simply names no deployment.
+        if not isinstance(deployment_id, str):
+            raise InvalidInput.from_problems(
+                "deployment lookup", check_identifier("deployment_id", deployment_id)
+            )
         record = self._items.get(deployment_id)
         if record is None:
             raise NotFound(

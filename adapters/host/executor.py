@@ -18,6 +18,7 @@ abandons the run truthfully.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 from collections.abc import Callable
 from typing import Any, Final
@@ -59,7 +60,9 @@ class RunExecutor:
         message = record.error.message if record.error is not None else None
         for listener in list(self._listeners):
             try:
-                listener(record.run_id, record.status, record.origin, message)
+                # A copy: a listener must not be able to change the stored origin.
+                origin = copy.deepcopy(record.origin)
+                listener(record.run_id, record.status, origin, message)
             except Exception:
                 _log.exception("run listener %r failed for %s", listener, record.run_id)
 
@@ -249,7 +252,7 @@ class RunExecutor:
             return
         self._notify(record)
 
-    async def drain(self, timeout_s: float) -> list[str]:
+    async def drain(self, timeout_s: float | None) -> list[str]:
         """Wait up to `timeout_s` for executing tasks; the ids still executing."""
         pending = [task for task in self._tasks.values() if not task.done()]
         if pending:

@@ -136,6 +136,8 @@ def check_consistency(record: RunRecord) -> str | None:
     if status == "running":
         if executing is None:
             return "status running without an executing mark"
+        if (executing.kind == "start") != (executing.attempt == 1):
+            return f"a {executing.kind} mark on attempt {executing.attempt}"
         if executing.attempt != record.attempt:
             return (
                 f"executing mark of attempt {executing.attempt} on a record at attempt "

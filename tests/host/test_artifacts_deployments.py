@@ -100,9 +100,19 @@ async def test_unknown_artifact(server: LocalStaticWorkflowServer) -> None:
         await server.api.get_artifact("nope")
     with pytest.raises(NotFound, match="artifact 'hello' version 2 not found"):
         await server.api.get_artifact("hello", 2)
+    # A string that can never be an id names nothing; a wrong type is bad input.
+    with pytest.raises(NotFound, match=r"artifact '\.\./etc' not found"):
+        await server.api.get_artifact("../etc")
     with pytest.raises(InvalidInput) as caught:
-        await server.api.get_artifact("../etc", 0)
+        await server.api.get_artifact(7, 0)  # type: ignore[arg-type]
     assert [p.field for p in caught.value.problems] == ["artifact_id", "version"]
+    with pytest.raises(NotFound, match="deployment 'a/b' not found"):
+        await server.api.get_deployment("a/b")
+    with pytest.raises(InvalidInput) as caught:
+        await server.api.get_deployment(None)  # type: ignore[arg-type]
+    assert [(p.field, p.reason) for p in caught.value.problems] == [
+        ("deployment_id", "is required")
+    ]
 
 
 # --- deployments ------------------------------------------------------------------

@@ -135,7 +135,7 @@ async def test_unparseable_record_is_reported_not_dropped(
     first = build()
     await deploy(first, GREETING_PLAN, "hello.default")
     for _ in range(3):
-        await first.api.run_deployment("hello.default", {"name": "x"})
+        await first.api.admit_run("hello.default", {"name": "x"})
     path = tmp_path / "runs" / "run-000003.json"
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
 
@@ -252,3 +252,16 @@ async def test_fresh_store_has_an_empty_report(build: Builder, tmp_path: Path) -
     assert server.recovery_report == [] and server.api.recovery_report is server.recovery_report
     assert server.store_root == tmp_path
     assert not (tmp_path / "counters").exists()  # nothing is written until needed
+
+
+async def test_mark_kind_must_match_its_attempt(build: Builder, tmp_path: Path) -> None:
+    server = build()
+    await deploy(server, sleep_plan(60), "nap.default")
+    run_id = await server.api.start_run("nap.default", {})
+    await server.api.cancel_executing()
+    record = _record(tmp_path, run_id)
+    record["executing"]["kind"] = "resume"
+    _rewrite(tmp_path, run_id, executing=record["executing"])
+    assert [(f["finding"], f["reason"]) for f in build().recovery_report] == [
+        ("contradictory", "a resume mark on attempt 1")
+    ]

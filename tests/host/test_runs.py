@@ -741,3 +741,15 @@ async def test_immutable_mappings_from_the_scheduler_are_accepted(
     run_id = await server.api.admit_run("hello.default", inputs, origin=origin)
     run = await server.api.inspect_run(run_id)
     assert (run["snapshot"]["inputs"], run["origin"]) == ({"name": "frozen"}, SCHEDULE_ORIGIN)
+
+
+async def test_listeners_get_a_copy_of_the_origin(server: LocalStaticWorkflowServer) -> None:
+    await deploy(server, GREETING_PLAN, "hello.default")
+
+    def meddle(run_id: str, status: str, origin: Any, message: str | None) -> None:
+        origin["kind"] = "tampered"
+
+    server.api.add_run_listener(meddle)
+    run_id = await server.api.start_run("hello.default", {"name": "x"}, origin=SCHEDULE_ORIGIN)
+    assert await server.api.drain(float("inf")) == []
+    assert (await server.api.inspect_run(run_id))["origin"] == SCHEDULE_ORIGIN
