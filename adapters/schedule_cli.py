@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from adapters.simulate_cli import register_simulate_command
 from core.calendar import CompiledTrigger, DstNote, compile_trigger
 from core.definitions import parse_definition
 from core.errors import InvalidDefinition, Problem
@@ -169,6 +170,9 @@ def preview(
     console.print(table)
     if not instants:
         console.print("no instants after this point (a one-shot fires only once)")
+
+
+register_simulate_command(app)
 
 
 def main() -> None:
