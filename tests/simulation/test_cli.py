@@ -1,4 +1,4 @@
-"""`wf-schedule simulate` through Typer's CliRunner."""
+"""`wf-schedule simulate` through Typer's CliRunner, on the real `wf-schedule` app."""
 
 from __future__ import annotations
 
@@ -8,28 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
-from adapters.simulate_cli import register_simulate_command
+from adapters.schedule_cli import app as APP
 from adapters.simulation import plot as plot_module
 from tests.simulation.regenerate_examples import EXAMPLES, output_path, render
 
 SCENARIO = EXAMPLES / "downtime-catch-up.json"
-
-
-def _app() -> typer.Typer:
-    app = typer.Typer()
-
-    @app.callback()
-    def main() -> None:
-        """wf-schedule (test harness): keeps `simulate` a subcommand."""
-
-    register_simulate_command(app)
-    return app
-
-
-APP = _app()
 
 
 def _invoke(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
