@@ -1,0 +1,691 @@
+"""History store: paging, append rules, recovery, index rebuild, damage, load cost."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from core.errors import InvalidInput, InvalidState, NotFound
+from shell.durable import GroupCommit
+from shell.history_store import HistoryStore
+from shell.store_format import ScheduleFiles, StoreDamaged
+from tests.shell.history_helpers import SNAPSHOT, all_rows, create, decide, minute, move
+
+
+@pytest.fixture
+def history(store_root: Path) -> HistoryStore:
+    create(store_root, "s1", "s2")
+    return HistoryStore(store_root)
+
+
+def _files(root: Path, schedule_id: str = "s1") -> ScheduleFiles:
+    return ScheduleFiles.of(root, schedule_id)
+
+
+def _build(history: HistoryStore, n: int, schedule_id: str = "s1") -> None:
+    """n occurrences in one batch: every 10th admitted and completed later."""
+    with GroupCommit() as batch:
+        for i in range(n):
+            decide(
+                history,
+                schedule_id,
+                i,
+                "admitted" if i % 10 == 0 else "skipped-overlap",
+                batch=batch,
+            )
+    with GroupCommit() as batch:
+        for i in range(0, n, 10):
+            move(history, schedule_id, i, "completed", run_id=f"run-{i}", batch=batch)
+
+
+# --- paging -----------------------------------------------------------------------------------
+
+
+def test_pages_walk_every_occurrence_once_oldest_first(history: HistoryStore) -> None:
+    _build(history, 250)
+    first, cursor = history.page("s1", limit=100)
+    assert [r["seq"] for r in first] == list(range(100))
+    middle, cursor2 = history.page("s1", limit=100, cursor=cursor)
+    assert [r["seq"] for r in middle] == list(range(100, 200))
+    last, end = history.page("s1", limit=100, cursor=cursor2)
+    assert [r["seq"] for r in last] == list(range(200, 250))
+    assert end is None
+    assert cursor is not None and cursor2 is not None and cursor != cursor2
+    # The same cursor gives the same page (cursors are stable).
+    assert history.page("s1", limit=100, cursor=cursor) == (middle, cursor2)
+    rows = all_rows(history, "s1", limit=7)
+    assert [r["seq"] for r in rows] == list(range(250))
+
+
+def test_page_entry_shows_latest_status_and_decision_fields(history: HistoryStore) -> None:
+    decide(history, "s1", 0, "admitted", revision=3)
+    move(history, "s1", 0, "running", run_id="run-000001")
+    move(history, "s1", 0, "interrupted")
+    move(history, "s1", 0, "running")
+    move(history, "s1", 0, "failed", reason="boom")
+    decide(history, "s1", 1, "skipped-overlap", reason="run-000001 still active")
+    rows, cursor = history.page("s1", limit=10)
+    assert cursor is None
+    assert rows == [
+        {
+            "seq": 0,
+            "instant": "2024-01-01T00:00:00Z",
+            "status": "failed",
+            "run_id": "run-000001",
+            "reason": "boom",
+            "count": 1,
+            "first_instant": None,
+            "last_instant": None,
+            "revision": 3,
+            "decided_at": "2024-01-01T00:00:00Z",
+            "updated_at": "2024-01-01T00:00:30Z",
+        },
+        {
+            "seq": 1,
+            "instant": "2024-01-01T00:01:00Z",
+            "status": "skipped-overlap",
+            "run_id": None,
+            "reason": "run-000001 still active",
+            "count": 1,
+            "first_instant": None,
+            "last_instant": None,
+            "revision": None,
+            "decided_at": "2024-01-01T00:01:00Z",
+            "updated_at": "2024-01-01T00:01:00Z",
+        },
+    ]
+
+
+def test_coalesced_row_pages_with_count_and_range(history: HistoryStore) -> None:
+    history.append_decision(
+        "s1",
+        instant=minute(9),
+        status="coalesced",
+        count=10,
+        first_instant=minute(0),
+        last_instant=minute(9),
+        recorded_at=minute(20),
+    )
+    decide(history, "s1", 10, "superseded")
+    rows, _ = history.page("s1", limit=5)
+    assert [(r["instant"], r["count"], r["first_instant"], r["last_instant"]) for r in rows] == [
+        ("2024-01-01T00:09:00Z", 10, "2024-01-01T00:00:00Z", "2024-01-01T00:09:00Z"),
+        ("2024-01-01T00:10:00Z", 1, None, None),
+    ]
+    # An instant inside a recorded range is already decided.
+    with pytest.raises(InvalidState, match="not after the previous decision"):
+        decide(history, "s1", 5)
+
+
+def test_empty_history_and_unknown_schedule(history: HistoryStore) -> None:
+    assert history.page("s1", limit=1) == ([], None)
+    with pytest.raises(NotFound):
+        history.page("ghost", limit=1)
+
+
+@pytest.mark.parametrize("limit", [0, 101, -1, True, "5", 2.0, None])
+def test_limit_must_be_1_to_100(history: HistoryStore, limit: Any) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        history.page("s1", limit=limit)
+    assert [p.field for p in caught.value.problems] == ["limit"]
+
+
+def test_limit_bounds_are_inclusive(history: HistoryStore) -> None:
+    _build(history, 120)
+    assert len(history.page("s1", limit=1)[0]) == 1
+    assert len(history.page("s1", limit=100)[0]) == 100
+
+
+def test_invalid_cursors_name_the_cursor(history: HistoryStore) -> None:
+    _build(history, 30)
+    decide(history, "s2", 0)
+    decide(history, "s2", 1)
+    _, other = history.page("s2", limit=1)
+    _, mine = history.page("s1", limit=10)
+    assert other is not None and mine is not None
+    bad = ["", "not a cursor", "!!!!", mine[:-2], mine + "AA", other, 12]
+    for cursor in bad:
+        with pytest.raises(InvalidInput) as caught:
+            history.page("s1", limit=10, cursor=cursor)  # type: ignore[arg-type]
+        assert [p.field for p in caught.value.problems] == ["cursor"], cursor
+    # Both problems at once when both are bad.
+    with pytest.raises(InvalidInput) as caught:
+        history.page("s1", limit=0, cursor="junk")
+    assert [p.field for p in caught.value.problems] == ["limit", "cursor"]
+
+
+def test_cursor_past_the_end_is_refused(history: HistoryStore, store_root: Path) -> None:
+    _build(history, 30)
+    _, cursor = history.page("s1", limit=29)
+    assert cursor is not None
+    # A cursor issued by a longer history of the same schedule (a forgery here).
+    from shell.history_store import _encode_cursor
+
+    with pytest.raises(InvalidInput, match="past the end"):
+        history.page("s1", limit=10, cursor=_encode_cursor("s1", 31))
+    assert history.page("s1", limit=10, cursor=_encode_cursor("s1", 30)) == ([], None)
+
+
+# --- append rules ---------------------------------------------------------------------------------
+
+
+def test_seq_is_dense_and_open_occurrences_are_tracked(history: HistoryStore) -> None:
+    assert decide(history, "s1", 0, "admitted") == 0
+    assert decide(history, "s1", 1) == 1
+    assert decide(history, "s1", 2, "admitted") == 2
+    assert move(history, "s1", 0, "running", run_id="run-1") == 0
+    opened = history.open_occurrences("s1")
+    assert [(o.seq, o.instant, o.status, o.run_id) for o in opened] == [
+        (0, "2024-01-01T00:00:00Z", "running", "run-1"),
+        (2, "2024-01-01T00:02:00Z", "admitted", None),
+    ]
+    assert opened[0].snapshot == SNAPSHOT
+    found = history.open_occurrence("s1", "2024-01-01T00:02:00+00:00")
+    assert found is not None and found.seq == 2
+    assert history.open_occurrence("s1", minute(1)) is None
+    assert history.last_decided_instant("s1") == "2024-01-01T00:02:00Z"
+    assert history.occurrence_count("s1") == 3
+    move(history, "s1", 0, "completed")
+    assert [o.seq for o in history.open_occurrences("s1")] == [2]
+
+
+def test_transition_by_seq_attaches_run_id_and_is_idempotent(
+    history: HistoryStore, store_root: Path
+) -> None:
+    decide(history, "s1", 0, "admitted")
+    history.append_transition("s1", seq=0, status="admitted", run_id="run-7", recorded_at=minute(1))
+    size = _files(store_root).history.stat().st_size
+    # Nothing new: no row.
+    history.append_transition("s1", seq=0, status="admitted", recorded_at=minute(1))
+    history.append_transition("s1", seq=0, status="admitted", run_id="run-7", recorded_at=minute(1))
+    assert _files(store_root).history.stat().st_size == size
+    history.append_transition("s1", seq=0, status="running", recorded_at=minute(2))
+    last = json.loads(_files(store_root).history.read_bytes().splitlines()[-1])
+    # A transition row carries the run id once it is known.
+    assert last == {
+        "seq": 0,
+        "update": True,
+        "instant": "2024-01-01T00:00:00Z",
+        "status": "running",
+        "run_id": "run-7",
+        "recorded_at": "2024-01-01T00:02:00Z",
+    }
+
+
+WRITER_REFUSALS = [
+    ("backwards", "running", "admitted", "went backwards"),
+    ("other run", "running", "running:run-2", "run id changed"),
+]
+
+
+def test_writer_refuses_contradictions(history: HistoryStore, store_root: Path) -> None:
+    decide(history, "s1", 0, "admitted")
+    move(history, "s1", 0, "running", run_id="run-1")
+    size = _files(store_root).history.stat().st_size
+    with pytest.raises(InvalidState, match="went backwards"):
+        move(history, "s1", 0, "admitted")
+    with pytest.raises(InvalidState, match="run id changed"):
+        move(history, "s1", 0, "interrupted", run_id="run-2")
+    move(history, "s1", 0, "completed")
+    with pytest.raises(InvalidState, match="no open occurrence"):
+        move(history, "s1", 0, "running")
+    with pytest.raises(InvalidState, match="no open occurrence"):
+        history.append_transition("s1", seq=9, status="running", recorded_at=minute(1))
+    with pytest.raises(InvalidState, match="not after the previous decision"):
+        decide(history, "s1", 0)
+    decide(history, "s1", 1, "skipped-overlap")
+    with pytest.raises(InvalidState, match="no open occurrence"):
+        move(history, "s1", 1, "running")
+    assert _files(store_root).history.stat().st_size > size
+
+
+def test_malformed_rows_name_each_field(history: HistoryStore) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        history.append_decision(
+            "s1",
+            instant="2024-01-01T00:00:00",
+            status="pending",
+            recorded_at="later",
+            count=0,
+            run_id=5,  # type: ignore[arg-type]
+        )
+    assert [p.field for p in caught.value.problems] == [
+        "instant",
+        "recorded_at",
+        "status",
+        "count",
+        "run_id",
+    ]
+    with pytest.raises(InvalidInput) as caught:
+        history.append_decision("s1", instant=minute(0), status="admitted", recorded_at=minute(0))
+    assert [p.field for p in caught.value.problems] == ["snapshot"]
+    with pytest.raises(InvalidInput) as caught:
+        history.append_decision(
+            "s1", instant=minute(0), status="skipped-misfire", recorded_at=minute(0), count=3
+        )
+    assert [p.field for p in caught.value.problems] == ["first_instant"]
+    with pytest.raises(InvalidInput) as caught:
+        history.append_transition("s1", status="done", recorded_at=minute(0))
+    assert [p.field for p in caught.value.problems] == ["seq", "status"]
+    assert history.occurrence_count("s1") == 0
+
+
+def test_staged_rows_are_invisible_until_commit(history: HistoryStore, store_root: Path) -> None:
+    decide(history, "s1", 0, "admitted")
+    batch = GroupCommit()
+    decide(history, "s1", 1, "admitted", batch=batch)
+    move(history, "s1", 0, "running", run_id="run-1", batch=batch)
+    move(history, "s1", 1, "running", run_id="run-2", batch=batch)
+    assert [r["status"] for r in history.page("s1", limit=10)[0]] == ["admitted"]
+    assert [o.status for o in history.open_occurrences("s1")] == ["admitted"]
+    with pytest.raises(RuntimeError, match="another batch"):
+        decide(history, "s1", 2, batch=GroupCommit())
+    batch.commit()
+    assert [r["status"] for r in history.page("s1", limit=10)[0]] == ["running", "running"]
+    assert [(o.seq, o.run_id) for o in history.open_occurrences("s1")] == [
+        (0, "run-1"),
+        (1, "run-2"),
+    ]
+
+
+def test_aborted_batch_writes_nothing(history: HistoryStore, store_root: Path) -> None:
+    decide(history, "s1", 0)
+    size = _files(store_root).history.stat().st_size
+    batch = GroupCommit()
+    decide(history, "s1", 1, batch=batch)
+    batch.abort()
+    assert _files(store_root).history.stat().st_size == size
+    assert decide(history, "s1", 1) == 1
+
+
+def test_one_batch_spans_many_schedules(history: HistoryStore) -> None:
+    with GroupCommit() as batch:
+        for schedule_id in ("s1", "s2"):
+            for i in range(3):
+                decide(history, schedule_id, i, batch=batch)
+    assert history.occurrence_count("s1") == history.occurrence_count("s2") == 3
+
+
+# --- recovery -------------------------------------------------------------------------------------
+
+
+def _restart(root: Path) -> HistoryStore:
+    """A new store on the same files: what the next process sees."""
+    return HistoryStore(root)
+
+
+def test_restart_without_clean_close_recovers_everything(
+    history: HistoryStore, store_root: Path
+) -> None:
+    _build(history, 95)
+    decide(history, "s1", 200, "admitted")
+    move(history, "s1", 200, "running", run_id="run-x")
+    decide(history, "s1", 201, "admitted")
+    before = all_rows(history, "s1")
+    recovered = _restart(store_root).recover("s1")
+    assert recovered.problems == ()
+    assert recovered.occurrences == 97
+    assert recovered.last_decided_instant == "2024-01-01T03:21:00Z"
+    assert [(o.seq, o.status, o.run_id) for o in recovered.open_occurrences] == [
+        (95, "running", "run-x"),
+        (96, "admitted", None),
+    ]
+    assert recovered.open_occurrences[1].snapshot == SNAPSHOT
+    assert not recovered.index_rebuilt
+    fresh = _restart(store_root)
+    assert all_rows(fresh, "s1") == before
+
+
+def test_clean_close_leaves_nothing_to_replay(history: HistoryStore, store_root: Path) -> None:
+    _build(history, 40)
+    assert _restart(store_root).recover("s1").tail_rows > 0
+    history.close()
+    after = _restart(store_root).recover("s1")
+    assert (after.tail_rows, after.tail_bytes, after.occurrences) == (0, 0, 40)
+
+
+def test_sync_recovered_publishes_the_checkpoint(history: HistoryStore, store_root: Path) -> None:
+    _build(history, 40)
+    owner = _restart(store_root)
+    assert owner.recover("s1").tail_rows > 0
+    owner.sync_recovered()
+    assert _restart(store_root).recover("s1").tail_rows == 0
+
+
+def test_index_ahead_of_checkpoint_is_replayed_without_false_alarms(
+    history: HistoryStore, store_root: Path
+) -> None:
+    # Old open occurrences move along in later batches: their index entries
+    # are updated after every commit while the header checkpoint lags behind.
+    for i in range(5):
+        decide(history, "s1", i, "admitted")
+    for status in ("running", "interrupted", "running"):
+        with GroupCommit() as batch:
+            for i in range(5):
+                move(history, "s1", i, status, run_id=f"run-{i}", batch=batch)
+    with GroupCommit() as batch:
+        move(history, "s1", 0, "completed", batch=batch)
+        move(history, "s1", 1, "interrupted", batch=batch)
+    recovered = _restart(store_root).recover("s1")
+    assert recovered.problems == ()
+    assert [(o.seq, o.status) for o in recovered.open_occurrences] == [
+        (1, "interrupted"),
+        (2, "running"),
+        (3, "running"),
+        (4, "running"),
+    ]
+    # Appending continues from the recovered state.
+    again = _restart(store_root)
+    move(again, "s1", 1, "completed")
+    assert [o.seq for o in again.open_occurrences("s1")] == [2, 3, 4]
+    assert _restart(store_root).recover("s1").problems == ()
+
+
+INDEX_DAMAGE = [
+    ("deleted", lambda p: p.unlink()),
+    ("truncated to half", lambda p: os.truncate(p, p.stat().st_size // 2)),
+    ("truncated to nothing", lambda p: os.truncate(p, 0)),
+    ("header garbage", lambda p: p.write_bytes(b"\xff" * 64 + p.read_bytes()[64:])),
+    (
+        "entries zeroed",
+        lambda p: p.write_bytes(p.read_bytes()[:64] + b"\x00" * (p.stat().st_size - 64)),
+    ),
+    ("header claims more", lambda p: p.write_bytes(p.read_bytes()[:-32])),
+]
+
+
+@pytest.mark.parametrize(("damage", "apply"), INDEX_DAMAGE, ids=[d for d, _ in INDEX_DAMAGE])
+def test_unusable_index_is_rebuilt_from_the_log(
+    history: HistoryStore,
+    store_root: Path,
+    damage: str,
+    apply: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    _build(history, 60)
+    decide(history, "s1", 100, "admitted")
+    history.close()
+    expected = all_rows(_restart(store_root), "s1")
+    apply(_files(store_root).history_index)
+    with caplog.at_level(logging.INFO):
+        recovered = _restart(store_root).recover("s1")
+    assert recovered.index_rebuilt, damage
+    assert recovered.problems == ()
+    assert recovered.occurrences == 61
+    assert [o.seq for o in recovered.open_occurrences] == [60]
+    assert "rebuilding it from the log" in caplog.text
+    assert all_rows(_restart(store_root), "s1") == expected
+    assert not _restart(store_root).recover("s1").index_rebuilt
+
+
+def test_readers_without_ownership_page_a_damaged_index_without_writing(
+    history: HistoryStore, store_root: Path
+) -> None:
+    _build(history, 30)
+    history.close()
+    expected = all_rows(_restart(store_root), "s1")
+    index = _files(store_root).history_index
+    index.unlink()
+    assert all_rows(_restart(store_root), "s1") == expected
+    assert not index.exists()
+
+
+def test_torn_final_line_is_dropped_with_a_warning(
+    history: HistoryStore, store_root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _build(history, 20)
+    log = _files(store_root).history
+    intact = log.read_bytes()
+    with log.open("ab") as f:
+        f.write(b'{"seq":20,"instant":"2024-01-01T00:20:00Z","sta')
+    # A reader ignores it and writes nothing.
+    assert len(all_rows(_restart(store_root), "s1")) == 20
+    assert log.read_bytes() != intact
+    with caplog.at_level(logging.WARNING):
+        recovered = _restart(store_root).recover("s1")
+    assert recovered.problems == ()
+    assert recovered.dropped_torn_bytes == 47
+    assert "torn final line" in caplog.text
+    assert log.read_bytes() == intact
+    owner = _restart(store_root)
+    assert decide(owner, "s1", 20) == 20
+    assert _restart(store_root).recover("s1").problems == ()
+
+
+def test_a_complete_row_missing_only_its_newline_is_still_torn(
+    history: HistoryStore, store_root: Path
+) -> None:
+    _build(history, 3)
+    log = _files(store_root).history
+    whole = (
+        b'{"instant":"2024-01-01T00:03:00Z","recorded_at":"2024-01-01T00:03:00Z",'
+        b'"seq":3,"status":"superseded"}'
+    )
+    with log.open("ab") as f:
+        f.write(whole)
+    recovered = _restart(store_root).recover("s1")
+    assert recovered.occurrences == 3
+    assert recovered.dropped_torn_bytes == len(whole)
+
+
+# --- damage ------------------------------------------------------------
+
+
+def _row(**fields: Any) -> bytes:
+    return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+
+
+def _decision(seq: int, i: int, status: str = "skipped-misfire") -> bytes:
+    return _row(
+        seq=seq,
+        instant=f"2024-01-01T{i // 60:02d}:{i % 60:02d}:00Z",
+        status=status,
+        recorded_at="2024-01-01T05:00:00Z",
+    )
+
+
+def _transition(seq: int, i: int, status: str, run_id: str | None = None) -> bytes:
+    fields: dict[str, Any] = {
+        "seq": seq,
+        "update": True,
+        "status": status,
+        "instant": f"2024-01-01T{i // 60:02d}:{i % 60:02d}:00Z",
+        "recorded_at": "2024-01-01T05:00:00Z",
+    }
+    if run_id:
+        fields["run_id"] = run_id
+    return _row(**fields)
+
+
+# History before the damage: seq 0..9 at minutes 0..9; seq 8 admitted and
+# running (run-8), seq 9 admitted then completed.
+LOG_DAMAGE = [
+    ("garbage line", b"this is not json\n", "unparseable record", None),
+    ("json that is not an object", b"[1,2]\n", "not a JSON object", None),
+    ("duplicate decision", _decision(9, 9), "duplicate decision for seq 9", 9),
+    ("decision gap", _decision(12, 12), "where seq 10 was expected", 12),
+    ("decision out of order", _decision(10, 5), "not after the previous decision", 10),
+    (
+        "status backwards",
+        _transition(8, 8, "admitted", "run-8"),
+        "went backwards from running to admitted",
+        8,
+    ),
+    ("duplicate transition", _transition(8, 8, "running", "run-8"), "duplicate running row", 8),
+    (
+        "transition for unknown seq",
+        _transition(42, 42, "running"),
+        "transition for unknown seq 42",
+        42,
+    ),
+    (
+        "row after terminal",
+        _transition(9, 9, "running"),
+        "after the terminal completed row of seq 9",
+        9,
+    ),
+    (
+        "row after terminal decision",
+        _transition(3, 3, "running"),
+        "after the terminal skipped-misfire row",
+        3,
+    ),
+    ("other run", _transition(8, 8, "completed", "run-9"), "run id changed from run-8 to run-9", 8),
+    ("wrong instant", _transition(8, 7, "completed"), "names instant 2024-01-01T00:07:00Z", 8),
+    ("bad status", _decision(10, 10, "pending"), "'pending' is not a decision status", 10),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "line", "reason", "seq"), LOG_DAMAGE, ids=[d[0] for d in LOG_DAMAGE]
+)
+@pytest.mark.parametrize("clean_close", [True, False], ids=["after-close", "after-crash"])
+def test_damaged_rows_are_problems_and_nothing_is_cleared(
+    store_root: Path, name: str, line: bytes, reason: str, seq: int | None, clean_close: bool
+) -> None:
+    create(store_root, "s1", "s2")
+    history = HistoryStore(store_root)
+    for i in range(8):
+        decide(history, "s1", i)
+    decide(history, "s1", 8, "admitted")
+    move(history, "s1", 8, "running", run_id="run-8")
+    decide(history, "s1", 9, "admitted")
+    move(history, "s1", 9, "completed", run_id="run-9")
+    decide(history, "s2", 0)
+    if clean_close:
+        history.close()
+    log = _files(store_root).history
+    lines_before = log.read_bytes().count(b"\n")
+    offset = log.stat().st_size
+    damaged = log.read_bytes() + line + _decision(11, 11)
+    log.write_bytes(damaged)
+    before_pages = all_rows(_restart(store_root), "s1")
+
+    owner = _restart(store_root)
+    recovered = owner.recover("s1")
+    assert len(recovered.problems) == 1, name
+    problem = recovered.problems[0]
+    where = f"line {lines_before + 1}, byte {offset}"
+    assert problem.file == "schedules/s1/history.jsonl"
+    assert problem.record == (where if seq is None else f"{where} (seq {seq})")
+    assert reason in problem.reason
+    # Nothing is cleared: the file is as found, the run stays open, appends are refused.
+    assert log.read_bytes() == damaged
+    assert [o.seq for o in recovered.open_occurrences] == [8]
+    with pytest.raises(StoreDamaged) as caught:
+        decide(owner, "s1", 20)
+    assert caught.value.data["record"] == problem.record
+    assert owner.problems("s1") == recovered.problems
+    # Pages still show what precedes the damage, to the owner and to readers.
+    assert all_rows(owner, "s1") == before_pages
+    assert [r["seq"] for r in before_pages] == list(range(10))
+    # Another schedule is unaffected.
+    assert owner.recover("s2").problems == ()
+    decide(owner, "s2", 1)
+    assert log.read_bytes() == damaged
+
+
+def test_damage_before_the_checkpoint_is_found_by_verify_and_by_pages(
+    history: HistoryStore, store_root: Path
+) -> None:
+    _build(history, 30)
+    history.close()
+    log = _files(store_root).history
+    data = log.read_bytes()
+    start = data.index(b'{"instant":"2024-01-01T00:05:00Z"')
+    end = data.index(b"\n", start)
+    log.write_bytes(data[:start] + b"#" * (end - start) + data[end:])
+    # Load is O(tail): damage behind the checkpoint is not re-read there...
+    assert _restart(store_root).recover("s1").problems == ()
+    # ...a full verification finds it...
+    problems = _restart(store_root).verify("s1")
+    assert [(p.record, p.reason) for p in problems] == [
+        (f"line 6, byte {start}", "unparseable record")
+    ]
+    # ...and so does a page that reads it.
+    reader = _restart(store_root)
+    assert len(reader.page("s1", limit=5)[0]) == 5
+    _, cursor = reader.page("s1", limit=5)
+    with pytest.raises(StoreDamaged) as caught:
+        reader.page("s1", limit=5, cursor=cursor)
+    assert caught.value.data["file"] == "schedules/s1/history.jsonl"
+    assert caught.value.data["record"] == "seq 5"
+
+
+# --- cost --------------------------------------------------------------
+
+
+class _ReadCounter:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.bytes = 0
+        real_pread, real_read = os.pread, os.read
+
+        def pread(fd: int, n: int, offset: int) -> bytes:
+            data = real_pread(fd, n, offset)
+            self.bytes += len(data)
+            return data
+
+        def read(fd: int, n: int) -> bytes:
+            data = real_read(fd, n)
+            self.bytes += len(data)
+            return data
+
+        monkeypatch.setattr(os, "pread", pread)
+        monkeypatch.setattr(os, "read", read)
+
+
+def _history_after_crash(root: Path, n: int) -> None:
+    """n occurrences, cleanly closed, then two more wake-ups and a crash."""
+    create(root, "s1")
+    history = HistoryStore(root)
+    _build(history, n)
+    decide(history, "s1", n, "admitted")
+    history.close()
+    later = HistoryStore(root)
+    decide(later, "s1", n + 1, "admitted")
+    move(later, "s1", n, "running", run_id="run-a")
+    move(later, "s1", n + 1, "running", run_id="run-b")
+
+
+def test_recovery_reads_the_tail_not_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    small, large = tmp_path / "small", tmp_path / "large"
+    _history_after_crash(small, 100)
+    _history_after_crash(large, 20_000)
+    log_size = _files(large).history.stat().st_size
+    counted: dict[str, tuple[int, Any]] = {}
+    for name, root in (("small", small), ("large", large)):
+        counter = _ReadCounter(monkeypatch)
+        recovered = HistoryStore(root).recover("s1")
+        counted[name] = (counter.bytes, recovered)
+        monkeypatch.undo()
+    small_bytes, small_rec = counted["small"]
+    large_bytes, large_rec = counted["large"]
+    assert large_rec.problems == () and large_rec.occurrences == 20_002
+    assert [o.status for o in large_rec.open_occurrences] == ["running", "running"]
+    # The header checkpoint lags one commit: only the last wake-up's row is replayed.
+    assert large_rec.tail_rows == small_rec.tail_rows == 1
+    assert not large_rec.index_rebuilt
+    # Same work whatever the history size (only digits of offsets differ).
+    assert large_bytes < small_bytes * 1.2
+    assert large_bytes < log_size / 500
+
+
+def test_a_page_reads_o_limit_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _history_after_crash(tmp_path, 20_000)
+    owner = HistoryStore(tmp_path)
+    owner.recover("s1")
+    _, cursor = owner.page("s1", limit=100)
+    for _ in range(50):
+        _, cursor = owner.page("s1", limit=100, cursor=cursor)
+    row_size = 160
+    counter = _ReadCounter(monkeypatch)
+    rows, _ = owner.page("s1", limit=100, cursor=cursor)
+    assert [r["seq"] for r in rows] == list(range(5100, 5200))
+    assert counter.bytes < 100 * (32 + 2 * row_size)
