@@ -75,8 +75,15 @@ class App:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if token is not None:
             headers["Authorization"] = f"Bearer {token}"
+        # Plain-http endpoints never do TLS (redirects are not followed), so skip
+        # loading the CA bundle, which costs more than a whole local call.
+        verify = urlsplit(self.url).scheme == "https"
         self._client = httpx.AsyncClient(
-            headers=headers, timeout=timeout_s, transport=transport, follow_redirects=False
+            headers=headers,
+            timeout=timeout_s,
+            transport=transport,
+            follow_redirects=False,
+            verify=verify,
         )
         self._ids = itertools.count(1)
 

@@ -245,11 +245,6 @@ def _report(exc: SchedulingError) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     """Console entry point of `wf-rpc-server`."""
     args = parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
     try:
         settings = settings_from_args(args, environ=os.environ, cwd=Path.cwd())
         check_bind_security(settings.host, settings.token)
@@ -259,6 +254,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     except InsecureBind as exc:
         print(f"wf-rpc-server: {exc}", file=sys.stderr)
         sys.exit(EXIT_SETTINGS)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
     try:
         status = asyncio.run(serve(settings))
     except SchedulingError as exc:

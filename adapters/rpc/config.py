@@ -122,15 +122,19 @@ def load_config_file(path: Path) -> ConfigFile:
         )
     problems: list[Problem] = []
     try:
-        parsed = ConfigFile.model_validate(payload)
+        parsed: ConfigFile | None = ConfigFile.model_validate(payload)
     except ValidationError as exc:
         problems.extend(_problems(exc))
         parsed = None
-    if parsed is not None:
+    # Checked even when the rest is malformed, so one run reports everything.
+    server = payload.get("server")
+    scheduler = server.get("scheduler") if isinstance(server, dict) else None
+    if isinstance(scheduler, dict):
         try:
-            parse_scheduler_config(parsed.server.scheduler)
+            parse_scheduler_config(scheduler)
         except InvalidInput as exc:
             problems.extend(exc.problems)
+    if parsed is not None:
         if parsed.server.rpc.path == HEALTH_PATH:
             problems.append(Problem(field="server.rpc.path", reason=f"{HEALTH_PATH} is reserved"))
         auth = parsed.server.auth

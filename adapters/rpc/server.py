@@ -50,7 +50,10 @@ class EmbeddedServer(uvicorn.Server):
 def bind_socket(host: str, port: int) -> socket.socket:
     """A listening TCP socket; `port=0` picks a free one (read it with getsockname)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto must be IPPROTO_TCP (not 0): asyncio sets TCP_NODELAY on accepted
+    # connections only then, and without it every response waits ~40 ms for a
+    # delayed ACK between its header and body writes.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
 
 from adapters.client import App
 from adapters.host import build_local_static_workflow_server
 from adapters.rpc.app import create_app
 from core.errors import AlreadyExists, InvalidInput, InvalidState, NotFound
-from tests.rpc.live import serving, wait_until
+from tests.rpc.live import SwitchableApi, serving, wait_until
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "docs" / "examples" / "quickstart"
 
@@ -40,10 +41,21 @@ def quickstart(name: str) -> dict[str, Any]:
     return payload
 
 
-@pytest.fixture
-async def app(tmp_path: Path) -> AsyncIterator[App]:
-    server = build_local_static_workflow_server(tmp_path / "store")
-    async with serving(create_app(server.api)) as base, App(base) as client:
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def live() -> AsyncIterator[tuple[str, SwitchableApi]]:
+    switch = SwitchableApi()
+    async with serving(create_app(switch)) as base:
+        yield base, switch
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def app(tmp_path: Path, live: tuple[str, SwitchableApi]) -> AsyncIterator[App]:
+    base, switch = live
+    switch.target = build_local_static_workflow_server(tmp_path / "store").api
+    async with App(base) as client:
         yield client
 
 

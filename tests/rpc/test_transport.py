@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+import pytest_asyncio
 
 from adapters.client import App
 from adapters.rpc.app import create_app
@@ -28,21 +29,40 @@ from core.errors import (
     SchedulerUnavailable,
 )
 from tests.rpc.fakes import FakeApi
-from tests.rpc.live import serving
+from tests.rpc.live import SwitchableApi, serving
 
 TOKEN = "s3cret-token-for-tests-0123456789"
 JSON_HEADERS = {"Content-Type": "application/json"}
 
 
-@pytest.fixture
-def api() -> FakeApi:
-    return FakeApi()
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def plain() -> AsyncIterator[tuple[str, SwitchableApi]]:
+    switch = SwitchableApi()
+    async with serving(create_app(switch, max_body_bytes=4096)) as base:
+        yield base, switch
+
+
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def guarded() -> AsyncIterator[tuple[str, SwitchableApi]]:
+    switch = SwitchableApi()
+    async with serving(create_app(switch, token=TOKEN)) as base:
+        yield base, switch
 
 
 @pytest.fixture
-async def url(api: FakeApi) -> AsyncIterator[str]:
-    async with serving(create_app(api, max_body_bytes=4096)) as base:
-        yield base
+def api(plain: tuple[str, SwitchableApi], guarded: tuple[str, SwitchableApi]) -> FakeApi:
+    fresh = FakeApi()
+    plain[1].target = fresh
+    guarded[1].target = fresh
+    return fresh
+
+
+@pytest.fixture
+def url(plain: tuple[str, SwitchableApi], api: FakeApi) -> str:
+    return plain[0]
 
 
 async def post(url: str, body: Any, **kwargs: Any) -> httpx.Response:
@@ -293,9 +313,8 @@ async def test_schedules_without_scheduler_are_unavailable() -> None:
 
 
 @pytest.fixture
-async def secured(api: FakeApi) -> AsyncIterator[str]:
-    async with serving(create_app(api, token=TOKEN)) as base:
-        yield base
+def secured(guarded: tuple[str, SwitchableApi], api: FakeApi) -> str:
+    return guarded[0]
 
 
 AUTH_CASES: list[tuple[dict[str, str], int]] = [
