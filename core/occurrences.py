@@ -46,5 +46,12 @@ TERMINAL_STATUSES: Final[frozenset[str]] = frozenset(
 )
 # Statuses a first (decision) row may carry; `pending` is never stored.
 DECISION_STATUSES: Final[frozenset[str]] = frozenset(
-    {"coalesced", "superseded", "skipped-overlap", "skipped-misfire", "preflight-rejected", "admitted"}
+    {
+        "coalesced",
+        "superseded",
+        "skipped-overlap",
+        "skipped-misfire",
+        "preflight-rejected",
+        "admitted",
+    }
 )
