@@ -34,6 +34,7 @@ from adapters.rpc.auth import InsecureBind, check_bind_security
 from adapters.rpc.config import ServerSettings, resolve_settings
 from adapters.rpc.server import bind_socket, build_server
 from core.errors import InvalidInput, Problem, SchedulingError
+from shell import build_scheduler_service
 
 __all__ = ["ENV_HOST", "ENV_PORT", "main", "parse_args", "serve", "settings_from_args"]
 
@@ -142,9 +143,6 @@ async def _serve_on(sock: socket.socket, settings: ServerSettings) -> int:
 
     service = None
     if settings.scheduler.enabled:
-        # Imported here: a server without the scheduler does not need the service.
-        from shell import build_scheduler_service
-
         service = build_scheduler_service(server, settings.scheduler)
         await service.start()
         state["scheduler"] = "running"

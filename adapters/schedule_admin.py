@@ -1,7 +1,7 @@
 """Operator commands of `wf-schedule`, spoken to a running `wf-rpc-server`.
 
 Schedules: `create`, `list`, `get`, `update`, `pause`, `resume`, `delete`,
-`occurrences`; plus `artifact create|get|list`, `deployment save|get|list|delete`
+`occurrences`; `health`; plus `artifact create|get|list`, `deployment save|get|list|delete`
 and `run start|inspect|list` so a server can be set up from a terminal.
 
 Every command takes `--url` (env `WF_SCHEDULER_URL`, default
@@ -666,6 +666,38 @@ def occurrences(
         out.print(Text(f"more: --cursor {page['next_cursor']}  (or --all)", style="dim"))
 
 
+def health(
+    wait: Annotated[
+        float,
+        typer.Option(
+            "--wait", min=0, help="Keep trying this many seconds while the server is starting."
+        ),
+    ] = 0.0,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Check that the server answers (and whether its scheduler runs)."""
+
+    async def probe(app: App) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            try:
+                return await app.health()
+            except ServerUnreachable:
+                if loop.time() >= deadline:
+                    raise
+                await asyncio.sleep(0.1)
+
+    report = _run(url, token, as_json, probe)
+    if as_json:
+        _print_json(report)
+        return
+    scheduler = report.get("scheduler")
+    out.print(f"{report.get('status')}" + (f" (scheduler {scheduler})" if scheduler else ""))
+
+
 # -- artifacts, deployments, runs --------------------------------------------------
 
 artifact_app = typer.Typer(help="Artifacts (immutable plan versions).", no_args_is_help=True)
@@ -867,6 +899,7 @@ def register_admin_commands(app: typer.Typer) -> None:
     app.command("resume")(resume)
     app.command("delete")(delete)
     app.command("occurrences")(occurrences)
+    app.command("health")(health)
     app.add_typer(artifact_app, name="artifact")
     app.add_typer(deployment_app, name="deployment")
     app.add_typer(run_app, name="run")

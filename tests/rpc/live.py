@@ -8,6 +8,7 @@ import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from adapters.host import build_local_static_workflow_server
 from adapters.rpc.server import bind_socket, build_server
 
 __all__ = ["SwitchableApi", "build_test_server", "free_port", "serving", "wait_until"]
@@ -65,15 +66,5 @@ async def wait_until(
 
 
 def build_test_server(root: Any, *, schedules: bool = True) -> Any:
-    """The real host; the real schedules API once it exists (a fake until then)."""
-    from adapters.host import build_local_static_workflow_server
-
-    try:
-        import shell.schedules_api  # noqa: F401
-    except ImportError:
-        from tests.rpc.fakes import FakeSchedules
-
-        return build_local_static_workflow_server(
-            root, schedules=schedules, schedules_factory=lambda _server: FakeSchedules()
-        )
+    """The real host, with the real schedules API when `schedules`."""
     return build_local_static_workflow_server(root, schedules=schedules)
