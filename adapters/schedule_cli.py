@@ -20,6 +20,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from adapters.schedule_admin import register_admin_commands
 from adapters.simulate_cli import register_simulate_command
 from core.calendar import CompiledTrigger, DstNote, compile_trigger
 from core.definitions import parse_definition
@@ -173,6 +174,7 @@ def preview(
 
 
 register_simulate_command(app)
+register_admin_commands(app)
 
 
 def main() -> None:
