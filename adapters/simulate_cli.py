@@ -6,8 +6,9 @@ a per-schedule summary as a table, JSON, JSON lines or CSV. It needs no
 server and writes nothing but its `--output` and `--plot` files.
 
 Exit status: 0 on success, 2 for a scenario that cannot be read or is invalid
-(each problem is printed with the path of the field), 1 when a plot was asked
-for and matplotlib is missing.
+(each problem is printed with the path of the field) or an output file that
+cannot be created, 1 when a plot was asked for and matplotlib is missing or a
+file could not be written.
 """
 
 from __future__ import annotations
@@ -106,7 +107,12 @@ def _destination(output: Path | None) -> Iterator[TextIO]:
         yield sys.stdout
         return
     directory = output.resolve().parent
-    handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{output.name}.", suffix=".tmp")
+    try:
+        handle, temporary = tempfile.mkstemp(
+            dir=directory, prefix=f".{output.name}.", suffix=".tmp"
+        )
+    except OSError as exc:
+        raise _fail(f"cannot write {output}: {exc.strerror or exc}") from None
     try:
         with os.fdopen(handle, "w", encoding="utf-8", newline="") as stream:
             yield stream
@@ -237,9 +243,13 @@ def register_simulate_command(app: typer.Typer) -> None:
         scenario = _read_scenario(scenario_path)
         chosen = _choose_format(output_format, output)
         terminal = output is None and sys.stdout.isatty()
-        with _destination(output) as stream, _progress(scenario) as on_progress:
-            run_simulation(
-                scenario, chosen, stream, plot=plot, terminal=terminal, on_progress=on_progress
-            )
+        try:
+            with _destination(output) as stream, _progress(scenario) as on_progress:
+                run_simulation(
+                    scenario, chosen, stream, plot=plot, terminal=terminal, on_progress=on_progress
+                )
+        except OSError as exc:
+            where = exc.filename or output or plot or "output"
+            raise _fail(f"cannot write {where}: {exc.strerror or exc}", code=1) from None
         if plot is not None:
             typer.echo(f"timeline written to {plot}", err=True)

@@ -91,6 +91,12 @@ def test_unreadable_inputs(tmp_path: Path) -> None:
     assert code == 2 and "is not JSON" in err and "line 1 column 11" in err
 
 
+def test_unwritable_output(tmp_path: Path) -> None:
+    code, out, err = _invoke(str(SCENARIO), "-o", str(tmp_path / "missing-dir" / "x.json"))
+    assert code == 2 and out == ""
+    assert "cannot write" in err and "missing-dir" in err
+
+
 def test_unknown_format_is_a_usage_error() -> None:
     code, _, _ = _invoke(str(SCENARIO), "-f", "xml")
     assert code == 2
