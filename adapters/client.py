@@ -18,10 +18,8 @@ import itertools
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit, urlunsplit
-
-import httpx
 
 from adapters.rpc.protocol import (
     INTERNAL_ERROR,
@@ -30,6 +28,9 @@ from adapters.rpc.protocol import (
     Unauthorized,
     error_from_wire,
 )
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["DEFAULT_URL", "App", "RpcError", "ServerUnreachable", "Unauthorized", "endpoint_url"]
 
@@ -71,6 +72,10 @@ class App:
         timeout_s: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
+        # Imported here: `import adapters` (and `wf-schedule preview`) should not
+        # pay for the HTTP stack, which costs as much as the rest together.
+        import httpx
+
         self.url = endpoint_url(url)
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if token is not None:
@@ -104,6 +109,8 @@ class App:
     # -- transport ---------------------------------------------------------
 
     async def _post(self, payload: Any) -> Any:
+        import httpx
+
         try:
             response = await self._client.post(self.url, content=json.dumps(payload))
         except httpx.HTTPError as exc:

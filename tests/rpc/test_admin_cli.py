@@ -190,18 +190,29 @@ ERROR_CASES: list[tuple[list[str], int, str]] = [
 ]
 
 
+@pytest_asyncio.fixture(loop_scope="module", scope="module")
+async def failing_cli(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[Cli]:
+    # The error cases change nothing, so they share one store set up once.
+    server = build_test_server(tmp_path_factory.mktemp("errors") / "store", schedules=True)
+    async with serving(create_app(server.api)) as base:
+        cli = make_cli(base)
+        await setup_hello(cli)
+        made = await cli("create", "taken", "--deployment", "hello.default", "--cron", "0 * * * *")
+        assert made.exit_code == 0, made.output
+        yield cli
+
+
 @pytest.mark.parametrize(("args", "code", "name"), ERROR_CASES)
 async def test_errors_have_distinct_exit_codes(
-    cli: Cli, args: list[str], code: int, name: str
+    failing_cli: Cli, args: list[str], code: int, name: str
 ) -> None:
-    await setup_hello(cli)
-    made = await cli("create", "taken", "--deployment", "hello.default", "--cron", "0 * * * *")
-    assert made.exit_code == 0, made.output
-    human = await cli(*args)
+    human = await failing_cli(*args)
     assert human.exit_code == code, human.output
     assert human.stdout == ""
     assert human.stderr.startswith("error: ")
-    machine = await cli(*args, "--json")
+    machine = await failing_cli(*args, "--json")
     assert machine.exit_code == code
     assert as_json(machine)["error"]["code"] == name
 

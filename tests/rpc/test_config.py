@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +20,6 @@ from adapters.rpc_server_cli import main, parse_args, settings_from_args
 from core.errors import InvalidInput
 
 TOKEN = "0123456789abcdef-token"
-SERVER_BIN = Path(sys.executable).with_name("wf-rpc-server")
 
 
 def write_config(folder: Path, server: dict[str, Any]) -> Path:
@@ -239,28 +235,17 @@ def test_environment_stands_in_for_port_and_host_flags(tmp_path: Path) -> None:
     assert set(problems_of(caught.value)) == {"port"}
 
 
-async def run_server_command(*args: str, cwd: Path) -> tuple[int, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WF_")}
-    process = await asyncio.create_subprocess_exec(
-        str(SERVER_BIN),
-        *args,
-        cwd=cwd,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    _, stderr = await asyncio.wait_for(process.communicate(), timeout=20)
-    assert process.returncode is not None
-    return process.returncode, stderr.decode()
-
-
-async def test_server_refuses_public_address_without_token_and_says_why(tmp_path: Path) -> None:
-    # The check runs before anything binds, so no public socket is ever opened.
-    code, stderr = await run_server_command(
-        "--store-root", "store", "--host", "0.0.0.0", cwd=tmp_path
-    )
-    assert code == 2
-    assert "refusing to listen on '0.0.0.0' without a bearer token" in stderr
+def test_server_refuses_public_address_without_token_and_says_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # main() checks before it opens the store or binds, so no public socket is opened.
+    monkeypatch.chdir(tmp_path)
+    for name in ("WF_RPC_HOST", "WF_RPC_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit) as exited:
+        main(["--store-root", "store", "--host", "0.0.0.0"])
+    assert exited.value.code == 2
+    assert "refusing to listen on '0.0.0.0' without a bearer token" in capsys.readouterr().err
     assert not (tmp_path / "store").exists()
 
 

@@ -1,0 +1,109 @@
+"""The `wf-schedule` entry point as a separate process against a live server.
+
+Independent commands run concurrently: each process pays the interpreter and
+import start-up, which dominates their cost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from adapters.client import App
+from adapters.rpc.app import create_app
+from tests.rpc.live import build_test_server, serving
+
+QUICKSTART = Path(__file__).resolve().parents[2] / "docs" / "examples" / "quickstart"
+CLI_BIN = Path(sys.executable).with_name("wf-schedule")
+TOKEN = "subprocess-token-0123456789"
+
+
+async def wf_schedule(*args: str, url: str, token: str | None = None) -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WF_")}
+    env["WF_SCHEDULER_URL"] = url
+    if token is not None:
+        env["WF_SCHEDULER_TOKEN"] = token
+    process = await asyncio.create_subprocess_exec(
+        str(CLI_BIN),
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=30)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+@pytest.fixture
+async def url(tmp_path: Path) -> AsyncIterator[str]:
+    server = build_test_server(tmp_path / "store", schedules=True)
+    async with serving(create_app(server.api, token=TOKEN)) as base, App(base, TOKEN) as app:
+        spec = json.loads((QUICKSTART / "artifact.json").read_text(encoding="utf-8"))
+        await app.create_artifact_from_plan(**spec)
+        await app.save_deployment(
+            json.loads((QUICKSTART / "deployment.json").read_text(encoding="utf-8"))
+        )
+        await app.create_schedule(
+            schedule_id="existing",
+            deployment_id="hello.default",
+            trigger={"kind": "cron", "expression": "0 * * * *"},
+        )
+        yield f"{base}/rpc"
+
+
+async def test_wf_schedule_process_exit_codes_and_output(url: str) -> None:
+    # Exit codes and output across a real process boundary; every command and
+    # error class is covered in process by test_admin_cli.py.
+    created, missing, stale = await asyncio.gather(
+        wf_schedule(
+            "create",
+            "hourly-report",
+            "--deployment",
+            "hello.default",
+            "--cron",
+            "0 * * * *",
+            "--misfire",
+            "latest",
+            "--overlap",
+            "parallel",
+            "--max-active-runs",
+            "2",
+            "--json",
+            url=url,
+            token=TOKEN,
+        ),
+        wf_schedule("get", "missing", "--json", url=url, token=TOKEN),
+        wf_schedule(
+            "update",
+            "existing",
+            "--expected-revision",
+            "9",
+            "--misfire",
+            "skip",
+            url=url,
+            token=TOKEN,
+        ),
+    )
+
+    code, out, err = created
+    assert code == 0, err
+    body = json.loads(out)
+    assert body["schedule_id"] == "hourly-report"
+    assert (body["revision"], body["misfire"], body["max_active_runs"]) == (1, "latest", 2)
+
+    code, out, _ = missing
+    assert code == 3
+    assert json.loads(out)["error"]["code"] == "not_found"
+
+    code, out, err = stale
+    assert code == 4
+    assert out == ""
+    assert err.startswith("error: ")
+    assert "hint: run `wf-schedule get`" in err
