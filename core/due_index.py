@@ -33,14 +33,25 @@ def _merge(a: _Node | None, b: _Node | None) -> _Node | None:
         return b
     if b is None:
         return a
-    if b[1] < a[1]:
-        a, b = b, a
-    right = _merge(a[3], b)
-    assert right is not None  # b is not None, so the merge is not empty
-    left = a[2]
-    if left is None or left[0] < right[0]:
-        left, right = right, left
-    return (1 + (right[0] if right is not None else 0), a[1], left, right)
+    # Walk down the right spines, keeping the smaller root at each step ...
+    path: list[_Node] = []
+    while True:
+        if b[1] < a[1]:
+            a, b = b, a
+        path.append(a)
+        right = a[3]
+        if right is None:
+            break
+        a = right
+    # ... then rebuild bottom-up, swapping children to keep the leftist shape.
+    node: _Node = b
+    for parent in reversed(path):
+        left = parent[2]
+        if left is None or left[0] < node[0]:
+            node = (1 + (0 if left is None else left[0]), parent[1], node, left)
+        else:
+            node = (node[0] + 1, parent[1], left, node)
+    return node
 
 
 @dataclass(frozen=True, slots=True)

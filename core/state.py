@@ -17,15 +17,17 @@ the schedule's `due` (respectively `queued`) field; anything else is stale
 and is dropped when it reaches the top.
 
 Every value here is frozen: records are slotted frozen dataclasses, mappings
-are pyrsistent `PMap`s, and the indexes are persistent heaps. Reading a state
+are pyrsistent `PMap`s (a schedule's few active runs live in a small tuple
+mapping), and the indexes are persistent heaps. Reading a state
 never changes it, and `decide` never changes the state it is given.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Final
 
 from pyrsistent import PMap, pmap
 
@@ -36,7 +38,9 @@ from core.errors import CoreMisuse, InvalidInput, Problem
 from core.occurrences import RunStatus
 
 __all__ = [
+    "NO_RUNS",
     "ActiveRun",
+    "ActiveRuns",
     "ScheduleState",
     "ScheduleView",
     "SchedulerState",
@@ -64,6 +68,64 @@ class ActiveRun:
     holds_slot: bool
 
 
+class ActiveRuns(Mapping[datetime, ActiveRun]):
+    """A schedule's active runs by occurrence instant: an immutable mapping.
+
+    A schedule has at most `max_active_runs` active runs (usually one), so a
+    sorted tuple is both the smallest and the fastest representation; every
+    change returns a new value.
+    """
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: tuple[tuple[datetime, ActiveRun], ...] = ()) -> None:
+        self._items = items
+
+    def __getitem__(self, instant: datetime) -> ActiveRun:
+        for key, run in self._items:
+            if key == instant:
+                return run
+        raise KeyError(instant)
+
+    def __iter__(self) -> Iterator[datetime]:
+        return (key for key, _ in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ActiveRuns):
+            return self._items == other._items
+        return Mapping.__eq__(self, other)
+
+    def __hash__(self) -> int:
+        return hash(self._items)
+
+    def __repr__(self) -> str:
+        return f"ActiveRuns({dict(self._items)!r})"
+
+    def __reduce__(self) -> tuple[type[ActiveRuns], tuple[tuple[tuple[datetime, ActiveRun], ...]]]:
+        return (ActiveRuns, (self._items,))
+
+    def with_run(self, instant: datetime, run: ActiveRun) -> ActiveRuns:
+        """These runs with `run` at `instant` (added or replaced)."""
+        items = [item for item in self._items if item[0] != instant]
+        items.append((instant, run))
+        items.sort(key=_first)
+        return ActiveRuns(tuple(items))
+
+    def without(self, instant: datetime) -> ActiveRuns:
+        """These runs without the one at `instant`."""
+        return ActiveRuns(tuple(item for item in self._items if item[0] != instant))
+
+
+def _first(item: tuple[datetime, ActiveRun]) -> datetime:
+    return item[0]
+
+
+NO_RUNS: Final = ActiveRuns()
+
+
 @dataclass(frozen=True, slots=True)
 class ScheduleState:
     """Everything `decide` knows about one schedule."""
@@ -83,7 +145,7 @@ class ScheduleState:
     # misfire="skip": on-time instants waiting for a slot, oldest first. Each
     # reserves an overlap place, so there are never more than the limit.
     waiting: tuple[datetime, ...]
-    active: PMap[datetime, ActiveRun]
+    active: ActiveRuns
     paused: bool
     deleted: bool
     # The diagnostic of contradictory records; a blocked schedule neither
