@@ -35,6 +35,7 @@ from adapters.rpc.config import ServerSettings, resolve_settings
 from adapters.rpc.server import bind_socket, build_server
 from core.errors import InvalidInput, Problem, SchedulingError
 from shell import build_scheduler_service
+from shell.lock import SchedulerLock
 
 __all__ = ["ENV_HOST", "ENV_PORT", "main", "parse_args", "serve", "settings_from_args"]
 
@@ -126,7 +127,19 @@ async def serve(settings: ServerSettings) -> int:
         sock.close()
 
 
+def _refuse_if_owned(store_root: Path) -> None:
+    """Raise SchedulerUnavailable (naming the holder) if another process's
+    scheduler owns the store: opening the host runs startup recovery, which
+    would declare that process's executing runs abandoned."""
+    probe = SchedulerLock(store_root)
+    if not probe.path.exists():
+        return
+    probe.acquire()
+    probe.release()
+
+
 async def _serve_on(sock: socket.socket, settings: ServerSettings) -> int:
+    _refuse_if_owned(settings.store_root)
     server = build_local_static_workflow_server(
         settings.store_root, schedules=settings.scheduler.enabled
     )

@@ -8,6 +8,8 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from adapters.client import App, ServerUnreachable
 from adapters.host import build_local_static_workflow_server
 from adapters.rpc.config import resolve_settings
@@ -94,3 +96,25 @@ async def test_busy_port_is_a_runtime_failure(tmp_path: Path) -> None:
         assert not (tmp_path / "store").exists()
     finally:
         taken.close()
+
+
+async def test_refuses_a_store_another_scheduler_owns_before_recovery(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    other = SchedulerLock(root)
+    other.acquire()
+    try:
+        for enabled in (True, False):
+            settings = resolve_settings(
+                store_root=root,
+                port=free_port(),
+                enable_scheduler=enabled,
+                environ={},
+                cwd=tmp_path,
+            )
+            with pytest.raises(SchedulerUnavailable) as caught:
+                await serve(settings)
+            assert f"pid {os.getpid()}" in caught.value.message
+        # The host was never opened, so its recovery never ran.
+        assert sorted(p.name for p in root.iterdir()) == ["scheduler.lock"]
+    finally:
+        other.release()
