@@ -154,12 +154,6 @@ async def _serve_on(sock: socket.socket, settings: ServerSettings) -> int:
             "scheduler": state["scheduler"],
         }
 
-    service = None
-    if settings.scheduler.enabled:
-        service = build_scheduler_service(server, settings.scheduler)
-        await service.start()
-        state["scheduler"] = "running"
-
     app = create_app(
         server.api,
         rpc_path=settings.rpc_path,
@@ -168,34 +162,47 @@ async def _serve_on(sock: socket.socket, settings: ServerSettings) -> int:
         health=health,
     )
     http = build_server(app, host=settings.host, port=settings.port, log_level="warning")
+    service = (
+        build_scheduler_service(server, settings.scheduler) if settings.scheduler.enabled else None
+    )
     loop = asyncio.get_running_loop()
+    grace_s = settings.scheduler.drain_grace_s
     stopping: asyncio.Task[None] | None = None
+    drain_deadline = 0.0
     gave_up = asyncio.Event()
 
     async def stop_admission() -> None:
-        if service is not None:
+        if service is not None and service.running:
             state["scheduler"] = "stopping"
+            # The service stops its loop first, then drains within the grace period.
             await service.stop()
             state["scheduler"] = "stopped"
 
-    def on_signal(signum: int) -> None:
-        nonlocal stopping
+    def begin_stop() -> None:
+        nonlocal stopping, drain_deadline
         if stopping is None:
-            logger.info(
-                "%s: stopping admission, then draining (up to %.0f s)",
-                signal.Signals(signum).name,
-                settings.scheduler.drain_grace_s,
-            )
+            drain_deadline = loop.time() + grace_s
             http.should_exit = True
             stopping = loop.create_task(stop_admission())
+
+    def on_signal(signum: int) -> None:
+        name = signal.Signals(signum).name
+        if stopping is None:
+            logger.info("%s: stopping admission, then draining (up to %.0f s)", name, grace_s)
+            begin_stop()
         else:
-            logger.warning("second %s: not waiting for the drain", signal.Signals(signum).name)
+            logger.warning("second %s: not waiting for the drain", name)
             http.force_exit = True
             gave_up.set()
 
+    # Installed before the scheduler starts: from then on runs may be executing,
+    # and a signal must drain them rather than kill the process.
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, on_signal, signum)
     try:
+        if service is not None:
+            await service.start()
+            state["scheduler"] = "running"
         serving = loop.create_task(http.serve(sockets=[sock]))
         await http.wait_started(serving)
         where = f"http://{_url_host(settings.host)}:{settings.port}{settings.rpc_path}"
@@ -209,10 +216,15 @@ async def _serve_on(sock: socket.socket, settings: ServerSettings) -> int:
         await serving
     finally:
         # Also on a failed start: the scheduler must release its lock and runs must drain.
-        if stopping is None:
-            stopping = loop.create_task(stop_admission())
+        begin_stop()
+        assert stopping is not None
         await _until(stopping, gave_up)
-        drain = loop.create_task(server.api.drain(settings.scheduler.drain_grace_s))
+        if service is not None and service.running and not gave_up.is_set():
+            # A signal during service.start() found nothing to stop yet.
+            await _until(loop.create_task(stop_admission()), gave_up)
+        # Manual runs are the host's; give them what is left of the same grace period.
+        remaining = max(0.0, drain_deadline - loop.time())
+        drain = loop.create_task(server.api.drain(remaining))
         if not await _until(drain, gave_up):
             drain.cancel()
         still = await server.api.cancel_executing()
