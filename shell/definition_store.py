@@ -52,6 +52,8 @@ from core.errors import (
 from shell.durable import append_records, atomic_write_json, fault_point, fsync_directory
 from shell.jsonlog import read_lines, repair_torn_tail
 from shell.store_format import (
+    DEFINITION_FILE,
+    LIFECYCLE_FILE,
     SCHEDULES_DIR,
     Instant,
     ScheduleFiles,
@@ -59,6 +61,7 @@ from shell.store_format import (
     StoreProblem,
     canonical_instant,
     parse_instant,
+    read_file,
 )
 
 __all__ = [
@@ -269,15 +272,19 @@ class DefinitionStore:
 
     def __init__(self, store_root: str | os.PathLike[str]) -> None:
         self.store_root = Path(store_root)
+        self._paths: dict[str, ScheduleFiles] = {}
 
     def _files(self, schedule_id: str) -> ScheduleFiles:
-        return ScheduleFiles.of(self.store_root, schedule_id)
+        files = self._paths.get(schedule_id)
+        if files is None:
+            files = self._paths[schedule_id] = ScheduleFiles.of(self.store_root, schedule_id)
+        return files
 
     # --- queries ------------------------------------------------------------------
 
     def exists(self, schedule_id: str) -> bool:
         """True when the id is taken (its directory exists, complete or not)."""
-        return self._files(schedule_id).directory.is_dir()
+        return os.path.isdir(self._files(schedule_id).directory)
 
     def list_ids(self) -> list[str]:
         """Sorted ids of every schedule ever created (deleted ones included).
@@ -285,7 +292,7 @@ class DefinitionStore:
         Directories holding neither a lifecycle log nor a snapshot (a create
         interrupted right after making the directory) are left out.
         """
-        root = self.store_root / SCHEDULES_DIR
+        root = os.path.join(self.store_root, SCHEDULES_DIR)
         try:
             names = os.listdir(root)
         except FileNotFoundError:
@@ -293,11 +300,11 @@ class DefinitionStore:
         ids: list[str] = []
         for name in names:
             try:
-                files = ScheduleFiles.of(self.store_root, name)
+                files = self._files(name)
             except InvalidInput:
-                _log.warning("ignoring %s: not a schedule id", root / name)
+                _log.warning("ignoring %s: not a schedule id", os.path.join(root, name))
                 continue
-            if files.lifecycle.exists() or files.definition.exists():
+            if os.path.exists(files.lifecycle) or os.path.exists(files.definition):
                 ids.append(name)
         return sorted(ids)
 
@@ -311,14 +318,14 @@ class DefinitionStore:
         exist.
         """
         files = self._files(schedule_id)
-        if not files.directory.is_dir():
+        if not os.path.isdir(files.directory):
             raise NotFound(
                 f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
             )
         repairs: list[str] = []
         problems: list[StoreProblem] = []
 
-        def problem(path: Path, record: str, reason: str) -> None:
+        def problem(path: str, record: str, reason: str) -> None:
             problems.append(
                 StoreProblem(
                     schedule_id=schedule_id, file=files.relative(path), record=record, reason=reason
@@ -336,10 +343,10 @@ class DefinitionStore:
 
         snapshot: dict[str, Any] | None = None
         snapshot_file_ok = True
+        raw = read_file(files.definition)
         try:
-            snapshot = _check_snapshot(json.loads(files.definition.read_bytes()), schedule_id)
-        except FileNotFoundError:
-            pass
+            if raw is not None:
+                snapshot = _check_snapshot(json.loads(raw), schedule_id)
         except ValueError as exc:
             snapshot_file_ok = False
             problem(files.definition, "whole file", f"unreadable snapshot: {exc}")
@@ -440,7 +447,7 @@ class DefinitionStore:
         return any(
             not name.startswith(".")
             for name in os.listdir(files.directory)
-            if name not in (files.lifecycle.name, files.definition.name)
+            if name not in (LIFECYCLE_FILE, DEFINITION_FILE)
         )
 
     def get(self, schedule_id: str) -> dict[str, Any]:
@@ -479,7 +486,7 @@ class DefinitionStore:
             )
         read = read_lines(files.lifecycle)
         if read is None:
-            if not files.directory.is_dir():
+            if not os.path.isdir(files.directory):
                 raise NotFound(
                     f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
                 )
@@ -530,8 +537,8 @@ class DefinitionStore:
         record = {"seq": 1, "kind": "created", "at": at_text, "revision": 1, "definition": payload}
         snapshot = _apply(None, record, schedule_id)
 
-        parent = files.directory.parent
-        parent.mkdir(parents=True, exist_ok=True)
+        parent = os.path.dirname(files.directory)
+        os.makedirs(parent, exist_ok=True)
         fault_point("before:mkdir:schedule")
         try:
             os.mkdir(files.directory)

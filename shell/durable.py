@@ -36,7 +36,6 @@ import os
 import secrets
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
 from shell.store_format import encode_json_line
@@ -231,12 +230,12 @@ def sync_paths(
         fsync_directory(directory)
 
 
-def _temp_path(target: Path) -> Path:
-    token = secrets.token_hex(4)
-    return target.with_name(f".{target.name}.{os.getpid()}.{token}{_TEMP_SUFFIX}")
+def _temp_path(target: str) -> str:
+    directory, name = os.path.split(target)
+    return os.path.join(directory, f".{name}.{os.getpid()}.{secrets.token_hex(4)}{_TEMP_SUFFIX}")
 
 
-def _write_temp(target: Path, data: bytes, *, sync: bool) -> Path:
+def _write_temp(target: str, data: bytes, *, sync: bool) -> str:
     temp = _temp_path(target)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
@@ -251,7 +250,7 @@ def _write_temp(target: Path, data: bytes, *, sync: bool) -> Path:
     return temp
 
 
-def _unlink_quietly(path: Path) -> None:
+def _unlink_quietly(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
 
@@ -269,7 +268,7 @@ def remove_stale_temp_files(directory: str | os.PathLike[str]) -> list[str]:
         return removed
     for name in names:
         if name.startswith(".") and name.endswith(_TEMP_SUFFIX):
-            _unlink_quietly(Path(directory) / name)
+            _unlink_quietly(os.path.join(directory, name))
             removed.append(name)
     return sorted(removed)
 
@@ -289,8 +288,8 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     directory. A crash leaves either the old file or the new one (and possibly
     a stray `.<name>.<pid>.<token>.tmp`, see `remove_stale_temp_files`).
     """
-    target = Path(path)
-    name = target.name
+    target = os.fspath(path)
+    name = os.path.basename(target)
     fault_point(f"before:replace:{name}")
     temp = _write_temp(target, data, sync=True)
     try:
@@ -298,7 +297,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     except BaseException:
         _unlink_quietly(temp)
         raise
-    fsync_directory(target.parent)
+    fsync_directory(os.path.dirname(target) or ".")
     fault_point(f"after:replace:{name}")
 
 
@@ -307,7 +306,7 @@ def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
     atomic_write_bytes(path, _json_bytes(obj))
 
 
-def _open_append(path: Path) -> tuple[int, bool]:
+def _open_append(path: str) -> tuple[int, bool]:
     """Open for appending; the flag says whether this call created the file."""
     flags = os.O_WRONLY | os.O_APPEND
     try:
@@ -330,9 +329,10 @@ def append_records(
     first (see `shell.jsonlog.repair_torn_tail`), or the first record would be
     glued to it.
     """
-    target = Path(path)
+    target = os.fspath(path)
+    name = os.path.basename(target)
     data = b"".join(encode_json_line(r) for r in records)
-    fault_point(f"before:append:{target.name}")
+    fault_point(f"before:append:{name}")
     fd, created = _open_append(target)
     try:
         offset = os.fstat(fd).st_size
@@ -342,8 +342,8 @@ def append_records(
     finally:
         os.close(fd)
     if sync and created:
-        fsync_directory(target.parent)
-    fault_point(f"after:append:{target.name}")
+        fsync_directory(os.path.dirname(target) or ".")
+    fault_point(f"after:append:{name}")
     return offset
 
 
@@ -376,9 +376,9 @@ class GroupCommit:
 
     def __init__(self, *, sync: SyncMode = "auto") -> None:
         self._sync_mode: SyncMode = sync
-        self._appends: dict[Path, _Append] = {}
-        self._replaces: dict[Path, bytes] = {}
-        self._also_sync: dict[Path, None] = {}
+        self._appends: dict[str, _Append] = {}
+        self._replaces: dict[str, bytes] = {}
+        self._also_sync: dict[str, None] = {}
         self._on_commit: list[Callable[[], None]] = []
         self._on_abort: list[Callable[[], None]] = []
         self._state: Literal["open", "committed", "aborted", "crashed"] = "open"
@@ -405,7 +405,7 @@ class GroupCommit:
         under its owner, and the commit fails before writing to it.
         """
         self._check_open()
-        target = Path(path)
+        target = os.fspath(path)
         entry = self._appends.get(target)
         if entry is None:
             entry = self._appends[target] = _Append(expect_size)
@@ -422,7 +422,7 @@ class GroupCommit:
     def replace_bytes(self, path: str | os.PathLike[str], data: bytes) -> None:
         """Stage an atomic replace of `path`; a later replace of the same path wins."""
         self._check_open()
-        self._replaces[Path(path)] = data
+        self._replaces[os.fspath(path)] = data
 
     def replace_json(self, path: str | os.PathLike[str], obj: Any) -> None:
         """Stage an atomic replace of `path` with canonical JSON."""
@@ -432,7 +432,7 @@ class GroupCommit:
         """Include an already written file in the batch's flush (for derived
         files such as an index that must be durable once the batch is)."""
         self._check_open()
-        self._also_sync[Path(path)] = None
+        self._also_sync[os.fspath(path)] = None
 
     def on_commit(self, callback: Callable[[], None]) -> None:
         """Run `callback` after everything in the batch is durable."""
@@ -453,33 +453,35 @@ class GroupCommit:
     def commit(self) -> None:
         """Make every staged write durable, in the documented order."""
         self._check_open()
-        temps: dict[Path, Path] = {}
+        temps: dict[str, str] = {}
+        basename = os.path.basename
         try:
             fault_point("before:commit")
-            files: list[Path] = []
-            directories: list[Path] = []
+            files: list[str] = []
+            directories: list[str] = []
             for path, entry in self._appends.items():
-                fault_point(f"before:append:{path.name}")
+                fault_point(f"before:append:{basename(path)}")
                 self._write_append(path, entry, directories)
                 files.append(path)
-                fault_point(f"after:append:{path.name}")
+                fault_point(f"after:append:{basename(path)}")
             for path, data in self._replaces.items():
-                fault_point(f"before:stage:{path.name}")
+                fault_point(f"before:stage:{basename(path)}")
                 temps[path] = _write_temp(path, data, sync=False)
                 files.append(temps[path])
-                fault_point(f"after:stage:{path.name}")
+                fault_point(f"after:stage:{basename(path)}")
             files.extend(p for p in self._also_sync if p not in self._appends)
             fault_point("before:sync")
             sync_paths(files, directories, mode=self._sync_mode)
             fault_point("after:sync")
             for path, temp in list(temps.items()):
-                fault_point(f"before:replace:{path.name}")
+                fault_point(f"before:replace:{basename(path)}")
                 os.replace(temp, path)
                 del temps[path]
-                fault_point(f"after:replace:{path.name}")
+                fault_point(f"after:replace:{basename(path)}")
             if self._replaces:
                 fault_point("before:sync-dirs")
-                sync_paths([], [p.parent for p in self._replaces], mode=self._sync_mode)
+                parents = [os.path.dirname(p) or "." for p in self._replaces]
+                sync_paths([], parents, mode=self._sync_mode)
                 fault_point("after:sync-dirs")
         except SimulatedCrash:
             self._state = "crashed"
@@ -494,7 +496,7 @@ class GroupCommit:
         self._run(self._on_commit)
         fault_point("after:commit")
 
-    def _write_append(self, path: Path, entry: _Append, directories: list[Path]) -> None:
+    def _write_append(self, path: str, entry: _Append, directories: list[str]) -> None:
         fd, created = _open_append(path)
         try:
             if entry.expect_size is not None:
@@ -509,7 +511,7 @@ class GroupCommit:
         finally:
             os.close(fd)
         if created:
-            directories.append(path.parent)
+            directories.append(os.path.dirname(path) or ".")
 
     @staticmethod
     def _run(callbacks: list[Callable[[], None]]) -> None:

@@ -70,12 +70,14 @@ from core.occurrences import DECISION_STATUSES, RUN_STATUSES, TERMINAL_STATUSES
 from shell.durable import GroupCommit, atomic_write_bytes, fault_point, sync_paths
 from shell.jsonlog import complete_end, iter_lines, repair_torn_tail
 from shell.store_format import (
+    HISTORY_INDEX_FILE,
     Instant,
     ScheduleFiles,
     StoreDamaged,
     StoreProblem,
     canonical_instant,
     encode_json_line,
+    format_instant,
     parse_instant,
 )
 
@@ -330,6 +332,21 @@ def _instant_of(row: Mapping[str, Any], key: str, seq: int) -> datetime:
         raise _Bad(f"{key} is not an ISO-8601 instant: {row.get(key)!r}", seq) from None
 
 
+def _canonical_text(text: str, parsed: datetime) -> str:
+    """The at-rest text of an instant already parsed from `text`.
+
+    Rows this store wrote are canonical ("YYYY-MM-DDTHH:MM:SS[.ffffff]Z");
+    recognising that shape is much cheaper than formatting again.
+    """
+    if (
+        text[-1:] == "Z"
+        and text[10:11] == "T"
+        and (len(text) == 20 or (len(text) == 27 and parsed.microsecond))
+    ):
+        return text
+    return format_instant(parsed)
+
+
 def _optional_str(row: Mapping[str, Any], key: str, seq: int) -> str | None:
     value = row.get(key)
     if value is not None and not isinstance(value, str):
@@ -411,14 +428,14 @@ def _apply_decision(state: _State, row: dict[str, Any], seq: int, offset: int, l
             f" {state.last_decided_text} (duplicate or out of order)",
             seq,
         )
-    instant_text = canonical_instant(instant)
+    instant_text = _canonical_text(row["instant"], instant)
     state.count += 1
     state.last_decided = instant
     state.last_decided_text = instant_text
     entry = _Entry(offset, length, offset, length, status)
     state.touched[seq] = entry
     if status == "admitted":
-        recorded_text = canonical_instant(recorded_at)
+        recorded_text = _canonical_text(row["recorded_at"], recorded_at)
         state.open[seq] = _Open(
             seq=seq,
             instant=instant_text,
@@ -467,7 +484,7 @@ def _apply_transition(
             raise _Bad(f"a row after the terminal {prior.status} row of seq {seq}", seq)
     if current.latest_off >= offset:
         return
-    if canonical_instant(instant) != current.instant:
+    if _canonical_text(row["instant"], instant) != current.instant:
         raise _Bad(
             f"transition names instant {row['instant']} but seq {seq} is {current.instant}", seq
         )
@@ -485,7 +502,7 @@ def _apply_transition(
         reason=reason,
         latest_off=offset,
         latest_len=length,
-        updated_at=canonical_instant(recorded_at),
+        updated_at=_canonical_text(row["recorded_at"], recorded_at),
     )
     if status in TERMINAL_STATUSES:
         state.open.pop(seq, None)
@@ -506,6 +523,9 @@ class _Reader:
         self.log_fd = log_fd
         self.idx_fd = idx_fd
         self.idx_entries = idx_entries
+        # The last entry's decision row is read by the spot check and again
+        # when it is still open: read each row once per load.
+        self._rows: dict[int, dict[str, Any]] = {}
 
     def entries(self, first: int, count: int) -> list[_Entry]:
         if self.idx_fd is None or first + count > self.idx_entries:
@@ -520,6 +540,9 @@ class _Reader:
         return result
 
     def row(self, offset: int, length: int, seq: int, *, decision: bool) -> dict[str, Any]:
+        cached = self._rows.get(offset)
+        if cached is not None and cached.get("seq") == seq and ("update" in cached) != decision:
+            return cached
         data = os.pread(self.log_fd, length, offset)
         try:
             row = json.loads(data) if len(data) == length and data.endswith(b"\n") else None
@@ -532,6 +555,7 @@ class _Reader:
             or not isinstance(row.get("status"), str)
         ):
             raise _IndexDamaged(f"index entry for seq {seq} does not point at its row")
+        self._rows[offset] = row
         return row
 
     def materialize(self, seq: int, entry: _Entry) -> _Open:
@@ -541,24 +565,32 @@ class _Reader:
             latest = self.row(entry.latest_off, entry.latest_len, seq, decision=False)
         if latest["status"] != entry.status:
             raise _IndexDamaged(f"index entry for seq {seq} disagrees with its latest row")
-        try:
-            return _Open(
-                seq=seq,
-                instant=canonical_instant(decision["instant"]),
-                status=entry.status,
-                run_id=latest.get("run_id") or decision.get("run_id"),
-                reason=latest.get("reason"),
-                decision_off=entry.decision_off,
-                decision_len=entry.decision_len,
-                latest_off=entry.latest_off,
-                latest_len=entry.latest_len,
-                snapshot=decision.get("snapshot"),
-                revision=decision.get("revision"),
-                decided_at=canonical_instant(decision["recorded_at"]),
-                updated_at=canonical_instant(latest["recorded_at"]),
-            )
-        except (KeyError, TypeError, ValueError):
-            raise _IndexDamaged(f"rows of seq {seq} lack their instants") from None
+        # These rows were validated when they were appended or replayed, and
+        # the writer stores instants in canonical text: use them as they are.
+        instant, decided_at, updated_at = (
+            decision.get("instant"),
+            decision.get("recorded_at"),
+            latest.get("recorded_at"),
+        )
+        if not (
+            isinstance(instant, str) and isinstance(decided_at, str) and isinstance(updated_at, str)
+        ):
+            raise _IndexDamaged(f"rows of seq {seq} lack their instants")
+        return _Open(
+            seq=seq,
+            instant=instant,
+            status=entry.status,
+            run_id=latest.get("run_id") or decision.get("run_id"),
+            reason=latest.get("reason"),
+            decision_off=entry.decision_off,
+            decision_len=entry.decision_len,
+            latest_off=entry.latest_off,
+            latest_len=entry.latest_len,
+            snapshot=decision.get("snapshot"),
+            revision=decision.get("revision"),
+            decided_at=decided_at,
+            updated_at=updated_at,
+        )
 
 
 @dataclass(slots=True)
@@ -617,9 +649,13 @@ class HistoryStore:
     def __init__(self, store_root: str | os.PathLike[str]) -> None:
         self.store_root = Path(store_root)
         self._logs: dict[str, _Log] = {}
+        self._paths: dict[str, ScheduleFiles] = {}
 
     def _files(self, schedule_id: str) -> ScheduleFiles:
-        return ScheduleFiles.of(self.store_root, schedule_id)
+        files = self._paths.get(schedule_id)
+        if files is None:
+            files = self._paths[schedule_id] = ScheduleFiles.of(self.store_root, schedule_id)
+        return files
 
     # --- loading -----------------------------------------------------------------------
 
@@ -682,7 +718,7 @@ class HistoryStore:
         """Scan the whole log (read-only) and return every problem found before
         the first one that stops the replay. O(log): for operators and tests."""
         files = self._files(schedule_id)
-        if not files.directory.is_dir():
+        if not os.path.isdir(files.directory):
             raise NotFound(
                 f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
             )
@@ -694,18 +730,20 @@ class HistoryStore:
         try:
             log_fd = os.open(files.history, os.O_RDONLY)
         except FileNotFoundError:
-            if repair and files.history_index.exists():
+            if repair:
                 # An index without its log describes nothing.
-                os.unlink(files.history_index)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(files.history_index)
             return _Loaded(state=_State(), problems=[])
         try:
             dropped = 0
             size = os.fstat(log_fd).st_size
-            if repair:
-                dropped = repair_torn_tail(files.history)
-                size = os.fstat(log_fd).st_size
-            elif size and os.pread(log_fd, 1, size - 1) != b"\n":
-                size = complete_end(log_fd, size)
+            if size and os.pread(log_fd, 1, size - 1) != b"\n":
+                if repair:
+                    dropped = repair_torn_tail(files.history)
+                    size = os.fstat(log_fd).st_size
+                else:
+                    size = complete_end(log_fd, size)
             idx_fd: int | None = None
             with contextlib.suppress(FileNotFoundError):
                 idx_fd = os.open(files.history_index, os.O_RDONLY)
@@ -762,11 +800,12 @@ class HistoryStore:
             if last.decision_off + last.decision_len > checkpoint.size:
                 raise _IndexDamaged("last entry points past the checkpoint")
             row = reader.row(last.decision_off, last.decision_len, last_seq, decision=True)
+            text = row.get("instant")
             try:
-                state.last_decided = parse_instant(row["instant"])
-            except (KeyError, TypeError, ValueError):
+                state.last_decided = parse_instant(text)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
                 raise _IndexDamaged("last decision row has no instant") from None
-            state.last_decided_text = canonical_instant(state.last_decided)
+            state.last_decided_text = text
         loaded = self._replay(files, reader, state, checkpoint, size)
         if full_open:
             self._collect_open(reader, loaded.state, checkpoint)
@@ -815,7 +854,7 @@ class HistoryStore:
             where = f"line {state.lines + 1}, byte {offset}"
             try:
                 try:
-                    row = json.loads(line)
+                    row = json.loads(line.decode())
                 except ValueError:
                     raise _Bad("unparseable record") from None
                 _apply_row(state, row, offset, len(line), known)
@@ -865,22 +904,32 @@ class HistoryStore:
         header: _Checkpoint | None = None,
         truncate_to: int | None = None,
     ) -> None:
-        fault_point(f"before:index:{files.history_index.name}")
+        fault_point(f"before:index:{HISTORY_INDEX_FILE}")
         fd = os.open(files.history_index, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             if os.fstat(fd).st_size < _HEADER_SIZE:
                 os.pwrite(fd, (header or _EMPTY_CHECKPOINT).pack(), 0)
             elif header is not None:
                 os.pwrite(fd, header.pack(), 0)
+            # One write per run of consecutive seqs (a whole batch of new
+            # decisions is one run).
+            run_start, run = -1, list[bytes]()
             for seq in sorted(entries):
-                os.pwrite(fd, entries[seq].pack(), _HEADER_SIZE + seq * _ENTRY_SIZE)
+                if run and seq != run_start + len(run):
+                    os.pwrite(fd, b"".join(run), _HEADER_SIZE + run_start * _ENTRY_SIZE)
+                    run = []
+                if not run:
+                    run_start = seq
+                run.append(entries[seq].pack())
+            if run:
+                os.pwrite(fd, b"".join(run), _HEADER_SIZE + run_start * _ENTRY_SIZE)
             if truncate_to is not None:
                 end = _HEADER_SIZE + truncate_to * _ENTRY_SIZE
                 if os.fstat(fd).st_size > end:
                     os.ftruncate(fd, end)
         finally:
             os.close(fd)
-        fault_point(f"after:index:{files.history_index.name}")
+        fault_point(f"after:index:{HISTORY_INDEX_FILE}")
 
     def _publish_checkpoint(self, log: _Log) -> None:
         if log.checkpoint_next is None:
@@ -894,7 +943,7 @@ class HistoryStore:
         log = self._logs.get(schedule_id)
         if log is None:
             files = self._files(schedule_id)
-            if not files.directory.is_dir():
+            if not os.path.isdir(files.directory):
                 raise NotFound(
                     f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
                 )
@@ -1195,7 +1244,7 @@ class HistoryStore:
         if problems:
             raise InvalidInput.from_problems("history page", problems)
         files = self._files(schedule_id)
-        if not files.directory.is_dir():
+        if not os.path.isdir(files.directory):
             raise NotFound(
                 f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
             )
@@ -1297,7 +1346,7 @@ class HistoryStore:
             )
         return row
 
-    def _damaged(self, files: ScheduleFiles, path: Path, record: str, reason: str) -> NoReturn:
+    def _damaged(self, files: ScheduleFiles, path: str, record: str, reason: str) -> NoReturn:
         problem = StoreProblem(
             schedule_id=files.schedule_id, file=files.relative(path), record=record, reason=reason
         )

@@ -12,10 +12,10 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Final
 
 from shell.durable import fault_point
+from shell.store_format import read_file
 
 __all__ = [
     "complete_end",
@@ -81,7 +81,8 @@ def repair_torn_tail(path: str | os.PathLike[str], *, floor: int = 0) -> int:
     line's bytes. Never cuts below `floor` (an offset known to end a record).
     Only the store's owner may call this.
     """
-    target = Path(path)
+    target = os.fspath(path)
+    name = os.path.basename(target)
     try:
         fd = os.open(target, os.O_RDWR)
     except FileNotFoundError:
@@ -91,10 +92,10 @@ def repair_torn_tail(path: str | os.PathLike[str], *, floor: int = 0) -> int:
         if size <= floor or os.pread(fd, 1, size - 1) == b"\n":
             return 0
         end = complete_end(fd, size, floor)
-        fault_point(f"before:truncate:{target.name}")
+        fault_point(f"before:truncate:{name}")
         os.ftruncate(fd, end)
         os.fsync(fd)
-        fault_point(f"after:truncate:{target.name}")
+        fault_point(f"after:truncate:{name}")
     finally:
         os.close(fd)
     dropped = size - end
@@ -113,9 +114,8 @@ def read_lines(path: str | os.PathLike[str]) -> tuple[list[bytes], bytes] | None
 
     Returns None when the file does not exist.
     """
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
+    data = read_file(os.fspath(path))
+    if data is None:
         return None
     end = data.rfind(b"\n") + 1
     # Split on b"\n" only: bytes.splitlines would also split on a stray b"\r".

@@ -32,6 +32,7 @@ from shell.store_format import (
     StoreProblem,
     canonical_instant,
     parse_instant,
+    read_file,
 )
 
 __all__ = ["RUNTIME_FORMAT", "RuntimeLoad", "RuntimeStore"]
@@ -83,17 +84,20 @@ class RuntimeStore:
 
     def __init__(self, store_root: str | os.PathLike[str]) -> None:
         self.store_root = Path(store_root)
+        self._paths: dict[str, ScheduleFiles] = {}
 
     def _files(self, schedule_id: str) -> ScheduleFiles:
-        return ScheduleFiles.of(self.store_root, schedule_id)
+        files = self._paths.get(schedule_id)
+        if files is None:
+            files = self._paths[schedule_id] = ScheduleFiles.of(self.store_root, schedule_id)
+        return files
 
     def load(self, schedule_id: str) -> RuntimeLoad:
         """Read the runtime record; never raises for a damaged file (it comes
         back as `problem`)."""
         files = self._files(schedule_id)
-        try:
-            raw = files.runtime.read_bytes()
-        except FileNotFoundError:
+        raw = read_file(files.runtime)
+        if raw is None:
             return RuntimeLoad(schedule_id=schedule_id, record=None)
         try:
             return RuntimeLoad(schedule_id=schedule_id, record=_check(json.loads(raw)))
@@ -181,7 +185,7 @@ class RuntimeStore:
             written_at=written_at,
             waiting=waiting,
         )
-        if not files.directory.is_dir():
+        if not os.path.isdir(files.directory):
             raise NotFound(
                 f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
             )
@@ -208,7 +212,7 @@ class RuntimeStore:
             written_at=written_at,
             waiting=waiting,
         )
-        if not files.directory.is_dir():
+        if not os.path.isdir(files.directory):
             raise NotFound(
                 f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
             )

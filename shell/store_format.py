@@ -20,12 +20,13 @@ canonical (`sort_keys`, compact separators, ASCII) and end in `\\n`.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Final
 
 from core.errors import InvalidInput, InvalidState, Problem
@@ -47,6 +48,7 @@ __all__ = [
     "encode_json_line",
     "format_instant",
     "parse_instant",
+    "read_file",
 ]
 
 SCHEDULES_DIR: Final = "schedules"
@@ -92,45 +94,73 @@ def check_schedule_id(schedule_id: object) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ScheduleFiles:
-    """The paths of one schedule's files under a store root."""
+    """The paths of one schedule's files under a store root.
 
-    store_root: Path
+    Plain strings, built once: the stores touch thousands of schedules at
+    startup, and `pathlib` objects cost more than the system calls they name.
+    """
+
+    store_root: str
     schedule_id: str
+    directory: str
+    definition: str
+    lifecycle: str
+    runtime: str
+    history: str
+    history_index: str
 
     @classmethod
-    def of(cls, store_root: str | Path, schedule_id: str) -> ScheduleFiles:
-        return cls(Path(store_root), check_schedule_id(schedule_id))
+    def of(cls, store_root: str | os.PathLike[str], schedule_id: str) -> ScheduleFiles:
+        """Raises `InvalidInput` for an unsafe `schedule_id` (see `check_schedule_id`)."""
+        return _schedule_files(os.fspath(store_root), schedule_id)
 
-    @property
-    def directory(self) -> Path:
-        return self.store_root / SCHEDULES_DIR / self.schedule_id
+    @classmethod
+    def build(cls, root: str, schedule_id: str) -> ScheduleFiles:
+        directory = os.path.join(root, SCHEDULES_DIR, check_schedule_id(schedule_id))
+        prefix = directory + os.sep
+        return cls(
+            root,
+            schedule_id,
+            directory,
+            prefix + DEFINITION_FILE,
+            prefix + LIFECYCLE_FILE,
+            prefix + RUNTIME_FILE,
+            prefix + HISTORY_FILE,
+            prefix + HISTORY_INDEX_FILE,
+        )
 
-    @property
-    def definition(self) -> Path:
-        return self.directory / DEFINITION_FILE
-
-    @property
-    def lifecycle(self) -> Path:
-        return self.directory / LIFECYCLE_FILE
-
-    @property
-    def runtime(self) -> Path:
-        return self.directory / RUNTIME_FILE
-
-    @property
-    def history(self) -> Path:
-        return self.directory / HISTORY_FILE
-
-    @property
-    def history_index(self) -> Path:
-        return self.directory / HISTORY_INDEX_FILE
-
-    def relative(self, path: Path) -> str:
+    def relative(self, path: str) -> str:
         """`path` relative to the store root, as diagnostics name files."""
-        try:
-            return path.relative_to(self.store_root).as_posix()
-        except ValueError:
-            return str(path)
+        root = self.store_root.rstrip(os.sep) + os.sep
+        if path.startswith(root):
+            return path[len(root) :].replace(os.sep, "/")
+        return path
+
+
+def read_file(path: str) -> bytes | None:
+    """The whole content of a (small) file, or None if it does not exist."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        data = os.read(fd, 1 << 16)
+        if len(data) < 1 << 16:
+            # A short read of a regular file means end of file: skip the
+            # extra read() that would only confirm it.
+            return data
+        chunks = [data]
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+# The three stores of one root each ask for the same schedules' paths.
+@functools.lru_cache(maxsize=1 << 16)
+def _schedule_files(root: str, schedule_id: str) -> ScheduleFiles:
+    return ScheduleFiles.build(root, schedule_id)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,11 +205,8 @@ def format_instant(value: datetime) -> str:
     """
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError(f"naive datetime {value!r} is not an instant")
-    utc = value.astimezone(UTC)
-    text = utc.strftime("%Y-%m-%dT%H:%M:%S")
-    if utc.microsecond:
-        text += f".{utc.microsecond:06d}"
-    return text + "Z"
+    # isoformat omits the fraction exactly when microseconds are zero.
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat() + "Z"
 
 
 def parse_instant(text: str) -> datetime:

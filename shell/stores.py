@@ -134,7 +134,7 @@ class ScheduleStores:
         )
 
     @staticmethod
-    def _io_problem(files: ScheduleFiles, path: Path, exc: OSError) -> StoreProblem:
+    def _io_problem(files: ScheduleFiles, path: str, exc: OSError) -> StoreProblem:
         return StoreProblem(
             schedule_id=files.schedule_id,
             file=files.relative(path),

@@ -9,6 +9,7 @@ from typing import Any
 from shell.definition_store import DefinitionStore
 from shell.durable import GroupCommit
 from shell.history_store import HistoryStore
+from shell.store_format import ScheduleFiles
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 SNAPSHOT: dict[str, Any] = {
@@ -17,6 +18,19 @@ SNAPSHOT: dict[str, Any] = {
     "max_steps": None,
     "revision": 1,
 }
+
+
+class SchedulePaths:
+    """`pathlib` views of one schedule's files, for tests that poke at them."""
+
+    def __init__(self, root: Path, schedule_id: str) -> None:
+        files = ScheduleFiles.of(root, schedule_id)
+        self.directory = Path(files.directory)
+        self.definition = Path(files.definition)
+        self.lifecycle = Path(files.lifecycle)
+        self.runtime = Path(files.runtime)
+        self.history = Path(files.history)
+        self.history_index = Path(files.history_index)
 
 
 def minute(i: int) -> datetime:

@@ -11,7 +11,8 @@ import pytest
 from core.errors import AlreadyExists, InvalidInput, InvalidState, NotFound, RevisionConflict
 from shell.definition_store import DefinitionStore
 from shell.durable import CrashAt, SimulatedCrash, set_fault_injector
-from shell.store_format import ScheduleFiles, StoreDamaged
+from shell.store_format import StoreDamaged
+from tests.shell.history_helpers import SchedulePaths
 
 T0 = "2024-05-01T10:00:00Z"
 T1 = "2024-05-01T11:00:00Z"
@@ -20,7 +21,7 @@ DEFN = {"deployment_id": "d.default", "trigger": {"kind": "cron", "expression": 
 
 
 def _lifecycle(root: Path, schedule_id: str) -> list[dict[str, object]]:
-    path = ScheduleFiles.of(root, schedule_id).lifecycle
+    path = SchedulePaths(root, schedule_id).lifecycle
     return [json.loads(line) for line in path.read_bytes().splitlines()]
 
 
@@ -154,7 +155,7 @@ def test_crash_between_log_append_and_snapshot_is_reconciled(store_root: Path) -
     with pytest.raises(SimulatedCrash):
         store.apply_change("s1", "paused", at=T1)
     set_fault_injector(None)
-    files = ScheduleFiles.of(store_root, "s1")
+    files = SchedulePaths(store_root, "s1")
     assert json.loads(files.definition.read_bytes())["paused"] is False
     # A reader sees the log's truth without writing.
     assert store.load("s1").snapshot["paused"] is True  # type: ignore[index]
@@ -189,7 +190,7 @@ def test_crash_before_first_snapshot_rebuilds_it(store_root: Path) -> None:
     loaded = store.load("s1", repair=True)
     assert loaded.problems == ()
     assert loaded.snapshot is not None and loaded.snapshot["revision"] == 1
-    assert ScheduleFiles.of(store_root, "s1").definition.exists()
+    assert SchedulePaths(store_root, "s1").definition.exists()
 
 
 def test_torn_lifecycle_line_is_dropped_with_a_warning(
@@ -197,7 +198,7 @@ def test_torn_lifecycle_line_is_dropped_with_a_warning(
 ) -> None:
     store = DefinitionStore(store_root)
     store.create("s1", DEFN, at=T0)
-    files = ScheduleFiles.of(store_root, "s1")
+    files = SchedulePaths(store_root, "s1")
     with files.lifecycle.open("ab") as f:
         f.write(b'{"seq":2,"kind":"pau')
     with caplog.at_level(logging.WARNING):
@@ -213,7 +214,7 @@ def test_torn_lifecycle_line_is_dropped_with_a_warning(
 def test_unparseable_snapshot_is_a_problem_and_is_left_as_found(store_root: Path) -> None:
     store = DefinitionStore(store_root)
     store.create("s1", DEFN, at=T0)
-    files = ScheduleFiles.of(store_root, "s1")
+    files = SchedulePaths(store_root, "s1")
     files.definition.write_bytes(b"{not json")
     loaded = store.load("s1", repair=True)
     assert [(p.file, p.record) for p in loaded.problems] == [
@@ -268,7 +269,7 @@ def test_damaged_lifecycle_records_are_problems(
 ) -> None:
     store = DefinitionStore(store_root)
     store.create("s1", DEFN, at=T0)
-    files = ScheduleFiles.of(store_root, "s1")
+    files = SchedulePaths(store_root, "s1")
     before = files.lifecycle.read_bytes() + line
     files.lifecycle.write_bytes(before)
     loaded = store.load("s1", repair=True)
@@ -287,7 +288,7 @@ def test_snapshot_ahead_of_its_log_is_a_problem(store_root: Path) -> None:
     store = DefinitionStore(store_root)
     store.create("s1", DEFN, at=T0)
     store.apply_change("s1", "paused", at=T1)
-    files = ScheduleFiles.of(store_root, "s1")
+    files = SchedulePaths(store_root, "s1")
     files.lifecycle.write_bytes(files.lifecycle.read_bytes().splitlines(keepends=True)[0])
     loaded = store.load("s1")
     assert [p.reason for p in loaded.problems] == [
@@ -298,7 +299,7 @@ def test_snapshot_ahead_of_its_log_is_a_problem(store_root: Path) -> None:
 def test_missing_lifecycle_with_snapshot_is_a_problem(store_root: Path) -> None:
     store = DefinitionStore(store_root)
     store.create("s1", DEFN, at=T0)
-    ScheduleFiles.of(store_root, "s1").lifecycle.unlink()
+    SchedulePaths(store_root, "s1").lifecycle.unlink()
     loaded = store.load("s1")
     assert [p.file for p in loaded.problems] == ["schedules/s1/lifecycle.jsonl"]
     assert loaded.snapshot is not None

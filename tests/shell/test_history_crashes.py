@@ -12,9 +12,9 @@ import pytest
 
 from shell.durable import CrashAt, GroupCommit, SimulatedCrash, set_fault_injector
 from shell.history_store import HistoryStore
-from shell.store_format import ScheduleFiles, format_instant
+from shell.store_format import format_instant
 from shell.stores import ScheduleStores
-from tests.shell.history_helpers import SNAPSHOT, all_rows, create, minute
+from tests.shell.history_helpers import SNAPSHOT, SchedulePaths, all_rows, create, minute
 
 SCHEDULES = ("s1", "s2")
 
@@ -110,7 +110,7 @@ def test_crash_at_every_write_of_a_wakeup_recovers_consistently(tmp_path: Path) 
             assert open_instants == [format_instant(minute(2))]
         else:
             assert open_instants == [format_instant(minute(1))]
-        assert not list(ScheduleFiles.of(root, "s1").directory.glob(".*.tmp"))
+        assert not list(SchedulePaths(root, "s1").directory.glob(".*.tmp"))
         # The recovered store goes on; so does the one after it.
         if s1.occurrences == 3:
             _wakeup(restarted, 3)
@@ -254,14 +254,14 @@ def test_history_matches_a_model_across_restarts_and_damage(tmp_path: Path, seed
                 history.close()
             history = _check(tmp_path, model)
         elif action < 0.9:
-            victim = ScheduleFiles.of(tmp_path, rng.choice(SCHEDULES)).history_index
+            victim = SchedulePaths(tmp_path, rng.choice(SCHEDULES)).history_index
             if victim.exists():
                 victim.unlink() if rng.random() < 0.5 else os.truncate(
                     victim, victim.stat().st_size // 3
                 )
             history = _check(tmp_path, model)
         else:
-            log = ScheduleFiles.of(tmp_path, rng.choice(SCHEDULES)).history
+            log = SchedulePaths(tmp_path, rng.choice(SCHEDULES)).history
             with log.open("ab") as f:
                 f.write(b'{"seq":99,"update":true,"sta')
             history = _check(tmp_path, model)

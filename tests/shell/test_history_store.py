@@ -13,8 +13,16 @@ import pytest
 from core.errors import InvalidInput, InvalidState, NotFound
 from shell.durable import GroupCommit
 from shell.history_store import HistoryStore
-from shell.store_format import ScheduleFiles, StoreDamaged
-from tests.shell.history_helpers import SNAPSHOT, all_rows, create, decide, minute, move
+from shell.store_format import StoreDamaged
+from tests.shell.history_helpers import (
+    SNAPSHOT,
+    SchedulePaths,
+    all_rows,
+    create,
+    decide,
+    minute,
+    move,
+)
 
 
 @pytest.fixture
@@ -23,8 +31,8 @@ def history(store_root: Path) -> HistoryStore:
     return HistoryStore(store_root)
 
 
-def _files(root: Path, schedule_id: str = "s1") -> ScheduleFiles:
-    return ScheduleFiles.of(root, schedule_id)
+def _files(root: Path, schedule_id: str = "s1") -> SchedulePaths:
+    return SchedulePaths(root, schedule_id)
 
 
 def _build(history: HistoryStore, n: int, schedule_id: str = "s1") -> None:

@@ -10,7 +10,7 @@ from core.errors import InvalidInput, NotFound
 from shell.definition_store import DefinitionStore
 from shell.durable import GroupCommit
 from shell.runtime_store import RuntimeStore
-from shell.store_format import ScheduleFiles
+from tests.shell.history_helpers import SchedulePaths
 
 T0 = "2024-05-01T10:00:00Z"
 
@@ -58,7 +58,7 @@ def test_waiting_instants_are_kept_sorted_and_unique(store: RuntimeStore) -> Non
 def test_records_written_before_waiting_existed_read_as_empty(
     store: RuntimeStore, store_root: Path
 ) -> None:
-    ScheduleFiles.of(store_root, "s1").runtime.write_bytes(
+    SchedulePaths(store_root, "s1").runtime.write_bytes(
         b'{"format":1,"watermark":"2024-05-01T10:00:00Z","held":null,'
         b'"lifecycle_seq":0,"written_at":"2024-05-01T10:00:00Z"}'
     )
@@ -112,7 +112,7 @@ def test_unknown_schedule(store: RuntimeStore) -> None:
 def test_damaged_runtime_is_a_problem(
     store: RuntimeStore, store_root: Path, content: bytes
 ) -> None:
-    ScheduleFiles.of(store_root, "s1").runtime.write_bytes(content)
+    SchedulePaths(store_root, "s1").runtime.write_bytes(content)
     loaded = store.load("s1")
     assert loaded.record is None
     assert loaded.problem is not None

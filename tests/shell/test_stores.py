@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shell.store_format import ScheduleFiles
 from shell.stores import ScheduleStores
-from tests.shell.history_helpers import SNAPSHOT, T0, create, decide, minute, move
+from tests.shell.history_helpers import SNAPSHOT, T0, SchedulePaths, create, decide, minute, move
 
 
 def test_recover_all_reports_each_schedules_own_problems(store_root: Path) -> None:
@@ -19,10 +18,10 @@ def test_recover_all_reports_each_schedules_own_problems(store_root: Path) -> No
         )
     move(stores.history, "good", 0, "running", run_id="run-1")
     stores.close()
-    with ScheduleFiles.of(store_root, "bad-history").history.open("ab") as f:
+    with SchedulePaths(store_root, "bad-history").history.open("ab") as f:
         f.write(b"garbage\n")
-    ScheduleFiles.of(store_root, "bad-runtime").runtime.write_bytes(b"{")
-    ScheduleFiles.of(store_root, "bad-definition").definition.write_bytes(b"[]")
+    SchedulePaths(store_root, "bad-runtime").runtime.write_bytes(b"{")
+    SchedulePaths(store_root, "bad-definition").definition.write_bytes(b"[]")
     (store_root / "schedules" / "interrupted-create").mkdir()
 
     results = ScheduleStores(store_root).recover_all()
@@ -88,7 +87,7 @@ def test_runtime_ahead_of_the_lifecycle_log_is_a_problem(store_root: Path) -> No
 
 def test_recovery_removes_temp_files_of_interrupted_writes(store_root: Path) -> None:
     create(store_root, "s1")
-    directory = ScheduleFiles.of(store_root, "s1").directory
+    directory = SchedulePaths(store_root, "s1").directory
     (directory / ".runtime.json.123.abcd.tmp").write_bytes(b"{half")
     (result,) = ScheduleStores(store_root).recover_all()
     assert result.problems == ()
