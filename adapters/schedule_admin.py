@@ -51,6 +51,7 @@ from core.errors import (
     SchedulerUnavailable,
     SchedulingError,
 )
+from core.occurrences import OCCURRENCE_STATUSES
 
 __all__ = [
     "ENV_TOKEN",
@@ -632,6 +633,11 @@ def occurrences(
     as_json: JsonOption = False,
 ) -> None:
     """Show occurrence history, oldest first (a held candidate shows as pending)."""
+    if wait_for is not None and wait_for not in OCCURRENCE_STATUSES:
+        raise typer.BadParameter(
+            f"unknown status {wait_for!r} (one of {', '.join(sorted(OCCURRENCE_STATUSES))})",
+            param_hint="--wait-for",
+        )
     if wait_for is not None:
         rows = _run(
             url, token, as_json, lambda app: _wait_for(app, schedule_id, wait_for, limit, timeout)

@@ -257,6 +257,9 @@ async def test_usage_errors_exit_2(cli: Cli, tmp_path: Path) -> None:
     assert (await cli("list", "--url", "ftp://nowhere")).exit_code == 2
     assert (await cli("occurrences", "x", "--limit", "0")).exit_code == 2
     assert (await cli("create", "x", "--inputs", "[1]")).exit_code == 2
+    typo = await cli("occurrences", "x", "--wait-for", "complete")
+    assert typo.exit_code == 2
+    assert "unknown status 'complete'" in typo.output
 
 
 async def test_unreachable_server_exits_8() -> None:
