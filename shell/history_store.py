@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import contextlib
 import hashlib
 import json
@@ -115,8 +116,8 @@ _HEADER: Final = struct.Struct("<8sHHIQQQQ12xI")
 _ENTRY: Final = struct.Struct("<QIQIB3xI")
 _HEADER_SIZE: Final = _HEADER.size
 _ENTRY_SIZE: Final = _ENTRY.size
-# A page's rows are fetched with one read when they lie within this span.
-_PAGE_SPAN_MAX: Final = 1 << 20
+# A page reads rows less than this far apart with one pread.
+_CLUSTER_GAP: Final = 64 << 10
 _ENTRY_CHUNK: Final = 4096
 
 _CURSOR: Final = struct.Struct("<2s8sQ")
@@ -1297,44 +1298,50 @@ class HistoryStore:
     def _page_rows(
         self, files: ScheduleFiles, entries: list[_Entry], start: int
     ) -> list[dict[str, Any]]:
-        spans = [(e.decision_off, e.decision_len) for e in entries]
-        spans += [(e.latest_off, e.latest_len) for e in entries if e.latest_off != e.decision_off]
-        low = min(off for off, _ in spans)
-        high = max(off + length for off, length in spans)
+        spans = {(e.decision_off, e.decision_len) for e in entries}
+        spans.update((e.latest_off, e.latest_len) for e in entries)
         fd = os.open(files.history, os.O_RDONLY)
         try:
-            if high - low <= _PAGE_SPAN_MAX:
-                blob = os.pread(fd, high - low, low)
-
-                def read(off: int, length: int) -> bytes:
-                    return blob[off - low : off - low + length]
-
-            else:
-
-                def read(off: int, length: int) -> bytes:
-                    return os.pread(fd, length, off)
-
-            rows: list[dict[str, Any]] = []
-            for i, entry in enumerate(entries):
-                seq = start + i
-                decision = self._parse_page_row(
-                    files, read(entry.decision_off, entry.decision_len), seq, True
-                )
-                latest = decision
-                if entry.latest_off != entry.decision_off:
-                    latest = self._parse_page_row(
-                        files, read(entry.latest_off, entry.latest_len), seq, False
-                    )
-                rows.append(_page_row(seq, decision, latest))
-            return rows
+            # Decision rows of consecutive seqs sit together, but the latest
+            # row of an admitted occurrence was appended later, elsewhere:
+            # read each cluster of nearby rows with one pread.
+            chunks: dict[int, bytes] = {}
+            cluster_start = cluster_end = -1
+            for offset, length in sorted(spans):
+                if cluster_end >= 0 and offset - cluster_end <= _CLUSTER_GAP:
+                    cluster_end = max(cluster_end, offset + length)
+                    continue
+                if cluster_end >= 0:
+                    chunks[cluster_start] = os.pread(fd, cluster_end - cluster_start, cluster_start)
+                cluster_start, cluster_end = offset, offset + length
+            chunks[cluster_start] = os.pread(fd, cluster_end - cluster_start, cluster_start)
         finally:
             os.close(fd)
+        bases = sorted(chunks)
+
+        def read(offset: int, length: int) -> bytes:
+            base = bases[bisect.bisect_right(bases, offset) - 1]
+            return chunks[base][offset - base : offset - base + length]
+
+        rows: list[dict[str, Any]] = []
+        for i, entry in enumerate(entries):
+            seq = start + i
+            decision = self._parse_page_row(
+                files, read(entry.decision_off, entry.decision_len), seq, True
+            )
+            latest = decision
+            if entry.latest_off != entry.decision_off:
+                latest = self._parse_page_row(
+                    files, read(entry.latest_off, entry.latest_len), seq, False
+                )
+            rows.append(_page_row(seq, decision, latest))
+        return rows
 
     def _parse_page_row(
         self, files: ScheduleFiles, data: bytes, seq: int, decision: bool
     ) -> dict[str, Any]:
         try:
-            row = json.loads(data) if data.endswith(b"\n") else None
+            row = json.loads(data.decode()) if data.endswith(b"\n") else None
         except ValueError:
             row = None
         if not isinstance(row, dict) or row.get("seq") != seq or ("update" in row) == decision:
