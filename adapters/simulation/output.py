@@ -268,8 +268,12 @@ class TeeSink:
             sink.finish(summary)
 
 
+# One encoder for every line: json.dumps would build a new one per row.
+_LINE_ENCODER: Final = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def _dumps(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _LINE_ENCODER.encode(value)
 
 
 def render_json(header: Mapping[str, Any], rows: Iterable[Row], summary: Mapping[str, Any]) -> str:
