@@ -5,22 +5,29 @@ It keeps what a real shell would make durable (definitions with their
 lifecycle, runtime records from `PersistRuntime`, the occurrence history, the
 run store) and plays the shell's side of the protocol:
 
-- lifecycle changes are written to the definition store, then sent as events;
+- a lifecycle change (create, update, pause, resume, delete) is journaled and
+  sent as an event; it counts as delivered once every command of that step
+  was carried out. A crash before that leaves it in the journal, and the
+  restart replays it with its original `at`, so the catch-up lands where the
+  change happened;
 - `AdmitOccurrence` runs preflight (it fails only when a test asked for it),
-  appends the `admitted` row, creates the run and starts it, and answers at
-  once with `OccurrenceAdmitted` (or `PreflightFailed`) in a second `decide`
-  call at the same `now`;
+  appends the `admitted` row (or the `preflight-rejected` row with the
+  reason), creates the run and starts it, and answers at once with
+  `OccurrenceAdmitted` (or `PreflightFailed`) in a second `decide` call at
+  the same `now`;
 - a restart rebuilds the state from the stores through `ScheduleRecovered`,
-  after the host's own recovery has settled each run (see `host_recovery`).
+  after the host's own recovery has settled each run (`host_recovery`).
 
-A crash can cut the execution of a step's commands after any of them.
+A crash can cut the execution of a step's commands after any of them, and
+an admission can be cut between its row and its run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Literal
 
 from core.commands import (
     AdmitOccurrence,
@@ -60,6 +67,7 @@ from core.state import SchedulerState, initial_state
 __all__ = [
     "ABANDONED",
     "AMBIGUOUS",
+    "LIFECYCLE",
     "Row",
     "ShellModel",
     "StoredRun",
@@ -68,6 +76,11 @@ __all__ = [
 
 ABANDONED = "abandoned at restart: external effects may already have occurred"
 AMBIGUOUS = "resume attempt has no result: failed closed, not retried"
+
+LIFECYCLE = (ScheduleCreated, ScheduleUpdated, SchedulePaused, ScheduleResumed, ScheduleDeleted)
+
+# How far an admission got when the process died carrying it out.
+Partial = Literal["row", "created"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +99,8 @@ class Row:
 
 @dataclass
 class StoredSchedule:
+    """The definition store's record of one schedule (as delivered to decide)."""
+
     definition: ScheduleDefinition
     revision: int
     created_at: datetime
@@ -93,10 +108,6 @@ class StoredSchedule:
     resumed_at: datetime | None = None
     paused: bool = False
     deleted: bool = False
-    watermark: datetime | None = None
-    held: datetime | None = None
-    waiting: tuple[datetime, ...] = ()
-    blocked: str | None = None
 
 
 @dataclass
@@ -108,7 +119,11 @@ class StoredRun:
     started: bool = False
     # A resume began (running after interrupted) and has not finished.
     resuming: bool = False
+    interrupted_once: bool = False
     message: str | None = None
+
+
+Runtime = tuple[datetime, datetime | None, tuple[datetime, ...]]
 
 
 @dataclass
@@ -116,12 +131,23 @@ class ShellModel:
     capacity: int
     state: SchedulerState = field(init=False)
     schedules: dict[str, StoredSchedule] = field(default_factory=dict)
+    runtime: dict[str, Runtime] = field(default_factory=dict)
+    blocked: dict[str, str] = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)
     runs: dict[tuple[str, datetime], StoredRun] = field(default_factory=dict)
     run_counter: int = 0
-    # Preflight outcomes asked for by a test: (schedule, instant) -> reason.
+    # Lifecycle events sent but not yet delivered (a crash replays them).
+    journal: list[Event] = field(default_factory=list)
+    # Lifecycle events decide has seen for good, in order.
+    delivered: list[Event] = field(default_factory=list)
+    # Preflight outcomes asked for by a test: (schedule, instant) -> reason,
+    # or schedule -> reason for its next admission.
     rejections: dict[tuple[str, datetime], str] = field(default_factory=dict)
-    calls: int = 0
+    reject_next: dict[str, str] = field(default_factory=dict)
+    # Called around every decide call (the property tests check purity there).
+    observer: Callable[[SchedulerState, datetime, Sequence[Event]], None] | None = None
+    # Admissions carried out since the last call of `take_admissions`.
+    admissions: list[tuple[str, datetime]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.state = initial_state(max_concurrent_runs=self.capacity)
@@ -129,24 +155,35 @@ class ShellModel:
     # --- the protocol -------------------------------------------------------
 
     def step(
-        self, now: datetime, events: Sequence[Event], *, crash_after: int | None = None
+        self,
+        now: datetime,
+        events: Sequence[Event],
+        *,
+        crash_after: int | None = None,
+        partial: Partial | None = None,
     ) -> list[Command]:
-        """Write lifecycle changes, call decide, carry out its commands and
-        answer admissions at once. `crash_after=k` stops after k commands
-        (the process died): the rest is lost and the caller should restart."""
-        for event in events:
-            self._store_event(event)
+        """Send events, call decide, carry out its commands and answer
+        admissions at once. `crash_after=k` stops after k commands (the
+        process died; `partial` says how far the k+1-th got if it was an
+        admission); the caller should restart next."""
+        self.journal.extend(e for e in events if isinstance(e, LIFECYCLE))
         commands = self._decide(now, events)
         out = list(commands)
-        acks = self._execute(commands, crash_after)
-        while acks and crash_after is None:
+        acks = self._execute(commands, crash_after, partial)
+        if crash_after is not None:
+            return out
+        for event in self.journal:
+            self._deliver(event)
+        self.journal = []
+        while acks:
             more = self._decide(now, acks)
             out.extend(more)
-            acks = self._execute(more, None)
+            acks = self._execute(more, None, None)
         return out
 
     def _decide(self, now: datetime, events: Sequence[Event]) -> tuple[Command, ...]:
-        self.calls += 1
+        if self.observer is not None:
+            self.observer(self.state, now, events)
         self.state, commands = decide(self.state, now, events)
         return commands
 
@@ -159,6 +196,8 @@ class ShellModel:
             run.resuming = True
         if status != "running":
             run.resuming = False
+        if status == "interrupted":
+            run.interrupted_once = True
         run.status = status
         run.started = True
         run.message = message
@@ -170,7 +209,8 @@ class ShellModel:
             message=message,
         )
 
-    def _store_event(self, event: Event) -> None:
+    def _deliver(self, event: Event) -> None:
+        self.delivered.append(event)
         if isinstance(event, ScheduleCreated):
             self.schedules[event.definition.schedule_id] = StoredSchedule(
                 definition=event.definition, revision=event.revision, created_at=event.at
@@ -190,10 +230,14 @@ class ShellModel:
         elif isinstance(event, ScheduleDeleted):
             self.schedules[event.schedule_id].deleted = True
 
-    def _execute(self, commands: Iterable[Command], crash_after: int | None) -> list[Event]:
+    def _execute(
+        self, commands: Iterable[Command], crash_after: int | None, partial: Partial | None
+    ) -> list[Event]:
         acks: list[Event] = []
         for index, command in enumerate(commands):
             if crash_after is not None and index >= crash_after:
+                if index == crash_after and partial and isinstance(command, AdmitOccurrence):
+                    self._admit(command, started=False, with_run=partial == "created")
                 break
             if isinstance(command, RecordOccurrence):
                 self.rows.append(
@@ -208,14 +252,21 @@ class ShellModel:
                         last_instant=command.last_instant,
                     )
                 )
-                run = self.runs.get((command.schedule_id, command.instant))
-                if run is not None and command.status in TERMINAL_RUN_STATUSES:
-                    run.status = command.status  # type: ignore[assignment]
-                    run.message = command.reason
             elif isinstance(command, AdmitOccurrence):
                 key = (command.schedule_id, command.instant)
-                reason = self.rejections.pop(key, None)
+                reason = self.rejections.pop(key, None) or self.reject_next.pop(
+                    command.schedule_id, None
+                )
                 if reason is not None:
+                    # The decision row goes in command order, in place of `admitted`.
+                    self.rows.append(
+                        Row(
+                            command.schedule_id,
+                            command.instant,
+                            "preflight-rejected",
+                            reason=reason,
+                        )
+                    )
                     acks.append(
                         PreflightFailed(
                             schedule_id=command.schedule_id,
@@ -224,10 +275,8 @@ class ShellModel:
                         )
                     )
                     continue
-                run_id = self._new_run(command.schedule_id, command.instant, started=True)
-                self.rows.append(
-                    Row(command.schedule_id, command.instant, "admitted", run_id=run_id)
-                )
+                run_id = self._admit(command, started=True, with_run=True)
+                assert run_id is not None
                 acks.append(
                     OccurrenceAdmitted(
                         schedule_id=command.schedule_id, instant=command.instant, run_id=run_id
@@ -238,15 +287,24 @@ class ShellModel:
             elif isinstance(command, StartRun):
                 self.runs[(command.schedule_id, command.instant)].started = True
             elif isinstance(command, PersistRuntime):
-                s = self.schedules[command.schedule_id]
-                s.watermark = command.watermark
-                s.held = command.held
-                s.waiting = command.waiting
+                self.runtime[command.schedule_id] = (
+                    command.watermark,
+                    command.held,
+                    command.waiting,
+                )
             elif isinstance(command, BlockSchedule):
-                self.schedules[command.schedule_id].blocked = command.diagnostic
+                self.blocked[command.schedule_id] = command.diagnostic
             else:
                 assert isinstance(command, LogWarning), command
         return acks
+
+    def _admit(self, command: AdmitOccurrence, *, started: bool, with_run: bool) -> str | None:
+        self.admissions.append((command.schedule_id, command.instant))
+        run_id = None
+        if with_run:
+            run_id = self._new_run(command.schedule_id, command.instant, started=started)
+        self.rows.append(Row(command.schedule_id, command.instant, "admitted", run_id=run_id))
+        return run_id
 
     def _new_run(self, schedule_id: str, instant: datetime, *, started: bool) -> str:
         self.run_counter += 1
@@ -259,6 +317,10 @@ class ShellModel:
             started=started,
         )
         return run_id
+
+    def take_admissions(self) -> list[tuple[str, datetime]]:
+        taken, self.admissions = self.admissions, []
+        return taken
 
     # --- restart ------------------------------------------------------------
 
@@ -280,22 +342,17 @@ class ShellModel:
         now: datetime,
         *,
         contradicted: Mapping[str, tuple[str, str, str]] | None = None,
-        lost_runs: Iterable[tuple[str, datetime]] = (),
-        unstarted: Iterable[tuple[str, datetime]] = (),
         extra: Sequence[Event] = (),
     ) -> list[Command]:
         """A new process: host recovery, then one `ScheduleRecovered` per
-        schedule, then `RecordsContradicted` for each named schedule
-        (`file, record, reason`). `lost_runs` lost their run entirely (crash
-        after the admitted row); `unstarted` were created but never started."""
-        for key in lost_runs:
-            del self.runs[key]
-        for key in unstarted:
-            self.runs[key].started = False
-            self.runs[key].status = "admitted"
+        stored schedule, the journaled lifecycle changes decide never saw for
+        good, a `RecordsContradicted` for each named schedule (`file, record,
+        reason`), and `extra`."""
         self.host_recovery()
         self.state = initial_state(max_concurrent_runs=self.capacity)
         events: list[Event] = [self.recovered(sid) for sid in sorted(self.schedules)]
+        replay, self.journal = self.journal, []
+        events.extend(replay)
         for sid, (file, record, reason) in sorted((contradicted or {}).items()):
             events.append(
                 RecordsContradicted(schedule_id=sid, file=file, record=record, reason=reason)
@@ -334,18 +391,19 @@ class ShellModel:
                         never_started=not run.started,
                     )
                 )
+        watermark, held, waiting = self.runtime.get(schedule_id, (None, None, ()))
         return ScheduleRecovered(
             definition=s.definition,
             revision=s.revision,
             created_at=s.created_at,
-            watermark=s.watermark,
+            watermark=watermark,
             last_decided_instant=last_decided,
-            held=s.held,
+            held=held,
             paused=s.paused,
             deleted=s.deleted,
             active_runs=tuple(active),
             blocked_reason=None,
             updated_at=s.updated_at,
             resumed_at=s.resumed_at,
-            waiting=tuple(t for t in s.waiting if not is_decided(t)),
+            waiting=tuple(t for t in waiting if not is_decided(t)),
         )
