@@ -87,7 +87,9 @@ from core.occurrences import (
     RunStatus,
 )
 from core.state import (
+    NO_RUNS,
     ActiveRun,
+    ActiveRuns,
     SchedulerState,
     ScheduleState,
     ScheduleView,
@@ -102,11 +104,13 @@ __all__ = [
     "BINDING_KEY",
     "BINDING_NAMES",
     "DECISION_STATUSES",
+    "NO_RUNS",
     "OCCURRENCE_STATUSES",
     "RUN_STATUSES",
     "TERMINAL_RUN_STATUSES",
     "TERMINAL_STATUSES",
     "ActiveRun",
+    "ActiveRuns",
     "AdmitOccurrence",
     "AlreadyExists",
     "BlockSchedule",
