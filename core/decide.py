@@ -54,6 +54,20 @@ allow, whatever its age; a newer instant replaces it, so there is never a
 burst. A scheduled run holds a slot from admission until it first stops
 (interrupted or terminal); only a terminal status releases its overlap place.
 Every status report of a scheduled run is recorded in history.
+
+Lifecycle: creation sets the watermark to the creation time (never a
+backfill); an update, a pause and a resume move it to `max(watermark, at)`.
+Pause and delete record the held candidate and waiting instants
+`superseded`; an update keeps them only while the new policy admits them.
+Deleted schedules admit nothing but track their active runs to the end.
+
+Recovery: the effective watermark is the newest of the persisted one, the
+newest decision row, creation, last update and last resume; a held candidate
+at or before the newest decision row was already decided. Admitted runs are
+restarted (`CreateAdmittedRun`, `StartRun`), tracked (running), kept without
+a slot (interrupted) or recorded (terminal). Contradictory records block the
+schedule (`BlockSchedule`): it keeps its active runs and held candidate and
+neither advances nor admits until a later startup finds the records sound.
 """
 
 from __future__ import annotations
@@ -564,9 +578,7 @@ class _Call:
                 max_steps=definition.max_steps,
             )
         )
-        w.active = w.active.with_run(
-            instant, ActiveRun(run_id=None, status="admitted", holds_slot=True)
-        )
+        w.active = w.active.with_run(instant, _IN_FLIGHT)
         self.slots += 1
 
     def settle_due(self) -> None:
