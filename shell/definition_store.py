@@ -473,7 +473,7 @@ class DefinitionStore:
     def records_after(self, schedule_id: str, seq: int) -> tuple[dict[str, Any], ...]:
         """Lifecycle records with seq greater than `seq`, oldest first.
 
-        The scheduler passes the last seq it consumed (`runtime.json`'s
+        The scheduler passes the last seq it consumed (the runtime record's
         `lifecycle_seq`) to find the changes it has not applied yet. Every
         record is checked, so this raises `StoreDamaged` for any unparseable
         or contradictory record, and `NotFound` if the schedule does not

@@ -5,25 +5,29 @@ Every durable write passes through `fault_point` twice ("before:<what>" and
 `SimulatedCrash` at any of them. The default injector does nothing.
 
 Group commit (`GroupCommit`) is how the scheduler makes one wake-up's writes
-durable together. Its ordering guarantee, in the order `commit()` runs:
+durable together. Writes come in two ranks: plain appends (history rows) and
+*late* writes that depend on them (late appends, such as runtime records, and
+atomic replaces). Its ordering guarantee, in the order `commit()` runs:
 
-1. every staged append is written (one `write` per file, records in staging
+1. every plain append is written (one `write` per file, records in staging
    order), and every staged replace is written to a temporary file in the
    target's directory;
 2. one flush makes all of that durable: `syncfs(2)` once per filesystem when
    the batch touches many files, otherwise `fsync` of each file (and of the
    directory of each newly created file);
-3. the temporary files are renamed over their targets;
-4. one more flush makes the renames durable (only when there were replaces);
+3. the late appends are written and the temporary files are renamed over
+   their targets;
+4. a second flush makes those durable (only when there were any);
 5. `on_commit` callbacks run; `commit()` returns.
 
-So a replaced file never becomes visible before every append of its batch is
+So no late write reaches the disk before every plain append of its batch is
 durable (a runtime record is never ahead of the history rows it depends on),
 and when `commit()` returns everything in the batch is durable. A crash before
-step 2 completes may leave any subset of the appends, each possibly torn (no
-trailing newline); readers drop a torn final line. A crash during step 3 may
-leave some replaces done and others not; each target is either wholly old or
-wholly new. Nothing in a batch may be acted on before `commit()` returns.
+step 2 completes may leave any subset of the plain appends, each possibly
+torn (no trailing newline); readers drop a torn final line. A crash during
+steps 3-4 may leave any subset of the late writes; an appended file may end
+torn, a replaced one is wholly old or wholly new. Nothing in a batch may be
+acted on before `commit()` returns.
 """
 
 from __future__ import annotations
@@ -189,6 +193,25 @@ def _syncfs_directory(directory: str) -> None:
         os.close(fd)
 
 
+# Directory -> device, so that a batch over ten thousand schedule directories
+# does not stat each of them at every commit. Bounded; cleared when full.
+_devices: dict[str, int] = {}
+_DEVICE_CACHE_MAX: Final = 1 << 17
+
+
+def _device_of(directory: str) -> int | None:
+    device = _devices.get(directory)
+    if device is None:
+        try:
+            device = os.stat(directory).st_dev
+        except FileNotFoundError:
+            return None
+        if len(_devices) >= _DEVICE_CACHE_MAX:
+            _devices.clear()
+        _devices[directory] = device
+    return device
+
+
 def sync_paths(
     files: Iterable[str | os.PathLike[str]],
     directories: Iterable[str | os.PathLike[str]] = (),
@@ -213,11 +236,10 @@ def sync_paths(
     if use_syncfs:
         # One syncfs per filesystem: group by the device of each path's directory.
         by_device: dict[int, str] = {}
-        for path in [*dir_list, *(os.path.dirname(f) or "." for f in file_list)]:
-            try:
-                by_device.setdefault(os.stat(path).st_dev, path)
-            except FileNotFoundError:
-                continue
+        for path in dict.fromkeys([*dir_list, *(os.path.dirname(f) or "." for f in file_list)]):
+            device = _device_of(path)
+            if device is not None:
+                by_device.setdefault(device, path)
         for directory in by_device.values():
             _syncfs_directory(directory)
         return
@@ -377,6 +399,7 @@ class GroupCommit:
     def __init__(self, *, sync: SyncMode = "auto") -> None:
         self._sync_mode: SyncMode = sync
         self._appends: dict[str, _Append] = {}
+        self._late_appends: dict[str, _Append] = {}
         self._replaces: dict[str, bytes] = {}
         self._also_sync: dict[str, None] = {}
         self._on_commit: list[Callable[[], None]] = []
@@ -389,40 +412,59 @@ class GroupCommit:
         return self._state
 
     def __len__(self) -> int:
-        return len(self._appends) + len(self._replaces)
+        return len(self._appends) + len(self._late_appends) + len(self._replaces)
 
     def _check_open(self) -> None:
         if self._state != "open":
             raise RuntimeError(f"this GroupCommit is {self._state}; start a new one")
 
     def append_bytes(
-        self, path: str | os.PathLike[str], data: bytes, *, expect_size: int | None = None
+        self,
+        path: str | os.PathLike[str],
+        data: bytes,
+        *,
+        expect_size: int | None = None,
+        late: bool = False,
     ) -> None:
         """Stage raw bytes to append to `path`.
 
         `expect_size`, given with the first staging for a file, is checked
         against the file's size at commit: a mismatch means the file changed
-        under its owner, and the commit fails before writing to it.
+        under its owner, and the commit fails before writing to it. A `late`
+        append is written only after every plain append is durable. One file
+        takes appends of one rank only.
         """
         self._check_open()
         target = os.fspath(path)
-        entry = self._appends.get(target)
+        ranked, other = (
+            (self._late_appends, self._appends) if late else (self._appends, self._late_appends)
+        )
+        if target in other or (late and target in self._replaces):
+            raise RuntimeError(f"{target} is already staged with another kind of write")
+        entry = ranked.get(target)
         if entry is None:
-            entry = self._appends[target] = _Append(expect_size)
+            entry = ranked[target] = _Append(expect_size)
         entry.chunks.append(data)
 
     def append_records(
-        self, path: str | os.PathLike[str], records: Sequence[Mapping[str, Any]]
+        self,
+        path: str | os.PathLike[str],
+        records: Sequence[Mapping[str, Any]],
+        *,
+        late: bool = False,
     ) -> int:
         """Stage `records` as canonical JSON lines; returns the number of bytes staged."""
         data = b"".join(encode_json_line(r) for r in records)
-        self.append_bytes(path, data)
+        self.append_bytes(path, data, late=late)
         return len(data)
 
     def replace_bytes(self, path: str | os.PathLike[str], data: bytes) -> None:
         """Stage an atomic replace of `path`; a later replace of the same path wins."""
         self._check_open()
-        self._replaces[os.fspath(path)] = data
+        target = os.fspath(path)
+        if target in self._appends or target in self._late_appends:
+            raise RuntimeError(f"{target} is already staged with another kind of write")
+        self._replaces[target] = data
 
     def replace_json(self, path: str | os.PathLike[str], obj: Any) -> None:
         """Stage an atomic replace of `path` with canonical JSON."""
@@ -473,16 +515,23 @@ class GroupCommit:
             fault_point("before:sync")
             sync_paths(files, directories, mode=self._sync_mode)
             fault_point("after:sync")
+            late_files: list[str] = []
+            late_directories: list[str] = []
+            for path, entry in self._late_appends.items():
+                fault_point(f"before:append:{basename(path)}")
+                self._write_append(path, entry, late_directories)
+                late_files.append(path)
+                fault_point(f"after:append:{basename(path)}")
             for path, temp in list(temps.items()):
                 fault_point(f"before:replace:{basename(path)}")
                 os.replace(temp, path)
                 del temps[path]
                 fault_point(f"after:replace:{basename(path)}")
-            if self._replaces:
-                fault_point("before:sync-dirs")
-                parents = [os.path.dirname(p) or "." for p in self._replaces]
-                sync_paths([], parents, mode=self._sync_mode)
-                fault_point("after:sync-dirs")
+            if late_files or self._replaces:
+                late_directories.extend(os.path.dirname(p) or "." for p in self._replaces)
+                fault_point("before:sync-late")
+                sync_paths(late_files, late_directories, mode=self._sync_mode)
+                fault_point("after:sync-late")
         except SimulatedCrash:
             self._state = "crashed"
             raise

@@ -681,10 +681,14 @@ class HistoryStore:
             log.overlay = dict(state.touched)
         elif loaded.rebuilt:
             self._write_full_index(files, state)
-        elif state.touched or loaded.tail_rows:
-            self._write_entries(files, state.touched, truncate_to=state.count)
-            log.checkpoint_next = state.checkpoint()
-            log.needs_sync = True
+        else:
+            if state.touched:
+                self._write_entries(files, state.touched)
+            if loaded.tail_rows or state.touched:
+                # Published by the next commit that touches this schedule, once
+                # its flush has made these entries durable.
+                log.checkpoint_next = state.checkpoint()
+                log.needs_sync = True
         state.touched = {}
         self._logs[schedule_id] = log
         return HistoryRecovery(
@@ -701,10 +705,11 @@ class HistoryStore:
 
     def sync_recovered(self) -> None:
         """Flush every log and index `recover()` replayed a tail of, with one
-        flush for all of them, then publish their index checkpoints.
+        flush for all of them.
 
         Rows found after a crash may exist only in the page cache; they must
-        be durable before the scheduler acts on them.
+        be durable before the scheduler acts on them. (Their index checkpoints
+        are published by the next commit touching each schedule, or `close()`.)
         """
         logs = [log for log in self._logs.values() if log.needs_sync and log.pending is None]
         if not logs:
@@ -713,7 +718,6 @@ class HistoryStore:
         sync_paths(paths, mode="auto")
         for log in logs:
             log.needs_sync = False
-            self._publish_checkpoint(log)
 
     def verify(self, schedule_id: str) -> tuple[StoreProblem, ...]:
         """Scan the whole log (read-only) and return every problem found before
@@ -810,8 +814,34 @@ class HistoryStore:
         loaded = self._replay(files, reader, state, checkpoint, size)
         if full_open:
             self._collect_open(reader, loaded.state, checkpoint)
+        self._drop_unchanged(reader, loaded.state.touched)
         loaded.checkpoint = checkpoint
         return loaded
+
+    @staticmethod
+    def _drop_unchanged(reader: _Reader, touched: dict[int, _Entry]) -> None:
+        """Forget replayed entries the index file already holds: after a crash
+        the index is usually ahead of its checkpoint, so there is nothing to write."""
+        assert reader.idx_fd is not None
+        seqs = sorted(s for s in touched if s < reader.idx_entries)
+        if not seqs:
+            return
+        first, last = seqs[0], seqs[-1]
+        if last - first < _ENTRY_CHUNK:
+            data = os.pread(
+                reader.idx_fd, (last - first + 1) * _ENTRY_SIZE, _HEADER_SIZE + first * _ENTRY_SIZE
+            )
+            on_disk = {
+                s: data[(s - first) * _ENTRY_SIZE : (s - first + 1) * _ENTRY_SIZE] for s in seqs
+            }
+        else:
+            on_disk = {
+                s: os.pread(reader.idx_fd, _ENTRY_SIZE, _HEADER_SIZE + s * _ENTRY_SIZE)
+                for s in seqs
+            }
+        for seq, packed in on_disk.items():
+            if packed == touched[seq].pack():
+                del touched[seq]
 
     @staticmethod
     def _collect_open(reader: _Reader, state: _State, checkpoint: _Checkpoint) -> None:

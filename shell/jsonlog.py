@@ -20,6 +20,7 @@ from shell.store_format import read_file
 __all__ = [
     "complete_end",
     "iter_lines",
+    "read_last_line",
     "read_lines",
     "repair_torn_tail",
 ]
@@ -121,3 +122,27 @@ def read_lines(path: str | os.PathLike[str]) -> tuple[list[bytes], bytes] | None
     # Split on b"\n" only: bytes.splitlines would also split on a stray b"\r".
     lines = [line + b"\n" for line in data[: end - 1].split(b"\n")] if end else []
     return lines, data[end:]
+
+
+def read_last_line(path: str | os.PathLike[str]) -> tuple[bytes | None, int] | None:
+    """The last complete line of a log (None if it has none) and the log's
+    size; None when the file does not exist. A torn final piece is ignored.
+
+    Reads backwards from the end: the cost is the length of the last lines,
+    not of the log.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        size = os.fstat(fd).st_size
+        end = size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            end = complete_end(fd, size)
+        if end == 0:
+            return None, size
+        start = complete_end(fd, end - 1)
+        return os.pread(fd, end - start, start), size
+    finally:
+        os.close(fd)

@@ -1,43 +1,61 @@
 """Runtime state of each schedule: watermark, held candidate, consumed lifecycle.
 
-`runtime.json` per schedule, rewritten atomically (normally inside the
-wake-up's `GroupCommit`, so it becomes visible only after the history rows it
-depends on are durable):
+`runtime.jsonl` per schedule is an append-only log whose last complete line
+is the current record:
 
     {"format": 1, "watermark": "<instant>", "held": "<instant>" | null,
      "waiting": ["<instant>", ...],
      "lifecycle_seq": <last lifecycle seq the scheduler consumed>,
      "written_at": "<instant>"}
 
+Why a log and not a file rewritten atomically: the scheduler persists the
+runtime of every schedule it touched at every wake-up, and on ext4 an atomic
+rewrite costs a new inode and a rename per schedule, far more than an append
+(ten thousand schedules due at once took seconds). A record is staged as a
+*late* append of the wake-up's `GroupCommit`, so it reaches the disk only
+after the history rows it depends on are durable. When the log passes a size
+threshold (staggered per schedule, so that schedules in lockstep do not all
+compact at the same wake-up) it is compacted: rewritten atomically to its
+latest record, inside the same batch.
+
 `waiting` lists on-time instants of a misfire="skip" schedule that wait for
 an execution slot: they have no history row yet, so they must survive a
 restart. It is written sorted and without duplicates; records written before
 the field existed read as `[]`.
+
+A torn final line is a crash artifact: readers ignore it and the owner drops
+it (with a warning) before appending again. A complete last line that cannot
+be parsed is damage: the schedule is blocked.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from core.errors import InvalidInput, NotFound, Problem
-from shell.durable import GroupCommit, atomic_write_json
+from shell.durable import GroupCommit, append_records, atomic_write_bytes
+from shell.jsonlog import read_last_line, repair_torn_tail
 from shell.store_format import (
     Instant,
     ScheduleFiles,
     StoreProblem,
     canonical_instant,
+    encode_json_line,
     parse_instant,
-    read_file,
 )
 
-__all__ = ["RUNTIME_FORMAT", "RuntimeLoad", "RuntimeStore"]
+__all__ = ["COMPACT_AT_BYTES", "RUNTIME_FORMAT", "RuntimeLoad", "RuntimeStore"]
 
 RUNTIME_FORMAT: Final = 1
+# A runtime log is compacted once it passes this size plus a per-schedule
+# offset in [0, COMPACT_AT_BYTES).
+COMPACT_AT_BYTES: Final = 32 << 10
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,11 +98,19 @@ def _check(obj: object) -> dict[str, Any]:
 
 
 class RuntimeStore:
-    """Per-schedule runtime records under `<store_root>/schedules/<id>/runtime.json`."""
+    """Per-schedule runtime records under `<store_root>/schedules/<id>/runtime.jsonl`.
+
+    Only the scheduler (the lock holder) writes. Not thread-safe.
+    """
 
     def __init__(self, store_root: str | os.PathLike[str]) -> None:
         self.store_root = Path(store_root)
         self._paths: dict[str, ScheduleFiles] = {}
+        # Known size of each runtime log this process appends to.
+        self._sizes: dict[str, int] = {}
+        # Schedule -> (batch, whether it compacts) for writes staged but not committed.
+        self._staged: dict[str, tuple[GroupCommit, bool]] = {}
+        self._pending_sizes: dict[str, int] = {}
 
     def _files(self, schedule_id: str) -> ScheduleFiles:
         files = self._paths.get(schedule_id)
@@ -93,14 +119,19 @@ class RuntimeStore:
         return files
 
     def load(self, schedule_id: str) -> RuntimeLoad:
-        """Read the runtime record; never raises for a damaged file (it comes
-        back as `problem`)."""
+        """Read the current runtime record (the log's last complete line).
+
+        Never raises for a damaged record: it comes back as `problem`.
+        """
         files = self._files(schedule_id)
-        raw = read_file(files.runtime)
-        if raw is None:
+        found = read_last_line(files.runtime)
+        if found is None:
+            return RuntimeLoad(schedule_id=schedule_id, record=None)
+        line, size = found
+        if line is None:
             return RuntimeLoad(schedule_id=schedule_id, record=None)
         try:
-            return RuntimeLoad(schedule_id=schedule_id, record=_check(json.loads(raw)))
+            return RuntimeLoad(schedule_id=schedule_id, record=_check(json.loads(line)))
         except ValueError as exc:
             return RuntimeLoad(
                 schedule_id=schedule_id,
@@ -108,7 +139,7 @@ class RuntimeStore:
                 problem=StoreProblem(
                     schedule_id=schedule_id,
                     file=files.relative(files.runtime),
-                    record="whole file",
+                    record=f"last record (ends at byte {size})",
                     reason=f"unreadable runtime record: {exc}",
                 ),
             )
@@ -156,10 +187,29 @@ class RuntimeStore:
         if problems:
             raise InvalidInput.from_problems("runtime record", problems)
         record["lifecycle_seq"] = lifecycle_seq
-        # Sorted by instant (all are UTC "Z" text of one shape except for
-        # optional microseconds, so sort the parsed values, not the text).
+        # Sorted by instant (text of one shape except for optional
+        # microseconds, so sort the parsed values, not the text).
         record["waiting"] = sorted(waiting_texts, key=parse_instant)
         return record
+
+    def _prepared_size(self, schedule_id: str, files: ScheduleFiles) -> int:
+        """The log's size, after dropping a torn final line (owner only)."""
+        size = self._sizes.get(schedule_id)
+        if size is None:
+            if not os.path.isdir(files.directory):
+                raise NotFound(
+                    f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
+                )
+            repair_torn_tail(files.runtime)
+            try:
+                size = os.stat(files.runtime).st_size
+            except FileNotFoundError:
+                size = 0
+        return size
+
+    @staticmethod
+    def _compacts(schedule_id: str, size: int) -> bool:
+        return size >= COMPACT_AT_BYTES + zlib.crc32(schedule_id.encode()) % COMPACT_AT_BYTES
 
     def stage(
         self,
@@ -172,7 +222,8 @@ class RuntimeStore:
         written_at: Instant,
         waiting: Sequence[Instant] = (),
     ) -> dict[str, Any]:
-        """Stage the atomic rewrite of `runtime.json` in `batch`; returns the record.
+        """Stage the record as a late write of `batch` (durable only after the
+        batch's history rows); returns the record.
 
         Raises `NotFound` when the schedule's directory does not exist.
         """
@@ -185,12 +236,50 @@ class RuntimeStore:
             written_at=written_at,
             waiting=waiting,
         )
-        if not os.path.isdir(files.directory):
-            raise NotFound(
-                f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
+        line = encode_json_line(record)
+        staged = self._staged_in_open_batch(schedule_id)
+        if staged is not None and staged[0] is not batch:
+            raise RuntimeError(f"runtime of {schedule_id!r} has a write staged in another batch")
+        if staged is not None and staged[0] is batch:
+            if staged[1]:
+                batch.replace_bytes(files.runtime, line)  # the compacted file: latest wins
+            else:
+                batch.append_bytes(files.runtime, line, late=True)
+            self._pending_sizes[schedule_id] = (
+                len(line) if staged[1] else self._pending_sizes[schedule_id] + len(line)
             )
-        batch.replace_json(files.runtime, record)
+            return record
+        size = self._prepared_size(schedule_id, files)
+        compact = self._compacts(schedule_id, size)
+        if compact:
+            batch.replace_bytes(files.runtime, line)
+            self._pending_sizes[schedule_id] = len(line)
+        else:
+            batch.append_bytes(files.runtime, line, expect_size=size, late=True)
+            self._pending_sizes[schedule_id] = size + len(line)
+        self._staged[schedule_id] = (batch, compact)
+
+        def committed() -> None:
+            self._sizes[schedule_id] = self._pending_sizes.pop(schedule_id)
+            self._staged.pop(schedule_id, None)
+
+        batch.on_commit(committed)
+        batch.on_abort(lambda: self._forget(schedule_id))
         return record
+
+    def _forget(self, schedule_id: str) -> None:
+        # Part of a failed batch may be on disk: measure the file again next time.
+        self._sizes.pop(schedule_id, None)
+        self._pending_sizes.pop(schedule_id, None)
+        self._staged.pop(schedule_id, None)
+
+    def _staged_in_open_batch(self, schedule_id: str) -> tuple[GroupCommit, bool] | None:
+        staged = self._staged.get(schedule_id)
+        if staged is not None and staged[0].state != "open":
+            # A batch that ended without running our callbacks (a simulated crash).
+            self._forget(schedule_id)
+            return None
+        return staged
 
     def write(
         self,
@@ -202,7 +291,7 @@ class RuntimeStore:
         written_at: Instant,
         waiting: Sequence[Instant] = (),
     ) -> dict[str, Any]:
-        """Rewrite `runtime.json` now (atomic and durable); returns the record."""
+        """Persist the record now (fsynced); returns the record."""
         files = self._files(schedule_id)
         record = self.build(
             schedule_id,
@@ -212,9 +301,14 @@ class RuntimeStore:
             written_at=written_at,
             waiting=waiting,
         )
-        if not os.path.isdir(files.directory):
-            raise NotFound(
-                f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
-            )
-        atomic_write_json(files.runtime, record)
+        if self._staged_in_open_batch(schedule_id) is not None:
+            raise RuntimeError(f"runtime of {schedule_id!r} has a write staged in an open batch")
+        size = self._prepared_size(schedule_id, files)
+        self._sizes.pop(schedule_id, None)
+        if self._compacts(schedule_id, size):
+            atomic_write_bytes(files.runtime, encode_json_line(record))
+            self._sizes[schedule_id] = len(encode_json_line(record))
+        else:
+            append_records(files.runtime, [record])
+            self._sizes[schedule_id] = size + len(encode_json_line(record))
         return record

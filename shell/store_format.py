@@ -9,7 +9,7 @@ elsewhere under the same root and is never touched here.
 <store_root>/schedules/<schedule_id>/
     lifecycle.jsonl                      append-only lifecycle log (the truth)
     definition.json                      snapshot of the lifecycle log
-    runtime.json                         watermark, held candidate
+    runtime.jsonl                        watermark, held candidate (last line wins)
     history.jsonl                        append-only occurrence history
     history.idx                          derived fixed-width index of history
 ```
@@ -55,7 +55,7 @@ SCHEDULES_DIR: Final = "schedules"
 LOCK_FILE: Final = "scheduler.lock"
 DEFINITION_FILE: Final = "definition.json"
 LIFECYCLE_FILE: Final = "lifecycle.jsonl"
-RUNTIME_FILE: Final = "runtime.json"
+RUNTIME_FILE: Final = "runtime.jsonl"
 HISTORY_FILE: Final = "history.jsonl"
 HISTORY_INDEX_FILE: Final = "history.idx"
 

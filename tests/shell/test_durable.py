@@ -159,10 +159,46 @@ def test_group_commit_names_every_fault_point_in_order(tmp_path: Path) -> None:
         "after:sync",
         "before:replace:r.json",
         "after:replace:r.json",
-        "before:sync-dirs",
-        "after:sync-dirs",
+        "before:sync-late",
+        "after:sync-late",
         "after:commit",
     ]
+
+
+def test_late_appends_wait_for_the_plain_ones(tmp_path: Path) -> None:
+    recorder = CrashAt(None)
+    set_fault_injector(recorder)
+    batch = GroupCommit()
+    batch.append_records(tmp_path / "runtime.jsonl", [{"w": 1}], late=True)
+    batch.append_records(tmp_path / "history.jsonl", [{"n": 1}])
+    with pytest.raises(RuntimeError, match="another kind of write"):
+        batch.append_records(tmp_path / "history.jsonl", [{"n": 2}], late=True)
+    with pytest.raises(RuntimeError, match="another kind of write"):
+        batch.replace_json(tmp_path / "runtime.jsonl", {})
+    batch.commit()
+    assert recorder.seen == [
+        "before:commit",
+        "before:append:history.jsonl",
+        "after:append:history.jsonl",
+        "before:sync",
+        "after:sync",
+        "before:append:runtime.jsonl",
+        "after:append:runtime.jsonl",
+        "before:sync-late",
+        "after:sync-late",
+        "after:commit",
+    ]
+
+
+def test_crash_before_the_first_flush_writes_no_late_append(tmp_path: Path) -> None:
+    batch = GroupCommit()
+    batch.append_records(tmp_path / "runtime.jsonl", [{"w": 1}], late=True)
+    batch.append_records(tmp_path / "history.jsonl", [{"n": 1}])
+    set_fault_injector(CrashAt("before:sync"))
+    with pytest.raises(SimulatedCrash):
+        batch.commit()
+    assert (tmp_path / "history.jsonl").exists()
+    assert not (tmp_path / "runtime.jsonl").exists()
 
 
 @pytest.mark.skipif(not durable.syncfs_available(), reason="syncfs(2) is Linux-only")

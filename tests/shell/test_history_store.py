@@ -357,12 +357,35 @@ def test_clean_close_leaves_nothing_to_replay(history: HistoryStore, store_root:
     assert (after.tail_rows, after.tail_bytes, after.occurrences) == (0, 0, 40)
 
 
-def test_sync_recovered_publishes_the_checkpoint(history: HistoryStore, store_root: Path) -> None:
+def test_recovered_checkpoint_is_published_by_the_next_commit(
+    history: HistoryStore, store_root: Path
+) -> None:
     _build(history, 40)
     owner = _restart(store_root)
     assert owner.recover("s1").tail_rows > 0
     owner.sync_recovered()
-    assert _restart(store_root).recover("s1").tail_rows == 0
+    decide(owner, "s1", 100)
+    # Only the new row is left to replay: the recovered tail is behind the checkpoint.
+    assert _restart(store_root).recover("s1").tail_rows == 1
+
+
+def test_recovery_after_a_crash_rewrites_no_index_entry(
+    history: HistoryStore, store_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _build(history, 40)
+    decide(history, "s1", 100, "admitted")
+    move(history, "s1", 100, "running", run_id="run-1")
+    written: list[int] = []
+    real_pwrite = os.pwrite
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        written.append(offset)
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    recovered = _restart(store_root).recover("s1")
+    assert recovered.tail_rows == 1
+    assert written == []
 
 
 def test_index_ahead_of_checkpoint_is_replayed_without_false_alarms(

@@ -20,7 +20,7 @@ def test_recover_all_reports_each_schedules_own_problems(store_root: Path) -> No
     stores.close()
     with SchedulePaths(store_root, "bad-history").history.open("ab") as f:
         f.write(b"garbage\n")
-    SchedulePaths(store_root, "bad-runtime").runtime.write_bytes(b"{")
+    SchedulePaths(store_root, "bad-runtime").runtime.write_bytes(b"{\n")
     SchedulePaths(store_root, "bad-definition").definition.write_bytes(b"[]")
     (store_root / "schedules" / "interrupted-create").mkdir()
 
@@ -40,7 +40,9 @@ def test_recover_all_reports_each_schedules_own_problems(store_root: Path) -> No
     assert [(p.file, p.reason) for p in by_id["bad-history"].problems] == [
         ("schedules/bad-history/history.jsonl", "unparseable record")
     ]
-    assert [p.file for p in by_id["bad-runtime"].problems] == ["schedules/bad-runtime/runtime.json"]
+    assert [p.file for p in by_id["bad-runtime"].problems] == [
+        "schedules/bad-runtime/runtime.jsonl"
+    ]
     assert by_id["bad-runtime"].runtime is None
     assert [p.file for p in by_id["bad-definition"].problems] == [
         "schedules/bad-definition/definition.json"
@@ -81,7 +83,7 @@ def test_runtime_ahead_of_the_lifecycle_log_is_a_problem(store_root: Path) -> No
     stores.runtime.write("s1", watermark=T0, held=None, lifecycle_seq=4, written_at=T0)
     (result,) = stores.recover_all()
     assert [(p.file, p.record) for p in result.problems] == [
-        ("schedules/s1/runtime.json", "lifecycle_seq 4")
+        ("schedules/s1/runtime.jsonl", "lifecycle_seq 4")
     ]
 
 
