@@ -15,6 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from shell.durable import fault_point
+
 from .storage import atomic_write_json, read_json
 
 __all__ = ["RunIdCounter"]
@@ -66,7 +68,9 @@ class RunIdCounter:
         return list(range(first, self._last + 1))
 
     def _write(self, last: int) -> None:
+        fault_point("before:counter:run_id")
         atomic_write_json(self.path, {"last_issued": last})
+        fault_point("after:counter:run_id")
 
     def _finding(self, reason: str) -> dict[str, Any]:
         return {

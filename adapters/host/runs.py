@@ -23,9 +23,10 @@ from pydantic import ValidationError
 
 from core.errors import InvalidInput, InvalidState, NotFound, Problem
 from core.occurrences import RUN_STATUSES
+from shell.durable import fault_point
 
 from .identifiers import RUN_ID_PATTERN, format_run_id, parse_run_id
-from .records import RunRecord, check_consistency
+from .records import STOP_STATUSES, RunRecord, check_consistency
 from .recovery import recover_record
 from .storage import atomic_write_json, is_temp_file, read_json
 
@@ -160,11 +161,19 @@ class RunStore:
         raise NotFound(f"run {run_id!r} not found", data={"run_id": run_id})
 
     def put(self, record: RunRecord) -> None:
-        """Write the record durably, then cache it."""
+        """Write the record durably, then cache it.
+
+        The write passes `fault_point("before:run:<what>")` and
+        `"after:run:<what>"`, `<what>` naming the transition (see `_write_kind`)
+        so that crash tests can tell an executing mark from a checkpoint.
+        """
         number = parse_run_id(record.run_id)
         assert number is not None and RUN_ID_PATTERN.match(record.run_id)
+        what = _write_kind(self._records.get(number), record)
+        fault_point(f"before:run:{what}")
         atomic_write_json(self.path(record.run_id), record.to_json())
         self._records[number] = record
+        fault_point(f"after:run:{what}")
 
     def lock(self, run_id: str) -> asyncio.Lock:
         lock = self._locks.get(run_id)
@@ -200,6 +209,26 @@ class RunStore:
 
     def broken(self) -> list[dict[str, Any]]:
         return [dict(self._broken[n]) for n in sorted(self._broken)]
+
+
+def _write_kind(old: RunRecord | None, new: RunRecord) -> str:
+    """Which durable transition writing `new` over `old` is: `admitted` (the new
+    record), `executing-mark` (a start), `attempt-mark` (a resume), `progress`
+    (a step), `checkpoint` (a stop), `recovery` (startup recovery failing a dead
+    attempt), or `record` for anything else."""
+    if new.status == "running":
+        if old is not None and old.status == "running":
+            return "progress"
+        if new.executing is not None:
+            return "executing-mark" if new.executing.kind == "start" else "attempt-mark"
+        return "record"
+    if new.status in STOP_STATUSES:
+        if new.checkpoint is not None and new.checkpoint.by == "recovery":
+            return "recovery"
+        return "checkpoint"
+    if old is None and new.status == "admitted":
+        return "admitted"
+    return "record"
 
 
 def _summary(exc: ValidationError) -> str:
