@@ -68,11 +68,19 @@ from core.occurrences import RUN_STATUSES
 from core.state import SchedulerState, initial_state, schedule_view
 from shell.clock import Clock, SystemClock
 from shell.config import SchedulerServiceConfig
-from shell.durable import GroupCommit
+from shell.durable import GroupCommit, remove_stale_temp_files
 from shell.lock import SchedulerLock
 from shell.ports import HostApi
 from shell.schedules_api import LiveScheduleView, SchedulesApi
-from shell.store_format import StoreDamaged, StoreProblem, format_instant, parse_instant
+from shell.store_format import (
+    RUNTIME_FILE,
+    SCHEDULES_DIR,
+    ScheduleFiles,
+    StoreDamaged,
+    StoreProblem,
+    format_instant,
+    parse_instant,
+)
 
 __all__ = ["SchedulerService", "build_scheduler_service"]
 
@@ -234,6 +242,9 @@ class SchedulerService:
                 self._config.drain_grace_s,
                 ", ".join(still),
             )
+        # A clean close publishes the history index checkpoints, so the next
+        # start replays nothing.
+        self._api.history.close()
         self._lock.release()
         _log.info("scheduler stopped")
         return still
@@ -425,6 +436,8 @@ class SchedulerService:
 
     async def _recover_schedule(self, schedule_id: str) -> list[Event]:
         definitions = self._api.definitions
+        # Temp files of atomic writes a crash interrupted are never the truth.
+        remove_stale_temp_files(ScheduleFiles.of(definitions.store_root, schedule_id).directory)
         try:
             records = definitions.records_after(schedule_id, 0)
         except StoreDamaged as exc:
@@ -500,7 +513,7 @@ class SchedulerService:
             problems.append(
                 StoreProblem(
                     schedule_id=schedule_id,
-                    file=f"schedules/{schedule_id}/runtime.json",
+                    file=f"{SCHEDULES_DIR}/{schedule_id}/{RUNTIME_FILE}",
                     record="whole file",
                     reason="history holds admitted occurrences but the runtime record is missing",
                 )
