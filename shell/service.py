@@ -156,6 +156,28 @@ def _fold(records: Sequence[Mapping[str, Any]]) -> _Folded:
     return folded
 
 
+def _missed_interruptions(
+    schedule_id: str, occurrences: Sequence[Any], runs: Sequence[RecoveredRun]
+) -> list[Event]:
+    """Interruptions the history missed: the process died after the run's
+    checkpoint and before its status report was recorded. `decide` keeps a
+    recovered interrupted run without recording anything, so report them
+    again, as the dead process would have."""
+    return [
+        RunStatusChanged(
+            schedule_id=schedule_id,
+            instant=run.instant,
+            run_id=run.run_id,
+            status="interrupted",
+            message=run.message,
+        )
+        for occurrence, run in zip(occurrences, runs, strict=True)
+        if run.status == "interrupted"
+        and run.run_id is not None
+        and occurrence.status != "interrupted"
+    ]
+
+
 class SchedulerService:
     """The one scheduler of a store root. See the module docstring."""
 
@@ -499,6 +521,10 @@ class SchedulerService:
                     waiting=tuple(w for w in waiting if last_decided is None or w > last_decided),
                 )
             )
+            if not problems:
+                events.extend(
+                    _missed_interruptions(schedule_id, recovered.open_occurrences, active)
+                )
             replay = records[consumed:]
         for record in replay:
             try:
