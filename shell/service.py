@@ -208,6 +208,9 @@ class SchedulerService:
         # runtime record is rewritten so the consumed seq is durable.
         self._consumed_now: set[str] = set()
         self._idle = asyncio.Event()
+        # This round's RecordsContradicted events: a BlockSchedule carries only
+        # decide's text, the stored diagnostic keeps file, record and reason.
+        self._contradicted: list[RecordsContradicted] = []
 
     # --- public ---------------------------------------------------------------------
 
@@ -369,6 +372,7 @@ class SchedulerService:
             self._events.clear()
             return
         events = self._take_events()
+        self._contradicted = [e for e in events if isinstance(e, RecordsContradicted)]
         now = self._clock.now()
         self._state, commands = decide(self._state, now, events)
         persisted = {c.schedule_id for c in commands if isinstance(c, PersistRuntime)}
@@ -717,15 +721,21 @@ class SchedulerService:
         )
 
     def _persist_block(self, command: BlockSchedule) -> None:
+        source = next((e for e in self._contradicted if e.schedule_id == command.schedule_id), None)
+        blocked = {"file": "", "record": "", "reason": command.diagnostic}
+        if source is not None:
+            self._contradicted.remove(source)
+            blocked = {
+                "file": source.file,
+                "record": source.record,
+                "reason": "; ".join((source.reason, *source.extra)),
+            }
         try:
             current = self._api.definitions.get(command.schedule_id)
-            if current.get("blocked") is not None:
-                return
-            self._api.definitions.set_blocked(
-                command.schedule_id,
-                {"file": "", "record": "", "reason": command.diagnostic},
-                at=self._clock.now(),
-            )
+            stored = current.get("blocked")
+            if stored is not None and stored.get("file"):
+                return  # the first diagnostic found stays until the records are sound
+            self._api.definitions.set_blocked(command.schedule_id, blocked, at=self._clock.now())
         except SchedulingError as exc:
             _log.error("could not persist the diagnostic of %s: %s", command.schedule_id, exc)
 
