@@ -475,7 +475,9 @@ class SchedulerService:
             return []
         runtime = self._api.runtime.load(schedule_id)
         recovered = self._api.history.recover(schedule_id)
-        problems = [*recovered.problems]
+        # The snapshot is a cache of the log, but damage to it blocks all the same;
+        # loading as the owner drops a torn final lifecycle line, with a warning.
+        problems = [*definitions.load(schedule_id, repair=True).problems, *recovered.problems]
         if runtime.problem is not None:
             problems.append(runtime.problem)
         consumed = runtime.record["lifecycle_seq"] if runtime.record else 0
