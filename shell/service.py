@@ -73,8 +73,6 @@ from shell.lock import SchedulerLock
 from shell.ports import HostApi
 from shell.schedules_api import LiveScheduleView, SchedulesApi
 from shell.store_format import (
-    RUNTIME_FILE,
-    SCHEDULES_DIR,
     ScheduleFiles,
     StoreDamaged,
     StoreProblem,
@@ -480,8 +478,26 @@ class SchedulerService:
         problems = [*definitions.load(schedule_id, repair=True).problems, *recovered.problems]
         if runtime.problem is not None:
             problems.append(runtime.problem)
+        files = ScheduleFiles.of(definitions.store_root, schedule_id)
         consumed = runtime.record["lifecycle_seq"] if runtime.record else 0
-        consumed = min(consumed, len(records))
+        if consumed > len(records):
+            problems.append(
+                StoreProblem(
+                    schedule_id=schedule_id,
+                    file=files.relative(files.runtime),
+                    record=f"lifecycle_seq {consumed}",
+                    reason=(
+                        f"runtime consumed lifecycle seq {consumed}"
+                        f" but the log ends at {len(records)}"
+                    ),
+                )
+            )
+            consumed = len(records)
+        if consumed == 0 and (recovered.occurrences or runtime.problem is not None):
+            # No usable runtime record, yet the history shows the scheduler knew
+            # this schedule: fold the whole log so its open runs stay tracked (a
+            # replay from creation would decide instants already decided again).
+            consumed = len(records)
         events: list[Event] = []
         if consumed == 0:
             replay = records
@@ -541,11 +557,11 @@ class SchedulerService:
             self._consumed[schedule_id] = record["seq"]
             self._consumed_now.add(schedule_id)
         self._consumed.setdefault(schedule_id, consumed)
-        if consumed == 0 and recovered.open_occurrences:
+        if runtime.record is None and runtime.problem is None and recovered.open_occurrences:
             problems.append(
                 StoreProblem(
                     schedule_id=schedule_id,
-                    file=f"{SCHEDULES_DIR}/{schedule_id}/{RUNTIME_FILE}",
+                    file=files.relative(files.runtime),
                     record="whole file",
                     reason="history holds admitted occurrences but the runtime record is missing",
                 )
