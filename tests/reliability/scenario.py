@@ -1,0 +1,151 @@
+"""The scripted scenario the crash tests run: every kind of durable write the
+scheduler makes, in phases named after what they exercise.
+
+Three schedules share the store: `hourly` (a run that completes at once),
+`gated` (a run that stops at an interrupt and is resumed) and `napper` (a
+one-shot whose run is still executing when the process dies in `restart`).
+The phases cover admission, run start and stop, a run resume, create, update,
+pause, resume-schedule, delete, a start on an empty store, and recovery after
+a death with a run in flight. The clock is fixed within each phase, so a
+crash at any point of a phase has a known `now` (`clock_during`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from tests.service.conftest import CONSTANT_PLAN, GATE_PLAN, START, sleep_plan
+
+from .world import PhasedCrash, World
+
+__all__ = ["GO", "PHASES", "Phase", "clock_during", "hour", "run_scenario", "set_up"]
+
+GO: dict[str, Any] = {"go": True}
+
+
+def hour(h: int) -> datetime:
+    return START.replace(hour=h, minute=0)
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    name: str
+    at: datetime
+    body: Callable[[World], Awaitable[None]]
+
+
+async def _boot(world: World) -> None:
+    await world.boot()
+
+
+async def _create(world: World) -> None:
+    schedules = world.schedules
+    await schedules.create_schedule(
+        schedule_id="hourly",
+        deployment_id="report.default",
+        trigger={"kind": "cron", "expression": "0 * * * *"},
+        inputs={"when": {"$bind": "occurrence.instant"}},
+    )
+    await world.settle()
+    await schedules.create_schedule(
+        schedule_id="gated",
+        deployment_id="gate.default",
+        trigger={"kind": "cron", "expression": "0 * * * *"},
+    )
+    await world.settle()
+    await schedules.create_schedule(
+        schedule_id="napper",
+        deployment_id="sleeper.default",
+        trigger={"kind": "oneshot", "at": hour(10).isoformat()},
+    )
+    await world.settle()
+
+
+async def _settle(world: World) -> None:
+    await world.settle()
+
+
+async def _restart(world: World) -> None:
+    # The process dies with napper's run executing; a new one starts.
+    await world.abandon()
+    await world.boot()
+
+
+async def _resume_run(world: World) -> None:
+    [row] = [r for r in await world.decided("gated") if r["instant"].startswith("2026-03-02T10")]
+    await world.guard(world.api.resume_run(row["run_id"], GO))
+    await world.settle()
+
+
+async def _update(world: World) -> None:
+    await world.schedules.update_schedule(
+        schedule_id="hourly", expected_revision=1, inputs={"when": "edited"}
+    )
+    await world.settle()
+
+
+async def _pause(world: World) -> None:
+    await world.schedules.pause_schedule(schedule_id="gated")
+    await world.settle()
+
+
+async def _resume_schedule(world: World) -> None:
+    await world.schedules.resume_schedule(schedule_id="gated")
+    await world.settle()
+
+
+async def _delete(world: World) -> None:
+    await world.schedules.delete_schedule(schedule_id="hourly")
+    await world.settle()
+
+
+PHASES: tuple[Phase, ...] = (
+    Phase("boot", START, _boot),
+    Phase("create", START, _create),
+    Phase("admission-10", hour(10), _settle),
+    Phase("restart", hour(10) + timedelta(minutes=5), _restart),
+    Phase("resume-run", hour(10) + timedelta(minutes=10), _resume_run),
+    Phase("update", hour(10) + timedelta(minutes=20), _update),
+    Phase("pause", hour(10) + timedelta(minutes=30), _pause),
+    Phase("admission-11", hour(11), _settle),
+    Phase("resume-schedule", hour(11) + timedelta(minutes=10), _resume_schedule),
+    Phase("delete", hour(11) + timedelta(minutes=20), _delete),
+    Phase("admission-12", hour(12), _settle),
+)
+
+
+def clock_during(phase: str) -> datetime:
+    return next(p.at for p in PHASES if p.name == phase)
+
+
+async def set_up(world: World) -> None:
+    """Deployments the schedules run (host writes only; not a crash target)."""
+    world.build_server()
+    await world.deploy("report.default", CONSTANT_PLAN)
+    await world.deploy("gate.default", GATE_PLAN)
+    await world.deploy("sleeper.default", sleep_plan(30))
+    world.server = None
+
+
+async def run_scenario(world: World, injector: PhasedCrash) -> str | None:
+    """Run every phase with `injector` counting points per phase. Returns the
+    phase in which the process crashed (None if it never did); a crash raises
+    nothing out of here."""
+    await set_up(world)
+    for phase in PHASES:
+        injector.phase = phase.name
+        await world.clock.set(phase.at)
+        try:
+            await world.guard(phase.body(world))
+        except BaseException:
+            # Whatever a crash made the dead process's code raise is moot.
+            if not injector.crashed:
+                raise
+            return phase.name
+        if injector.crashed:
+            return phase.name
+    injector.phase = "end"
+    return None

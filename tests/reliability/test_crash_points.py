@@ -1,0 +1,160 @@
+"""Crash-point injection: crash just before and just after every durable write
+of the scenario (admission, run start and stop, run resume, create, update,
+pause, resume-schedule, delete, start-up and recovery), restart on the same
+store, and check what recovery promises.
+
+The points are enumerated, not listed by hand: a recording injector runs the
+scenario once at collection time and every `(phase, point, n-th time)` it sees
+becomes one test. A new durable write therefore gets its crash tests without
+anyone editing this file. The SIGKILL variant is in test_crash_sigkill.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shell import ManualClock
+from shell.durable import SimulatedCrash, set_fault_injector
+from tests.service.conftest import START
+
+from .figures import record
+from .scenario import GO, PHASES, clock_during, hour, run_scenario
+from .world import (
+    CrashPoint,
+    PhasedCrash,
+    World,
+    check_recovered,
+    disk_admissions,
+    disk_runs,
+    finish_and_check,
+)
+
+
+async def _record_points(root: Path) -> list[CrashPoint]:
+    injector = PhasedCrash()
+    previous = set_fault_injector(injector)
+    world = World(root, ManualClock(START), injector)
+    try:
+        crashed_in = await run_scenario(world, injector)
+        assert crashed_in is None
+    finally:
+        set_fault_injector(previous)
+        await world.shutdown()
+    return injector.seen
+
+
+_EMPTY_COMMIT = ["before:commit", "before:sync", "after:sync", "after:commit"]
+
+
+def _without_empty_commits(points: list[CrashPoint]) -> tuple[list[CrashPoint], int]:
+    """The points minus those of group commits that had nothing to write (a
+    round with no commands): a crash there leaves the disk exactly as a crash
+    at the point before it. Returns the kept points and how many were dropped."""
+    kept: list[CrashPoint] = []
+    dropped = 0
+    i = 0
+    while i < len(points):
+        window = points[i : i + len(_EMPTY_COMMIT)]
+        if [p.point for p in window] == _EMPTY_COMMIT and len({p.phase for p in window}) == 1:
+            dropped += len(window)
+            i += len(window)
+            continue
+        kept.append(points[i])
+        i += 1
+    return kept, dropped
+
+
+def _enumerate() -> list[CrashPoint]:
+    with tempfile.TemporaryDirectory() as tmp:
+        return asyncio.run(_record_points(Path(tmp) / "store"))
+
+
+_ALL_POINTS: list[CrashPoint] | None = None
+
+
+def all_points() -> list[CrashPoint]:
+    """Every fault point the scenario reaches, in order."""
+    global _ALL_POINTS
+    if _ALL_POINTS is None:
+        _ALL_POINTS = _enumerate()
+    return _ALL_POINTS
+
+
+def crash_points() -> list[CrashPoint]:
+    """The points the crash test covers: all but those of empty group commits."""
+    return _without_empty_commits(all_points())[0]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "crash_point" in metafunc.fixturenames:
+        points = crash_points()
+        metafunc.parametrize("crash_point", points, ids=[p.label for p in points])
+
+
+def _ignore_crashed_tasks(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    # Tasks of the dead "process" end in SimulatedCrash; nobody awaits them.
+    if isinstance(context.get("exception"), SimulatedCrash):
+        return
+    loop.default_exception_handler(context)
+
+
+_covered: Counter[str] = Counter()
+
+
+async def test_crash_at_point_then_recover(store_root: Path, crash_point: CrashPoint) -> None:
+    asyncio.get_running_loop().set_exception_handler(_ignore_crashed_tasks)
+    root = store_root
+    injector = PhasedCrash(crash_point)
+    previous = set_fault_injector(injector)
+    world = World(root, ManualClock(START), injector)
+    try:
+        crashed_in = await run_scenario(world, injector)
+        await world.abandon()
+    finally:
+        set_fault_injector(previous)
+    assert injector.crashed and crashed_in == crash_point.phase, crash_point
+
+    # What the dead process left on disk decides what recovery must do.
+    before = disk_runs(root)
+    admitted_before = disk_admissions(root)
+    restarted = World(root, ManualClock(clock_during(crash_point.phase)), None)
+    try:
+        await restarted.boot()
+        await check_recovered(restarted, before, admitted_before)
+        # The service goes on: the next hour is decided for every live cron schedule.
+        await restarted.at(hour(13))
+        for schedule_id in await restarted.schedule_ids():
+            schedule = await restarted.schedules.get_schedule(schedule_id=schedule_id)
+            if schedule["trigger"]["kind"] != "cron" or schedule["paused"] or schedule["deleted"]:
+                continue
+            rows = await restarted.decided(schedule_id)
+            assert rows and rows[-1]["instant"] == "2026-03-02T13:00:00Z", (schedule_id, rows)
+        await finish_and_check(restarted, GO)
+    finally:
+        await restarted.shutdown()
+    _covered[crash_point.phase] += 1
+    total = sum(_covered.values())
+    record(
+        "crash points covered (in-process)",
+        f"{total} of {len(crash_points())} in {len(PHASES)} phases",
+    )
+
+
+async def test_the_scenario_is_deterministic(tmp_path: Path) -> None:
+    """The parametrization names points by their order within a phase, which
+    only means something if every run of the scenario reaches them in the
+    same order."""
+    assert await _record_points(tmp_path / "store") == all_points()
+    phases = {p.phase for p in crash_points()}
+    assert phases == {p.name for p in PHASES}, "a phase made no durable write"
+    names = {p.point.split(":", 1)[1] for p in crash_points()}
+    record("durable write points (kinds)", f"{len(names)}: {', '.join(sorted(names))}")
+    record(
+        "no-op points of empty group commits (not crashed)", _without_empty_commits(all_points())[1]
+    )

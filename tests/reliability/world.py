@@ -1,0 +1,309 @@
+"""A store root that can crash: the service harness, a phase-aware fault
+injector, the death of a process simulated in-process, and the checks every
+recovery must pass.
+
+A simulated crash must look like a dead process to everything after it, so
+`PhasedCrash` refuses every durable write once it has crashed (a zombie task
+of the dead "process" cannot write behind the test's back), and `abandon()`
+stops the dead process's tasks and drops its lock without writing anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from core.occurrences import RUN_STATUSES, TERMINAL_RUN_STATUSES, TERMINAL_STATUSES
+from shell import ManualClock, SchedulerService, SchedulerServiceConfig, build_scheduler_service
+from shell.durable import SimulatedCrash
+from tests.service.conftest import Harness
+
+__all__ = [
+    "ABANDONED_TEXT",
+    "AMBIGUOUS_TEXT",
+    "CrashPoint",
+    "DiskRun",
+    "PhasedCrash",
+    "World",
+    "check_recovered",
+    "disk_runs",
+    "finish_and_check",
+]
+
+T = TypeVar("T")
+
+ABANDONED_TEXT = "external effects may already have occurred"
+AMBIGUOUS_TEXT = "ambiguous resume"
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class CrashPoint:
+    """The `occurrence`-th time `point` is reached during scenario phase `phase`."""
+
+    phase: str
+    point: str
+    occurrence: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.phase}/{self.point}#{self.occurrence}"
+
+
+class PhasedCrash:
+    """A fault injector that counts points per scenario phase, records them, and
+    crashes at `target` (None: only record). `on_crash` runs first (a child
+    process uses it to SIGKILL itself). After the crash every later durable
+    write raises too: the process is dead."""
+
+    def __init__(
+        self, target: CrashPoint | None = None, on_crash: Callable[[], None] | None = None
+    ) -> None:
+        self.target = target
+        self.on_crash = on_crash
+        self.phase = ""
+        self.seen: list[CrashPoint] = []
+        self.crashed = False
+        self.dead = asyncio.Event()
+        self._counts: Counter[tuple[str, str]] = Counter()
+
+    def __call__(self, point: str) -> None:
+        if self.crashed:
+            raise SimulatedCrash(f"write after the crash: {point}")
+        key = (self.phase, point)
+        self._counts[key] += 1
+        reached = CrashPoint(self.phase, point, self._counts[key])
+        self.seen.append(reached)
+        if reached == self.target:
+            self.crashed = True
+            self.dead.set()
+            if self.on_crash is not None:
+                self.on_crash()
+            raise SimulatedCrash(reached.label)
+
+
+class World(Harness):
+    """The service harness with crash-aware driving: every await the scenario
+    makes returns or raises `SimulatedCrash` as soon as the injector crashed,
+    wherever the crash happened (the service loop, a run task, an API call)."""
+
+    def __init__(self, root: Path, clock: ManualClock, injector: PhasedCrash | None) -> None:
+        super().__init__(root, clock)
+        self.injector = injector
+        self.notes: dict[str, Any] = {}
+
+    async def guard(self, awaitable: Awaitable[T]) -> T:
+        task = asyncio.ensure_future(awaitable)
+        if self.injector is None:
+            return await task
+        dead = asyncio.ensure_future(self.injector.dead.wait())
+        try:
+            done, _ = await asyncio.wait({task, dead}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            dead.cancel()
+        if task in done:
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await task
+        raise SimulatedCrash("crashed elsewhere in the process")
+
+    async def boot(self, **config: Any) -> SchedulerService:
+        config.setdefault("enabled", True)
+        config.setdefault("drain_grace_s", 0.0)
+        server = self.build_server()
+        self.service = build_scheduler_service(
+            server, SchedulerServiceConfig(**config), clock=self.clock
+        )
+        await self.guard(self.service.start())
+        await self.settle()
+        return self.service
+
+    async def settle(self) -> None:
+        assert self.service is not None
+        await self.guard(self.service.settle())
+
+    async def at(self, instant: datetime) -> None:
+        await self.clock.set(instant)
+        await self.settle()
+
+    async def abandon(self) -> None:
+        """The process dies here: its tasks stop without writing anything, and
+        the kernel drops its flock when its descriptors close. Nothing it held
+        in memory survives."""
+        service = self.service
+        if service is not None:
+            task = service._task  # a dead process has no clean stop: reach in
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            lock = service._lock
+            fd = lock._fd
+            if fd is not None:
+                lock._fd = None
+                os.close(fd)  # closing the only descriptor releases the flock
+            service._running = False
+        if self.server is not None:
+            await self.server.api.cancel_executing()
+        self.service = None
+        self.server = None
+
+    # --- reading everything back -------------------------------------------------------
+
+    async def schedule_ids(self) -> list[str]:
+        listed = await self.schedules.list_schedules(include_deleted=True)
+        return [s["schedule_id"] for s in listed]
+
+    async def decided(self, schedule_id: str) -> list[dict[str, Any]]:
+        """Stored history rows (the synthesized pending rows left out)."""
+        return [r for r in await self.occurrences(schedule_id) if r["status"] != "pending"]
+
+    async def runs(self) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        cursor = None
+        while True:
+            page = await self.api.list_runs(cursor=cursor, limit=100)
+            rows.extend(page["runs"])
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return rows
+
+
+@dataclass(frozen=True, slots=True)
+class DiskRun:
+    """A run record as the dead process left it on disk."""
+
+    run_id: str
+    status: str
+    executing_kind: str | None
+    schedule_id: str | None
+    instant: str | None
+
+
+def disk_runs(root: Path) -> dict[str, DiskRun]:
+    """Every run record file under `root`, read raw (no recovery)."""
+    found: dict[str, DiskRun] = {}
+    directory = root / "runs"
+    if not directory.is_dir():
+        return found
+    for path in sorted(directory.glob("run-*.json")):
+        data = json.loads(path.read_text())
+        origin = data.get("origin") or {}
+        executing = data.get("executing") or {}
+        found[data["run_id"]] = DiskRun(
+            run_id=data["run_id"],
+            status=data["status"],
+            executing_kind=executing.get("kind"),
+            schedule_id=origin.get("schedule_id"),
+            instant=origin.get("instant"),
+        )
+    return found
+
+
+def disk_admissions(root: Path) -> dict[tuple[str, str], str]:
+    """(schedule, instant) -> run id of every complete `admitted` decision row on disk."""
+    found: dict[tuple[str, str], str] = {}
+    for log in sorted((root / "schedules").glob("*/history.jsonl")):
+        for line in log.read_bytes().split(b"\n")[:-1]:  # a torn last piece is no row
+            row = json.loads(line)
+            if row.get("status") == "admitted" and not row.get("update"):
+                found[(log.parent.name, row["instant"])] = row["run_id"]
+    return found
+
+
+async def check_recovered(
+    world: World, before: dict[str, DiskRun], admitted_before: dict[tuple[str, str], str]
+) -> dict[str, Any]:
+    """The guarantees after a restart on what a crash left (`before`: the run
+    records and admitted rows on disk at the moment of death). Returns the
+    runs by id."""
+    runs = {run["run_id"]: run for run in await world.runs()}
+    # Every schedule-origin run belongs to exactly one occurrence, and no
+    # occurrence has two runs (nothing admitted twice, nothing replayed).
+    origins: Counter[tuple[str, str]] = Counter()
+    for run in runs.values():
+        origin = run["origin"]
+        if origin.get("kind") == "schedule":
+            origins[(origin["schedule_id"], origin["instant"])] += 1
+    twice = {key: n for key, n in origins.items() if n > 1}
+    assert not twice, f"occurrences with more than one run: {twice}"
+
+    in_history: set[tuple[str, str]] = set()
+    for schedule_id in await world.schedule_ids():
+        schedule = await world.schedules.get_schedule(schedule_id=schedule_id)
+        assert schedule["blocked"] is None, f"{schedule_id} blocked after a crash: {schedule}"
+        rows = await world.decided(schedule_id)
+        instants = [row["instant"] for row in rows]
+        assert len(instants) == len(set(instants)), f"{schedule_id}: an instant decided twice"
+        for row in rows:
+            if row["status"] not in RUN_STATUSES:
+                continue
+            key = (schedule_id, row["instant"])
+            in_history.add(key)
+            # Every admitted occurrence has its run, and they agree.
+            assert row["run_id"] in runs, f"{key} admitted without its run: {row}"
+            run = runs[row["run_id"]]
+            assert (run["origin"]["schedule_id"], run["origin"]["instant"]) == key
+            assert row["status"] == run["status"], (key, row, run["status"])
+            assert run["status"] != "admitted", f"{key}: admitted run never started"
+    orphans = set(origins) - in_history
+    assert not orphans, f"runs claiming occurrences the history does not hold: {orphans}"
+    # An admission that was durable at the crash keeps its run id.
+    for key, run_id in admitted_before.items():
+        assert key in in_history and runs[run_id]["origin"]["instant"] == key[1], key
+
+    for run_id, dead in before.items():
+        run = runs[run_id]
+        if dead.status == "running" and dead.executing_kind == "start":
+            # Abandoned mid-run: failed, disclosed, never retried.
+            assert run["status"] == "failed", run
+            assert run["error"]["kind"] == "abandoned"
+            assert ABANDONED_TEXT in run["error"]["message"]
+            assert run["attempt"] == 1
+        elif dead.status == "running" and dead.executing_kind == "resume":
+            # An attempt mark without a result: failed closed, not retried.
+            assert run["status"] == "failed", run
+            assert run["error"]["kind"] == "ambiguous-resume"
+            assert AMBIGUOUS_TEXT in run["error"]["message"]
+        elif dead.status == "interrupted":
+            assert run["status"] == "interrupted", run
+            assert run["interrupt"] is not None
+        elif dead.status in TERMINAL_RUN_STATUSES:
+            assert run["status"] == dead.status, run
+    for schedule_id in await world.schedule_ids():
+        for row in await world.decided(schedule_id):
+            if row["status"] == "failed" and row["run_id"] is not None:
+                error = runs[row["run_id"]]["error"]
+                if error["kind"] == "abandoned":
+                    assert ABANDONED_TEXT in row["reason"], row
+                if error["kind"] == "ambiguous-resume":
+                    assert AMBIGUOUS_TEXT in row["reason"], row
+    return runs
+
+
+async def finish_and_check(world: World, resume_payload: dict[str, Any]) -> None:
+    """End every run (interrupted runs must still be resumable) and check that
+    every decided instant has exactly one terminal history row. A run that
+    is still executing (a long sleep) ends the only way it can without
+    waiting: the process dies again and recovery abandons it."""
+    if any(run["status"] == "running" for run in await world.runs()):
+        await world.abandon()
+        await world.boot()
+    for run in await world.runs():
+        if run["status"] == "interrupted":
+            resumed = await world.api.resume_run(run["run_id"], resume_payload)
+            assert resumed["status"] == "completed", resumed
+    await world.settle()
+    for schedule_id in await world.schedule_ids():
+        rows = await world.decided(schedule_id)
+        instants = [row["instant"] for row in rows]
+        assert len(instants) == len(set(instants)), f"{schedule_id}: an instant decided twice"
+        open_rows = [row for row in rows if row["status"] not in TERMINAL_STATUSES]
+        assert not open_rows, f"{schedule_id}: rows without a terminal status: {open_rows}"
