@@ -33,6 +33,7 @@ from shell.history_store import HistoryStore
 from shell.ports import HostApi
 from shell.runtime_store import RuntimeStore
 from shell.store_format import format_instant, parse_instant
+from shell.store_ports import DefinitionsPort, HistoryPort, RuntimePort
 
 __all__ = ["LiveScheduleView", "SchedulesApi", "build_schedules_api"]
 
@@ -82,10 +83,23 @@ class SchedulesApi:
     `NotFound`, `AlreadyExists`, `RevisionConflict`, `InvalidState`.
     """
 
-    def __init__(self, *, store_root: Any, host: HostApi, clock: Clock | None = None) -> None:
-        self.definitions = DefinitionStore(store_root)
-        self.runtime = RuntimeStore(store_root)
-        self.history = HistoryStore(store_root)
+    def __init__(
+        self,
+        *,
+        store_root: Any,
+        host: HostApi,
+        clock: Clock | None = None,
+        definitions: DefinitionsPort | None = None,
+        runtime: RuntimePort | None = None,
+        history: HistoryPort | None = None,
+    ) -> None:
+        # Stores default to the files under `store_root`; a simulation injects
+        # in-memory ones (`shell.sim`).
+        self.definitions: DefinitionsPort = (
+            definitions if definitions is not None else DefinitionStore(store_root)
+        )
+        self.runtime: RuntimePort = runtime if runtime is not None else RuntimeStore(store_root)
+        self.history: HistoryPort = history if history is not None else HistoryStore(store_root)
         self._host = host
         self.clock: Clock = clock or SystemClock()
         self._service: _Service | None = None

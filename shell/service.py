@@ -68,6 +68,7 @@ from core.occurrences import RUN_STATUSES
 from core.state import SchedulerState, initial_state, schedule_view
 from shell.clock import Clock, SystemClock
 from shell.config import SchedulerServiceConfig
+from shell.definition_store import DefinitionStore
 from shell.durable import GroupCommit, remove_stale_temp_files
 from shell.lock import SchedulerLock
 from shell.ports import HostApi
@@ -79,6 +80,7 @@ from shell.store_format import (
     format_instant,
     parse_instant,
 )
+from shell.store_ports import LockPort
 
 __all__ = ["SchedulerService", "build_scheduler_service"]
 
@@ -187,12 +189,15 @@ class SchedulerService:
         store_root: Any,
         config: SchedulerServiceConfig,
         clock: Clock,
+        lock: LockPort | None = None,
     ) -> None:
         self._host = host
         self._api = schedules
         self._config = config
         self._clock = clock
-        self._lock = SchedulerLock(store_root)
+        # The OS lock on `<store_root>/scheduler.lock` unless one is injected
+        # (a simulation's in-memory lock).
+        self._lock: LockPort = lock if lock is not None else SchedulerLock(store_root)
         self._state: SchedulerState = initial_state(max_concurrent_runs=config.max_concurrent_runs)
         self._events: list[Event] = []
         self._dirty: set[str] = set()
@@ -460,8 +465,9 @@ class SchedulerService:
 
     async def _recover_schedule(self, schedule_id: str) -> list[Event]:
         definitions = self._api.definitions
-        # Temp files of atomic writes a crash interrupted are never the truth.
-        remove_stale_temp_files(ScheduleFiles.of(definitions.store_root, schedule_id).directory)
+        if isinstance(definitions, DefinitionStore):
+            # Temp files of atomic writes a crash interrupted are never the truth.
+            remove_stale_temp_files(ScheduleFiles.of(definitions.store_root, schedule_id).directory)
         try:
             records = definitions.records_after(schedule_id, 0)
         except StoreDamaged as exc:

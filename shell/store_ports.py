@@ -1,0 +1,142 @@
+"""What the scheduler service and the schedules API need from their stores and lock.
+
+The file-backed classes (`DefinitionStore`, `RuntimeStore`, `HistoryStore`,
+`SchedulerLock`) are the implementations a server uses; `shell.sim` provides
+in-memory ones with the same behaviour (and the same errors) so that the
+service's real loop can run fully simulated. These protocols are the seam:
+`SchedulesApi` and `SchedulerService` accept any object that fits them.
+
+Only the methods the service and the API call are listed; see the file-backed
+classes for the full contracts (errors, idempotence, staging in a batch).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from shell.definition_store import ChangeKind, DefinitionLoad, LifecycleResult
+from shell.durable import GroupCommit
+from shell.history_store import HistoryRecovery, OpenOccurrence
+from shell.runtime_store import RuntimeLoad
+from shell.store_format import Instant
+
+__all__ = ["DefinitionsPort", "HistoryPort", "LockPort", "RuntimePort"]
+
+
+class DefinitionsPort(Protocol):
+    """Schedule definitions and their lifecycle log (see `DefinitionStore`)."""
+
+    @property
+    def store_root(self) -> Path:
+        """The root that diagnostics name files under."""
+        ...
+
+    def exists(self, schedule_id: str) -> bool: ...
+
+    def list_ids(self) -> list[str]: ...
+
+    def load(self, schedule_id: str, *, repair: bool = False) -> DefinitionLoad: ...
+
+    def get(self, schedule_id: str) -> dict[str, Any]: ...
+
+    def records_after(self, schedule_id: str, seq: int) -> tuple[dict[str, Any], ...]: ...
+
+    def create(
+        self, schedule_id: str, definition: Mapping[str, Any], *, at: Instant
+    ) -> LifecycleResult: ...
+
+    def apply_change(
+        self,
+        schedule_id: str,
+        kind: ChangeKind,
+        *,
+        at: Instant,
+        definition: Mapping[str, Any] | None = None,
+        expected_revision: int | None = None,
+    ) -> LifecycleResult: ...
+
+    def set_blocked(
+        self, schedule_id: str, blocked: Mapping[str, Any] | None, *, at: Instant | None = None
+    ) -> dict[str, Any]: ...
+
+
+class RuntimePort(Protocol):
+    """Per-schedule runtime records (see `RuntimeStore`)."""
+
+    def load(self, schedule_id: str) -> RuntimeLoad: ...
+
+    def stage(
+        self,
+        batch: GroupCommit,
+        schedule_id: str,
+        *,
+        watermark: Instant,
+        held: Instant | None,
+        lifecycle_seq: int,
+        written_at: Instant,
+        waiting: Sequence[Instant] = (),
+    ) -> dict[str, Any]: ...
+
+
+class HistoryPort(Protocol):
+    """Occurrence history (see `HistoryStore`)."""
+
+    def recover(self, schedule_id: str) -> HistoryRecovery: ...
+
+    def sync_recovered(self) -> None: ...
+
+    def close(self) -> None: ...
+
+    def append_decision(
+        self,
+        schedule_id: str,
+        *,
+        instant: Instant,
+        status: str,
+        recorded_at: Instant,
+        run_id: str | None = None,
+        reason: str | None = None,
+        count: int = 1,
+        first_instant: Instant | None = None,
+        last_instant: Instant | None = None,
+        revision: int | None = None,
+        snapshot: Mapping[str, Any] | None = None,
+        batch: GroupCommit | None = None,
+    ) -> int: ...
+
+    def append_transition(
+        self,
+        schedule_id: str,
+        *,
+        status: str,
+        recorded_at: Instant,
+        seq: int | None = None,
+        instant: Instant | None = None,
+        run_id: str | None = None,
+        reason: str | None = None,
+        batch: GroupCommit | None = None,
+    ) -> int: ...
+
+    def open_occurrence(self, schedule_id: str, instant: Instant) -> OpenOccurrence | None: ...
+
+    def page(
+        self, schedule_id: str, *, limit: int, cursor: str | None = None
+    ) -> tuple[list[dict[str, Any]], str | None]: ...
+
+
+class LockPort(Protocol):
+    """Exclusive ownership of a store (see `SchedulerLock`)."""
+
+    @property
+    def path(self) -> os.PathLike[str] | str:
+        """What the lock is, for log messages."""
+        ...
+
+    def acquire(self) -> dict[str, Any]: ...
+
+    def verify(self) -> bool: ...
+
+    def release(self) -> None: ...
