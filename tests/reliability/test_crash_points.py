@@ -29,6 +29,7 @@ from .world import (
     CrashPoint,
     PhasedCrash,
     World,
+    check_every_instant_decided,
     check_recovered,
     disk_admissions,
     disk_runs,
@@ -136,6 +137,7 @@ async def test_crash_at_point_then_recover(store_root: Path, crash_point: CrashP
             rows = await restarted.decided(schedule_id)
             assert rows and rows[-1]["instant"] == "2026-03-02T13:00:00Z", (schedule_id, rows)
         await finish_and_check(restarted, GO)
+        await check_every_instant_decided(restarted, hour(13))
     finally:
         await restarted.shutdown()
     _covered[crash_point.phase] += 1

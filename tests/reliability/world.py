@@ -17,13 +17,16 @@ import os
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
+from core.calendar import compile_trigger
+from core.definitions import parse_definition
 from core.occurrences import RUN_STATUSES, TERMINAL_RUN_STATUSES, TERMINAL_STATUSES
 from shell import ManualClock, SchedulerService, SchedulerServiceConfig, build_scheduler_service
 from shell.durable import SimulatedCrash
+from shell.store_format import format_instant, parse_instant
 from tests.service.conftest import Harness
 
 __all__ = [
@@ -33,6 +36,7 @@ __all__ = [
     "DiskRun",
     "PhasedCrash",
     "World",
+    "check_every_instant_decided",
     "check_recovered",
     "disk_runs",
     "finish_and_check",
@@ -307,3 +311,56 @@ async def finish_and_check(world: World, resume_payload: dict[str, Any]) -> None
         assert len(instants) == len(set(instants)), f"{schedule_id}: an instant decided twice"
         open_rows = [row for row in rows if row["status"] not in TERMINAL_STATUSES]
         assert not open_rows, f"{schedule_id}: rows without a terminal status: {open_rows}"
+
+
+async def check_every_instant_decided(world: World, until: datetime) -> None:
+    """No instant was lost: every trigger instant up to `until` at which a
+    schedule existed and was neither paused nor deleted (by its durable
+    lifecycle log) is covered by a history row, directly or inside a row that
+    stands for a run of missed instants."""
+    for schedule_id in await world.schedule_ids():
+        records = world.schedules.definitions.records_after(schedule_id, 0)
+        covered: set[str] = set()
+        for row in await world.decided(schedule_id):
+            covered.add(row["instant"])
+            if row["count"] > 1:
+                first, last = (
+                    parse_instant(row["first_instant"]),
+                    parse_instant(row["last_instant"]),
+                )
+                covered.update(_instants(records, first - timedelta(microseconds=1), last))
+        expected = _instants(records, parse_instant(records[0]["at"]), until, live_only=True)
+        missing = sorted(set(expected) - covered)
+        assert not missing, f"{schedule_id}: instants never decided: {missing}"
+
+
+def _instants(
+    records: tuple[dict[str, Any], ...],
+    after: datetime,
+    until: datetime,
+    *,
+    live_only: bool = False,
+) -> list[str]:
+    """Trigger instants in (after, until] by the definition in force at each
+    one; with `live_only`, only those at which the schedule was neither paused
+    nor deleted (a change at `t` applies after `t` is decided)."""
+    found: list[str] = []
+    cursor = after
+    while True:
+        definition = parse_definition(records[0]["definition"])
+        for record in records:
+            if parse_instant(record["at"]) <= cursor and "definition" in record:
+                definition = parse_definition(record["definition"])
+        instant = compile_trigger(definition.trigger).next_after(cursor)
+        if instant is None or instant > until:
+            return found
+        live = True
+        for record in records:
+            if parse_instant(record["at"]) < instant:
+                if record["kind"] in ("paused", "deleted"):
+                    live = False
+                elif record["kind"] == "resumed":
+                    live = True
+        if live or not live_only:
+            found.append(format_instant(instant))
+        cursor = instant
