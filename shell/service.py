@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 from core.commands import (
     AdmitOccurrence,
@@ -64,12 +64,13 @@ from core.events import (
     ScheduleResumed,
     ScheduleUpdated,
 )
-from core.occurrences import RUN_STATUSES
+from core.occurrences import RUN_STATUSES, TERMINAL_RUN_STATUSES
 from core.state import SchedulerState, initial_state, schedule_view
 from shell.clock import Clock, SystemClock
 from shell.config import SchedulerServiceConfig
 from shell.definition_store import DefinitionStore
 from shell.durable import GroupCommit, remove_stale_temp_files
+from shell.history_store import HistoryRecovery, OpenOccurrence
 from shell.lock import SchedulerLock
 from shell.ports import HostApi
 from shell.schedules_api import LiveScheduleView, SchedulesApi
@@ -176,6 +177,68 @@ def _missed_interruptions(
         and run.run_id is not None
         and occurrence.status != "interrupted"
     ]
+
+
+class _Claim(NamedTuple):
+    """A run whose origin names a schedule occurrence."""
+
+    run_id: str
+    instant: datetime
+    status: str
+
+
+def _run_file(run_id: str) -> str:
+    # The host keeps one record per run under <store_root>/runs (docs/host.md).
+    return f"runs/{run_id}.json"
+
+
+def _claim_problems(
+    schedule_id: str, claims: Sequence[_Claim], recovered: HistoryRecovery
+) -> list[StoreProblem]:
+    """Runs that claim an occurrence the history does not give them.
+
+    Two runs claiming one occurrence, a run claiming an open occurrence the
+    history admitted as another run, an active run claiming an instant with no
+    open occurrence, and any run claiming an instant after the last decision
+    all contradict the history. (A finished run claiming an older instant is
+    not checked here: that would read the whole history at every start.)
+    """
+    open_runs = {parse_instant(o.instant): o.run_id for o in recovered.open_occurrences}
+    last = recovered.last_decided_instant
+    last_instant = parse_instant(last) if last is not None else None
+    first: dict[datetime, str] = {}
+    problems: list[StoreProblem] = []
+    for claim in claims:
+        where = f"occurrence {format_instant(claim.instant)} of {schedule_id}"
+        earlier = first.setdefault(claim.instant, claim.run_id)
+        admitted = open_runs.get(claim.instant)
+        if earlier != claim.run_id:
+            reason = f"claims {where}, also claimed by run {earlier}"
+        elif claim.instant in open_runs:
+            if admitted is None or admitted == claim.run_id:
+                continue
+            reason = f"claims {where}, which the history admitted as run {admitted}"
+        elif claim.status not in TERMINAL_RUN_STATUSES:
+            reason = (
+                f"is {claim.status} and claims {where}, which the history never admitted"
+                " (no open occurrence at that instant)"
+            )
+        elif last_instant is None or claim.instant > last_instant:
+            reason = (
+                f"claims {where}, which the history never admitted"
+                f" (its last decision is {last or 'none'})"
+            )
+        else:
+            continue
+        problems.append(
+            StoreProblem(
+                schedule_id=schedule_id,
+                file=_run_file(claim.run_id),
+                record="origin",
+                reason=f"run {claim.run_id} {reason}",
+            )
+        )
+    return problems
 
 
 class SchedulerService:
@@ -458,12 +521,39 @@ class SchedulerService:
         events: list[Event] = []
         definitions = self._api.definitions
         history = self._api.history
-        for schedule_id in definitions.list_ids():
-            events.extend(await self._recover_schedule(schedule_id))
+        ids = definitions.list_ids()
+        claims = await self._run_claims(set(ids))
+        for schedule_id in ids:
+            events.extend(await self._recover_schedule(schedule_id, claims.get(schedule_id, [])))
         history.sync_recovered()
         return events
 
-    async def _recover_schedule(self, schedule_id: str) -> list[Event]:
+    async def _run_claims(self, known: set[str]) -> dict[str, list[_Claim]]:
+        """Every run whose origin names a schedule, by schedule, oldest run first."""
+        claims: dict[str, list[_Claim]] = {}
+        cursor: str | None = None
+        while True:
+            page = await self._host.list_runs(cursor=cursor, limit=100)
+            for run in page["runs"]:
+                origin = run.get("origin")
+                if not isinstance(origin, Mapping) or origin.get("kind") != "schedule":
+                    continue
+                schedule_id = origin.get("schedule_id")
+                if schedule_id not in known:
+                    _log.warning(
+                        "run %s claims schedule %r, which does not exist",
+                        run["run_id"],
+                        schedule_id,
+                    )
+                    continue
+                claims.setdefault(schedule_id, []).append(
+                    _Claim(run["run_id"], parse_instant(origin["instant"]), run["status"])
+                )
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return claims
+
+    async def _recover_schedule(self, schedule_id: str, claims: Sequence[_Claim]) -> list[Event]:
         definitions = self._api.definitions
         if isinstance(definitions, DefinitionStore):
             # Temp files of atomic writes a crash interrupted are never the truth.
@@ -504,6 +594,15 @@ class SchedulerService:
             # this schedule: fold the whole log so its open runs stay tracked (a
             # replay from creation would decide instants already decided again).
             consumed = len(records)
+        if runtime.record is None and runtime.problem is None and recovered.open_occurrences:
+            problems.append(
+                StoreProblem(
+                    schedule_id=schedule_id,
+                    file=files.relative(files.runtime),
+                    record="whole file",
+                    reason="history holds admitted occurrences but the runtime record is missing",
+                )
+            )
         events: list[Event] = []
         if consumed == 0:
             replay = records
@@ -532,9 +631,15 @@ class SchedulerService:
             )
             active = []
             for occurrence in recovered.open_occurrences:
-                active.append(await self._recovered_run(occurrence))
+                run, problem = await self._recovered_run(schedule_id, occurrence, files)
+                active.append(run)
+                if problem is not None:
+                    problems.append(problem)
+            problems.extend(_claim_problems(schedule_id, claims, recovered))
             events.append(
                 ScheduleRecovered(
+                    # Blocked from the start: nothing of it is started or admitted.
+                    blocked_reason=problems[0].describe() if problems else None,
                     definition=definition,
                     revision=folded.revision,
                     created_at=folded.created_at,
@@ -563,15 +668,8 @@ class SchedulerService:
             self._consumed[schedule_id] = record["seq"]
             self._consumed_now.add(schedule_id)
         self._consumed.setdefault(schedule_id, consumed)
-        if runtime.record is None and runtime.problem is None and recovered.open_occurrences:
-            problems.append(
-                StoreProblem(
-                    schedule_id=schedule_id,
-                    file=files.relative(files.runtime),
-                    record="whole file",
-                    reason="history holds admitted occurrences but the runtime record is missing",
-                )
-            )
+        if consumed == 0:
+            problems.extend(_claim_problems(schedule_id, claims, recovered))
         for problem in problems:
             if not any(isinstance(e, ScheduleRecovered | ScheduleCreated) for e in events):
                 self._block_unknown(schedule_id, problem)
@@ -586,30 +684,74 @@ class SchedulerService:
             )
         return events
 
-    async def _recovered_run(self, occurrence: Any) -> RecoveredRun:
+    async def _recovered_run(
+        self, schedule_id: str, occurrence: OpenOccurrence, files: ScheduleFiles
+    ) -> tuple[RecoveredRun, StoreProblem | None]:
+        """The open occurrence's run as the run store has it, and the problem
+        that blocks the schedule when the two contradict each other (the run
+        then stays active as the history has it: overlap is not cleared)."""
         instant = parse_instant(occurrence.instant)
         run_id = occurrence.run_id
         if run_id is None:
-            return RecoveredRun(instant=instant, run_id=None, status="admitted")
+            return RecoveredRun(instant=instant, run_id=None, status="admitted"), None
+        kept = RecoveredRun(instant=instant, run_id=run_id, status=occurrence.status)  # type: ignore[arg-type]
+        seq = f"seq {occurrence.seq}"
+
+        def problem(file: str, record: str, reason: str) -> tuple[RecoveredRun, StoreProblem]:
+            return kept, StoreProblem(
+                schedule_id=schedule_id, file=file, record=record, reason=reason
+            )
+
         try:
             run = await self._host.inspect_run(run_id)
         except NotFound:
-            return RecoveredRun(instant=instant, run_id=None, status="admitted")
+            if occurrence.status == "admitted":
+                # The crash came between the admitted row and the run record: no
+                # effect can have happened, so the run may still be created.
+                return RecoveredRun(instant=instant, run_id=None, status="admitted"), None
+            return problem(
+                files.relative(files.history),
+                seq,
+                f"the occurrence's run {run_id} was {occurrence.status}"
+                f" but has {_NO_RUN_DIAGNOSTIC}",
+            )
         except SchedulingError as exc:
-            # An unreadable run record: keep the occurrence active (overlap is
-            # not cleared) and say why; decide blocks nothing on its own here.
-            return RecoveredRun(
-                instant=instant, run_id=run_id, status="running", message=exc.message
+            return problem(_run_file(run_id), "whole file", exc.message)
+        origin = run.get("origin")
+        origin = origin if isinstance(origin, Mapping) else {}
+        claimed = origin.get("instant")
+        if (
+            origin.get("kind") != "schedule"
+            or origin.get("schedule_id") != schedule_id
+            or not isinstance(claimed, str)
+            or parse_instant(claimed) != instant
+        ):
+            return problem(
+                _run_file(run_id),
+                "origin",
+                f"run {run_id} names origin {dict(origin)!r}, but {seq} of"
+                f" {files.relative(files.history)} admitted it for"
+                f" {schedule_id} at {occurrence.instant}",
+            )
+        status = run["status"]
+        if status == "admitted" and occurrence.status != "admitted":
+            return problem(
+                _run_file(run_id),
+                "status",
+                f"run {run_id} is admitted, but the history saw it {occurrence.status}"
+                " (its status went backwards)",
             )
         error = run.get("error")
         message = error.get("message") if isinstance(error, Mapping) else None
-        status = run["status"]
-        return RecoveredRun(
-            instant=instant,
-            run_id=run_id,
-            status=status,
-            message=message,
-            never_started=status == "admitted",
+        return (
+            RecoveredRun(
+                instant=instant,
+                run_id=run_id,
+                status=status,
+                message=message,
+                never_started=status == "admitted",
+            ),
+            None,
         )
 
     # --- carrying out commands -----------------------------------------------------------
