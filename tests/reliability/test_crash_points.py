@@ -12,7 +12,6 @@ anyone editing this file. The SIGKILL variant is in test_crash_sigkill.py.
 from __future__ import annotations
 
 import asyncio
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from shell.durable import SimulatedCrash, set_fault_injector
 from tests.service.conftest import START
 
 from .figures import record
+from .points import all_points, crash_points, record_points, without_empty_commits
 from .scenario import GO, PHASES, clock_during, hour, run_scenario
 from .world import (
     CrashPoint,
@@ -35,61 +35,6 @@ from .world import (
     disk_runs,
     finish_and_check,
 )
-
-
-async def _record_points(root: Path) -> list[CrashPoint]:
-    injector = PhasedCrash()
-    previous = set_fault_injector(injector)
-    world = World(root, ManualClock(START), injector)
-    try:
-        crashed_in = await run_scenario(world, injector)
-        assert crashed_in is None
-    finally:
-        set_fault_injector(previous)
-        await world.shutdown()
-    return injector.seen
-
-
-_EMPTY_COMMIT = ["before:commit", "before:sync", "after:sync", "after:commit"]
-
-
-def _without_empty_commits(points: list[CrashPoint]) -> tuple[list[CrashPoint], int]:
-    """The points minus those of group commits that had nothing to write (a
-    round with no commands): a crash there leaves the disk exactly as a crash
-    at the point before it. Returns the kept points and how many were dropped."""
-    kept: list[CrashPoint] = []
-    dropped = 0
-    i = 0
-    while i < len(points):
-        window = points[i : i + len(_EMPTY_COMMIT)]
-        if [p.point for p in window] == _EMPTY_COMMIT and len({p.phase for p in window}) == 1:
-            dropped += len(window)
-            i += len(window)
-            continue
-        kept.append(points[i])
-        i += 1
-    return kept, dropped
-
-
-def _enumerate() -> list[CrashPoint]:
-    with tempfile.TemporaryDirectory() as tmp:
-        return asyncio.run(_record_points(Path(tmp) / "store"))
-
-
-_ALL_POINTS: list[CrashPoint] | None = None
-
-
-def all_points() -> list[CrashPoint]:
-    """Every fault point the scenario reaches, in order."""
-    global _ALL_POINTS
-    if _ALL_POINTS is None:
-        _ALL_POINTS = _enumerate()
-    return _ALL_POINTS
-
-
-def crash_points() -> list[CrashPoint]:
-    """The points the crash test covers: all but those of empty group commits."""
-    return _without_empty_commits(all_points())[0]
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -152,11 +97,11 @@ async def test_the_scenario_is_deterministic(tmp_path: Path) -> None:
     """The parametrization names points by their order within a phase, which
     only means something if every run of the scenario reaches them in the
     same order."""
-    assert await _record_points(tmp_path / "store") == all_points()
+    assert await record_points(tmp_path / "store") == all_points()
     phases = {p.phase for p in crash_points()}
     assert phases == {p.name for p in PHASES}, "a phase made no durable write"
     names = {p.point.split(":", 1)[1] for p in crash_points()}
     record("durable write points (kinds)", f"{len(names)}: {', '.join(sorted(names))}")
     record(
-        "no-op points of empty group commits (not crashed)", _without_empty_commits(all_points())[1]
+        "no-op points of empty group commits (not crashed)", without_empty_commits(all_points())[1]
     )

@@ -1,0 +1,84 @@
+"""The crash points of the scenario, enumerated by running it once with a
+recording injector (see test_crash_points.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import threading
+from pathlib import Path
+
+from shell import ManualClock
+from shell.durable import set_fault_injector
+from tests.service.conftest import START
+
+from .scenario import run_scenario
+from .world import CrashPoint, PhasedCrash, World
+
+__all__ = ["all_points", "crash_points", "record_points", "without_empty_commits"]
+
+
+async def record_points(root: Path) -> list[CrashPoint]:
+    injector = PhasedCrash()
+    previous = set_fault_injector(injector)
+    world = World(root, ManualClock(START), injector)
+    try:
+        crashed_in = await run_scenario(world, injector)
+        assert crashed_in is None
+    finally:
+        set_fault_injector(previous)
+        await world.shutdown()
+    return injector.seen
+
+
+_EMPTY_COMMIT = ["before:commit", "before:sync", "after:sync", "after:commit"]
+
+
+def without_empty_commits(points: list[CrashPoint]) -> tuple[list[CrashPoint], int]:
+    """The points minus those of group commits that had nothing to write (a
+    round with no commands): a crash there leaves the disk exactly as a crash
+    at the point before it. Returns the kept points and how many were dropped."""
+    kept: list[CrashPoint] = []
+    dropped = 0
+    i = 0
+    while i < len(points):
+        window = points[i : i + len(_EMPTY_COMMIT)]
+        if [p.point for p in window] == _EMPTY_COMMIT and len({p.phase for p in window}) == 1:
+            dropped += len(window)
+            i += len(window)
+            continue
+        kept.append(points[i])
+        i += 1
+    return kept, dropped
+
+
+def _enumerate() -> list[CrashPoint]:
+    found: list[CrashPoint] = []
+
+    def run() -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            found.extend(asyncio.run(record_points(Path(tmp) / "store")))
+
+    # A thread of its own: the caller may be inside a running event loop.
+    worker = threading.Thread(target=run, name="enumerate-crash-points")
+    worker.start()
+    worker.join()
+    if not found:
+        raise RuntimeError("enumerating the crash points failed (see the thread's traceback)")
+    return found
+
+
+_ALL_POINTS: list[CrashPoint] | None = None
+
+
+def all_points() -> list[CrashPoint]:
+    """Every fault point the scenario reaches, in order."""
+    global _ALL_POINTS
+    if _ALL_POINTS is None:
+        _ALL_POINTS = _enumerate()
+    return _ALL_POINTS
+
+
+def crash_points() -> list[CrashPoint]:
+    """The points the crash test covers: all but those of empty group commits."""
+    return without_empty_commits(all_points())[0]
