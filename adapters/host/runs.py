@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import bisect
+import itertools
 import json
 import logging
 from collections.abc import Callable
@@ -73,6 +75,9 @@ class RunStore:
     def __init__(self, root: Path) -> None:
         self.dir = root / "runs"
         self._records: dict[int, RunRecord] = {}
+        # The numbers of `_records`, ascending: a page is a bisect and `limit`
+        # reads, not a sort of every run (the scheduler pages them all at start).
+        self._order: list[int] = []
         # Records that exist on disk but cannot be used: number -> finding.
         self._broken: dict[int, dict[str, Any]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -124,11 +129,11 @@ class RunStore:
         if contradiction is not None:
             return broken("contradictory", contradiction)
         if record.status != "running":
-            self._records[number] = record
+            self._remember(number, record)
             return []
         recovered = recover_record(record, now())
         if recovered is None:
-            self._records[number] = record
+            self._remember(number, record)
             return []
         failed, finding = recovered
         self.put(failed)
@@ -172,7 +177,7 @@ class RunStore:
         what = _write_kind(self._records.get(number), record)
         fault_point(f"before:run:{what}")
         atomic_write_json(self.path(record.run_id), record.to_json())
-        self._records[number] = record
+        self._remember(number, record)
         fault_point(f"after:run:{what}")
 
     def lock(self, run_id: str) -> asyncio.Lock:
@@ -198,14 +203,24 @@ class RunStore:
         if problems:
             raise InvalidInput.from_problems("list_runs arguments", problems)
         after = 0 if cursor is None else _decode_cursor(cursor)
-        numbers = sorted(
-            n
-            for n, record in self._records.items()
-            if n > after and (status is None or record.status == status)
-        )
-        chosen = numbers[:limit]
-        more = len(numbers) > limit
+        chosen: list[int] = []
+        more = False
+        for n in itertools.islice(self._order, bisect.bisect_right(self._order, after), None):
+            if status is not None and self._records[n].status != status:
+                continue
+            if len(chosen) == limit:
+                more = True
+                break
+            chosen.append(n)
         return [self._records[n] for n in chosen], _encode_cursor(chosen[-1]) if more else None
+
+    def _remember(self, number: int, record: RunRecord) -> None:
+        if number not in self._records:
+            if self._order and number < self._order[-1]:
+                bisect.insort(self._order, number)
+            else:
+                self._order.append(number)
+        self._records[number] = record
 
     def broken(self) -> list[dict[str, Any]]:
         return [dict(self._broken[n]) for n in sorted(self._broken)]
