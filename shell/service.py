@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -766,71 +766,21 @@ class SchedulerService:
         run_ids = iter(await self._host.reserve_run_ids(len(passing)) if passing else [])
         after = _Round()
         batch = GroupCommit()
+        # A schedule whose store refuses a write (a damaged history is frozen)
+        # loses the rest of this round's writes, and only it does: it is blocked.
+        refused: set[str] = set()
         try:
             for command in commands:
-                if isinstance(command, RecordOccurrence):
-                    self._stage_row(batch, command, now)
-                elif isinstance(command, AdmitOccurrence):
-                    reason = verdicts[(command.schedule_id, command.instant)]
-                    if reason is not None:
-                        history.append_decision(
-                            command.schedule_id,
-                            instant=command.instant,
-                            status="preflight-rejected",
-                            reason=reason,
-                            revision=command.revision,
-                            recorded_at=now,
-                            batch=batch,
-                        )
-                        after.events.append(
-                            PreflightFailed(
-                                schedule_id=command.schedule_id,
-                                instant=command.instant,
-                                reason=reason,
-                            )
-                        )
-                        continue
-                    run_id = next(run_ids)
-                    snapshot = {
-                        "deployment_id": command.deployment_id,
-                        "inputs": command.inputs,
-                        "max_steps": command.max_steps,
-                        "revision": command.revision,
-                    }
-                    history.append_decision(
-                        command.schedule_id,
-                        instant=command.instant,
-                        status="admitted",
-                        run_id=run_id,
-                        revision=command.revision,
-                        snapshot=snapshot,
-                        recorded_at=now,
-                        batch=batch,
-                    )
-                    after.launches.append((command.schedule_id, run_id, command.instant, snapshot))
-                elif isinstance(command, PersistRuntime):
-                    self._api.runtime.stage(
-                        batch,
-                        command.schedule_id,
-                        watermark=command.watermark,
-                        held=command.held,
-                        waiting=command.waiting,
-                        lifecycle_seq=self._consumed.get(command.schedule_id, 0),
-                        written_at=now,
-                    )
-                elif isinstance(command, BlockSchedule):
-                    _log.error(
-                        "schedule %s is blocked: %s", command.schedule_id, command.diagnostic
-                    )
-                    self._persist_block(command)
-                elif isinstance(command, CreateAdmittedRun):
-                    after.creates.append((command.schedule_id, command.instant))
-                elif isinstance(command, StartRun):
-                    after.starts.append((command.schedule_id, command.instant, command.run_id))
-                elif isinstance(command, LogWarning):
-                    _log.warning("%s", command.message)
-                else:
-                    raise TypeError(f"unknown command {command!r}")
+                schedule_id = getattr(command, "schedule_id", None)
+                if schedule_id in refused:
+                    continue
+                try:
+                    self._stage(batch, command, now, verdicts, run_ids, after)
+                except SchedulingError as exc:
+                    if schedule_id is None:
+                        raise
+                    refused.add(schedule_id)
+                    self._refused(schedule_id, exc)
             batch.commit()
         except BaseException:
             if batch.state == "open":
@@ -853,6 +803,100 @@ class SchedulerService:
             )
         for schedule_id, instant, run_id in after.starts:
             await self._launch(schedule_id, instant, run_id)
+
+    def _stage(
+        self,
+        batch: GroupCommit,
+        command: Command,
+        now: datetime,
+        verdicts: Mapping[tuple[str, datetime], str | None],
+        run_ids: Iterator[str],
+        after: _Round,
+    ) -> None:
+        history = self._api.history
+        if isinstance(command, RecordOccurrence):
+            self._stage_row(batch, command, now)
+        elif isinstance(command, AdmitOccurrence):
+            reason = verdicts[(command.schedule_id, command.instant)]
+            if reason is not None:
+                history.append_decision(
+                    command.schedule_id,
+                    instant=command.instant,
+                    status="preflight-rejected",
+                    reason=reason,
+                    revision=command.revision,
+                    recorded_at=now,
+                    batch=batch,
+                )
+                after.events.append(
+                    PreflightFailed(
+                        schedule_id=command.schedule_id,
+                        instant=command.instant,
+                        reason=reason,
+                    )
+                )
+                return
+            run_id = next(run_ids)
+            snapshot = {
+                "deployment_id": command.deployment_id,
+                "inputs": command.inputs,
+                "max_steps": command.max_steps,
+                "revision": command.revision,
+            }
+            history.append_decision(
+                command.schedule_id,
+                instant=command.instant,
+                status="admitted",
+                run_id=run_id,
+                revision=command.revision,
+                snapshot=snapshot,
+                recorded_at=now,
+                batch=batch,
+            )
+            after.launches.append((command.schedule_id, run_id, command.instant, snapshot))
+        elif isinstance(command, PersistRuntime):
+            self._api.runtime.stage(
+                batch,
+                command.schedule_id,
+                watermark=command.watermark,
+                held=command.held,
+                waiting=command.waiting,
+                lifecycle_seq=self._consumed.get(command.schedule_id, 0),
+                written_at=now,
+            )
+        elif isinstance(command, BlockSchedule):
+            _log.error("schedule %s is blocked: %s", command.schedule_id, command.diagnostic)
+            self._persist_block(command)
+        elif isinstance(command, CreateAdmittedRun):
+            after.creates.append((command.schedule_id, command.instant))
+        elif isinstance(command, StartRun):
+            after.starts.append((command.schedule_id, command.instant, command.run_id))
+        elif isinstance(command, LogWarning):
+            _log.warning("%s", command.message)
+        else:
+            raise TypeError(f"unknown command {command!r}")
+
+    def _refused(self, schedule_id: str, exc: SchedulingError) -> None:
+        sched = self._state.schedules.get(schedule_id)
+        if sched is not None and sched.blocked is not None:
+            # The run store keeps what the history could not take; the next
+            # start after a repair reconciles the two.
+            _log.warning(
+                "schedule %s is blocked and its store refused a write: %s", schedule_id, exc
+            )
+            return
+        if isinstance(exc, StoreDamaged):
+            problem = exc.problem
+        else:
+            files = ScheduleFiles.of(self._api.definitions.store_root, schedule_id)
+            problem = StoreProblem(
+                schedule_id=schedule_id,
+                file=files.relative(files.history),
+                record="next row",
+                reason=f"the store refused a write: {exc.message}",
+            )
+        self._events.extend(self._damaged(schedule_id, problem))
+        self._wake.set()
 
     async def _preflight(self, admit: AdmitOccurrence) -> str | None:
         try:
