@@ -22,13 +22,17 @@ already considered, and every call decides the trigger instants in
 4. Fill. While execution slots are free, candidates waiting for a slot are
    admitted, oldest instant first across schedules.
 5. Persist. Each schedule whose watermark, held candidate or waiting instants
-   changed gets one `PersistRuntime`, after its history rows.
+   changed gets one `PersistRuntime`, after its history rows. (One exception
+   comes earlier: a waiting instant is persisted before the `skipped-overlap`
+   row of a later instant whose place it reserved; recovery trusts the
+   newest row, so the waiting instant must not be lost behind it.)
 
 Deciding an instant `t` (`watermark < t <= now`), first rule that applies:
 
 a. Paused or deleted: `t` is consumed with no row (the paused span is never
-   replayed). Blocked: the schedule does not advance at all; its instants are
-   decided when its records are repaired (as downtime).
+   replayed). Blocked: the schedule does not advance; its instants are
+   decided when its records are repaired (as downtime), or as missed when a
+   lifecycle change needs them decided first.
 b. Missed (`now - t > lateness_allowance_s`; exactly equal is on time):
    misfire "skip" records `skipped-misfire`; misfire "latest" makes `t` the
    held candidate, an older held candidate becoming `superseded` (or
@@ -337,7 +341,8 @@ class _Call:
         self.queue = state.slot_queue
         self.queue_live = state.queue_live
         self.work: dict[str, _Work] = {}
-        # Runtime as persisted before this call (None: new schedule).
+        # Runtime as last persisted (before this call, or earlier in it; None:
+        # never persisted).
         self.before: dict[str, _Runtime | None] = {}
         # Held candidates that were themselves missed during this call.
         self.missed_held: dict[str, datetime] = {}
@@ -489,9 +494,10 @@ class _Call:
 
     # --- deciding instants --------------------------------------------------
 
-    def settle(self, w: _Work, upto: datetime) -> None:
-        """Decide the schedule's instants in `(watermark, upto]` as of `self.now`."""
-        if w.paused or w.deleted or w.blocked is not None:
+    def settle(self, w: _Work, upto: datetime, *, all_missed: bool = False) -> None:
+        """Decide the schedule's instants in `(watermark, upto]` as of `self.now`
+        (`all_missed`: as missed whatever their age)."""
+        if w.paused or w.deleted or (w.blocked is not None and not all_missed):
             return
         now = self.now
         if w.waiting:
@@ -500,7 +506,7 @@ class _Call:
         if nxt is None or nxt > upto:
             return
         trigger = w.trigger
-        missed_upto = min(upto, now - w.allowance - _TICK)
+        missed_upto = upto if all_missed else min(upto, now - w.allowance - _TICK)
         if nxt <= missed_upto:
             after = _next_after(trigger, nxt)
             if after is None or after > missed_upto:
@@ -560,11 +566,37 @@ class _Call:
                 w.held = instant
             return
         if len(w.active) + len(w.waiting) >= w.limit:
+            if w.waiting:
+                self.persist_waiting(w)
             self.record(sid, instant, "skipped-overlap")
         elif not w.waiting and self.slot_free_for(instant, sid):
             self.admit(w, instant)
         else:
             w.waiting = (*w.waiting, instant)
+
+    def persist_waiting(self, w: _Work) -> None:
+        """Make the waiting instants durable before a later row of the schedule.
+
+        Recovery takes the newest decision row as watermark, so if a later
+        instant's row reached the history before the runtime record naming
+        an older waiting instant, a crash in between would lose that instant.
+        """
+        before = self.before[w.schedule_id]
+        if before is not None and set(w.waiting) <= set(before[2]):
+            return
+        self.persist(w)
+
+    def persist(self, w: _Work) -> None:
+        runtime: _Runtime = (w.watermark, w.held, w.waiting)
+        self.commands.append(
+            PersistRuntime(
+                schedule_id=w.schedule_id,
+                watermark=runtime[0],
+                held=runtime[1],
+                waiting=runtime[2],
+            )
+        )
+        self.before[w.schedule_id] = runtime
 
     def admit(self, w: _Work, instant: datetime) -> None:
         definition = w.definition
@@ -620,7 +652,10 @@ class _Call:
     # --- events -------------------------------------------------------------
 
     def lifecycle_settle(self, w: _Work, at: datetime) -> None:
-        self.settle(w, min(at, self.now))
+        # A blocked schedule holds its instants back; a lifecycle change needs
+        # them decided up to the change, and since the block kept them from
+        # running they are decided as missed.
+        self.settle(w, min(at, self.now), all_missed=w.blocked is not None)
 
     def on_created(self, event: ScheduleCreated) -> None:
         definition = event.definition
@@ -883,17 +918,8 @@ class _Call:
         if self.work:
             evolver = schedules.evolver()
             for sid, w in self.work.items():
-                before = self.before[sid]
-                after: _Runtime = (w.watermark, w.held, w.waiting)
-                if before != after:
-                    self.commands.append(
-                        PersistRuntime(
-                            schedule_id=sid,
-                            watermark=w.watermark,
-                            held=w.held,
-                            waiting=w.waiting,
-                        )
-                    )
+                if self.before[sid] != (w.watermark, w.held, w.waiting):
+                    self.persist(w)
                 evolver[sid] = w.freeze()
             schedules = evolver.persistent()
         return SchedulerState(

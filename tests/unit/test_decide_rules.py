@@ -8,6 +8,7 @@ from core.commands import AdmitOccurrence, LogWarning, PersistRuntime, RecordOcc
 from core.decide import decide, next_wakeup
 from core.events import (
     OccurrenceAdmitted,
+    RecordsContradicted,
     RunStatusChanged,
     ScheduleCreated,
     ScheduleDeleted,
@@ -243,3 +244,41 @@ def test_the_same_inputs_give_the_same_outputs() -> None:
     one = decide(state, at(12, 30), [])
     two = decide(state, at(12, 30), [])
     assert one == two
+
+
+def test_a_lifecycle_change_decides_what_a_block_held_back_as_missed() -> None:
+    state = started_state(cron("r", "*/10 * * * *", lateness_allowance_s=3600))
+    state, _ = run(
+        state,
+        at(9, 35),
+        RecordsContradicted(schedule_id="r", file="history.jsonl", record="2", reason="torn"),
+    )
+    state, commands = run(state, at(10, 5))
+    assert commands == ()  # blocked: nothing advances
+    state, commands = run(state, at(10, 5), SchedulePaused(schedule_id="r", at=at(10, 5)))
+    recorded = [c for c in commands if isinstance(c, RecordOccurrence)]
+    # On time by the allowance, but the block kept them from running: missed.
+    assert [(c.instant, c.status, c.count) for c in recorded] == [(at(10), "skipped-misfire", 3)]
+    assert schedule_view(state, "r").watermark == at(10, 5)
+
+
+def test_a_waiting_instant_is_durable_before_the_row_its_reservation_causes() -> None:
+    # a holds the only slot. m (every minute, 5-minute allowance) decides
+    # 10:01 (waits) and 10:02 (skipped: 10:01 holds m's place) in one call.
+    state = started_state(cron("a"), capacity=1)
+    state, _ = run(state, at(10))
+    minutely = cron("m", "* * * * *", lateness_allowance_s=300)
+    state, _ = run(state, at(10, 0, 30), ScheduleCreated(definition=minutely, at=at(10, 0, 30)))
+    state, commands = run(state, at(10, 2, 10))
+    assert [type(c).__name__ for c in commands] == [
+        "PersistRuntime",
+        "RecordOccurrence",
+        "PersistRuntime",
+    ]
+    assert commands[0] == PersistRuntime(
+        schedule_id="m", watermark=at(10, 1), held=None, waiting=(at(10, 1),)
+    )
+    assert rows(commands) == [("m", at(10, 2), "skipped-overlap")]
+    assert commands[2] == PersistRuntime(
+        schedule_id="m", watermark=at(10, 2), held=None, waiting=(at(10, 1),)
+    )
