@@ -314,9 +314,14 @@ class _Bad(Exception):
 class _IndexDamaged(Exception):
     """The index does not match the log; rebuild it from the log."""
 
-    def __init__(self, reason: str, *, missing: bool = False) -> None:
+    def __init__(
+        self, reason: str, *, missing: bool = False, durable_size: int | None = None
+    ) -> None:
         super().__init__(reason)
         self.missing = missing
+        # Set when the log is shorter than the size the index saw durable:
+        # committed rows are gone, which no crash can do (damage, not a repair).
+        self.durable_size = durable_size
 
 
 # --- applying rows ------------------------------------------------------------------------
@@ -754,12 +759,14 @@ class HistoryStore:
                 idx_fd = os.open(files.history_index, os.O_RDONLY)
             try:
                 loaded: _Loaded | None = None
+                durable_size: int | None = None
                 if not force_rebuild:
                     try:
                         loaded = self._load_with_index(files, log_fd, idx_fd, size, full_open)
                     except _IndexDamaged as damage:
                         # Only the owner repairs; a missing index is what a
                         # crash right after a schedule's first row leaves.
+                        durable_size = damage.durable_size
                         level = logging.WARNING if repair and not damage.missing else logging.INFO
                         if size:
                             _log.log(
@@ -773,6 +780,19 @@ class HistoryStore:
                         files, _Reader(log_fd, None, 0), _State(), _EMPTY_CHECKPOINT, size
                     )
                     loaded.rebuilt = True
+                    if durable_size is not None and not loaded.problems:
+                        loaded.problems.append(
+                            StoreProblem(
+                                schedule_id=files.schedule_id,
+                                file=files.relative(files.history),
+                                record=f"bytes {size}-{durable_size}",
+                                reason=(
+                                    f"the log is shorter than its durable checkpoint"
+                                    f" (it ends at byte {size}, {durable_size} were committed):"
+                                    " committed rows are missing"
+                                ),
+                            )
+                        )
             finally:
                 if idx_fd is not None:
                     os.close(idx_fd)
@@ -792,7 +812,10 @@ class HistoryStore:
             raise _IndexDamaged(checkpoint)
         entries_in_file = max(0, (idx_size - _HEADER_SIZE) // _ENTRY_SIZE)
         if checkpoint.size > size:
-            raise _IndexDamaged(f"checkpoint at byte {checkpoint.size} is past the log end {size}")
+            raise _IndexDamaged(
+                f"checkpoint at byte {checkpoint.size} is past the log end {size}",
+                durable_size=checkpoint.size,
+            )
         if checkpoint.count > entries_in_file:
             raise _IndexDamaged("index is shorter than its checkpoint")
         if checkpoint.size and os.pread(log_fd, 1, checkpoint.size - 1) != b"\n":
