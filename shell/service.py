@@ -48,7 +48,13 @@ from core.commands import (
 )
 from core.decide import decide, next_wakeup
 from core.definitions import parse_definition
-from core.errors import InvalidDefinition, NotFound, SchedulerUnavailable, SchedulingError
+from core.errors import (
+    CoreMisuse,
+    InvalidDefinition,
+    NotFound,
+    SchedulerUnavailable,
+    SchedulingError,
+)
 from core.events import (
     CapacityChanged,
     Event,
@@ -440,7 +446,7 @@ class SchedulerService:
         events = self._take_events()
         self._contradicted = [e for e in events if isinstance(e, RecordsContradicted)]
         now = self._clock.now()
-        self._state, commands = decide(self._state, now, events)
+        self._state, commands = self._decide(now, events)
         persisted = {c.schedule_id for c in commands if isinstance(c, PersistRuntime)}
         consumed, self._consumed_now = self._consumed_now, set()
         extra: list[Command] = []
@@ -456,6 +462,41 @@ class SchedulerService:
                     )
                 )
         await self._carry_out((*commands, *extra), now)
+
+    def _decide(
+        self, now: datetime, events: list[Event]
+    ) -> tuple[SchedulerState, tuple[Command, ...]]:
+        """`decide`, without the events it refuses.
+
+        decide applies events in order and refuses the whole call for one it
+        cannot apply (a status report of a run it does not track, for example a
+        run of a schedule blocked by damaged records). One such event must not
+        cost every other schedule its round: find it (decide is pure, so a
+        prefix that fails holds it), drop it with a warning, decide again.
+        """
+        while True:
+            try:
+                return decide(self._state, now, events)
+            except CoreMisuse as exc:
+                try:
+                    decide(self._state, now, [])
+                except CoreMisuse:
+                    raise exc from None  # not an event's fault
+                good, bad = 0, len(events)  # decide(events[:good]) passes, [:bad] fails
+                while bad - good > 1:
+                    middle = (good + bad) // 2
+                    try:
+                        decide(self._state, now, events[:middle])
+                    except CoreMisuse:
+                        bad = middle
+                    else:
+                        good = middle
+                _log.warning(
+                    "dropped a %s the scheduler cannot apply: %s",
+                    type(events[bad - 1]).__name__,
+                    exc,
+                )
+                del events[bad - 1]
 
     def _take_events(self) -> list[Event]:
         events, self._events = self._events, []
