@@ -896,6 +896,11 @@ class SchedulerService:
             )
             after.launches.append((command.schedule_id, run_id, command.instant, snapshot))
         elif isinstance(command, PersistRuntime):
+            blocked = self._state.schedules.get(command.schedule_id)
+            if blocked is not None and blocked.blocked is not None:
+                # A blocked schedule's files stay as found: a fresh runtime
+                # record would hide the damage from the next start.
+                return
             self._api.runtime.stage(
                 batch,
                 command.schedule_id,
