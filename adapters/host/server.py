@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import SchedulerUnavailable
+from shell.lock import SchedulerLock
 
 from .api import WorkflowApi
 from .artifacts import ArtifactStore
@@ -56,6 +57,17 @@ def _timestamp(clock: Callable[[], datetime]) -> Callable[[], str]:
     return now
 
 
+def _refuse_if_owned(store_root: Path) -> None:
+    """Raise SchedulerUnavailable (naming the holder) when a scheduler in
+    another process owns the store: the recovery below would declare that
+    process's executing runs abandoned while they still execute."""
+    probe = SchedulerLock(store_root)
+    if not probe.path.exists():
+        return
+    probe.acquire()
+    probe.release()
+
+
 def build_local_static_workflow_server(
     root: str | os.PathLike[str],
     schedules: bool = False,
@@ -67,7 +79,9 @@ def build_local_static_workflow_server(
 
     Recovery findings (abandoned runs failed, ambiguous resumes failed closed,
     unreadable records, counter repairs) are in `server.recovery_report` and
-    `server.api.recovery_report`; none of them stops the server.
+    `server.api.recovery_report`; none of them stops the server. When a
+    scheduler in another process owns the store (`scheduler.lock`), nothing is
+    opened: SchedulerUnavailable names the holder.
 
     With `schedules=True`, `server.api.schedules` is `schedules_factory(server)`,
     or `shell.schedules_api.build_schedules_api(server)` when no factory is
@@ -75,6 +89,7 @@ def build_local_static_workflow_server(
     datetimes) stamps records; it defaults to the system clock.
     """
     store_root = Path(root)
+    _refuse_if_owned(store_root)
     ensure_dir(store_root)
     read_clock = clock or _utc_now
     now = _timestamp(read_clock)
