@@ -32,7 +32,7 @@ from shell.definition_store import DefinitionStore
 from shell.history_store import HistoryStore
 from shell.ports import HostApi
 from shell.runtime_store import RuntimeStore
-from shell.store_format import format_instant, parse_instant
+from shell.store_format import StoreDamaged, StoreProblem, format_instant, parse_instant
 from shell.store_ports import DefinitionsPort, HistoryPort, RuntimePort
 
 __all__ = ["LiveScheduleView", "SchedulesApi", "build_schedules_api"]
@@ -64,6 +64,8 @@ class _Service(Protocol):
     def schedule_changed(self, schedule_id: str) -> None: ...
 
     def live_view(self, schedule_id: str) -> LiveScheduleView | None: ...
+
+    def records_damaged(self, problem: StoreProblem) -> None: ...
 
 
 def _int_problem(field: str, value: object, *, low: int, high: int | None = None) -> Problem | None:
@@ -325,7 +327,13 @@ class SchedulesApi:
             raise NotFound(
                 f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
             )
-        rows, next_cursor = self.history.page(schedule_id, limit=limit, cursor=cursor)
+        try:
+            rows, next_cursor = self.history.page(schedule_id, limit=limit, cursor=cursor)
+        except StoreDamaged as exc:
+            # Damage inside the history is found when it is read: block the schedule.
+            if self._service is not None:
+                self._service.records_damaged(exc.problem)
+            raise
         occurrences = [dict(row) for row in rows]
         if cursor is None:
             pending = [

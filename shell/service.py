@@ -393,6 +393,14 @@ class SchedulerService:
         pending = tuple(sorted({*view.waiting, *((view.held,) if view.held else ())}))
         return LiveScheduleView(pending=pending, held=view.held, blocked=view.blocked)
 
+    def records_damaged(self, problem: StoreProblem) -> None:
+        """A read found damaged records (a history page): block the schedule."""
+        known = self._state.schedules.get(problem.schedule_id)
+        if known is not None and known.blocked is not None:
+            return
+        self._events.extend(self._damaged(problem.schedule_id, problem))
+        self._wake.set()
+
     def _on_run_status(
         self, run_id: str, status: str, origin: Mapping[str, Any] | None, message: str | None
     ) -> None:
@@ -612,7 +620,8 @@ class SchedulerService:
         recovered = self._api.history.recover(schedule_id)
         # The snapshot is a cache of the log, but damage to it blocks all the same;
         # loading as the owner drops a torn final lifecycle line, with a warning.
-        problems = [*definitions.load(schedule_id, repair=True).problems, *recovered.problems]
+        loaded = definitions.load(schedule_id, repair=True)
+        problems = [*loaded.problems, *recovered.problems]
         if runtime.problem is not None:
             problems.append(runtime.problem)
         files = ScheduleFiles.of(definitions.store_root, schedule_id)
@@ -723,7 +732,47 @@ class SchedulerService:
                     reason=problem.reason,
                 )
             )
+        stored = loaded.snapshot.get("blocked") if loaded.snapshot is not None else None
+        if stored is not None and not any(isinstance(e, RecordsContradicted) for e in events):
+            events.extend(self._lift_block(schedule_id, stored, files))
         return events
+
+    def _lift_block(
+        self, schedule_id: str, stored: Mapping[str, Any], files: ScheduleFiles
+    ) -> list[Event]:
+        """A schedule blocked before is sound at this start: lift the block, and
+        say so. Damage inside the history is only found by reading it (startup
+        reads the tail), so a block naming the history is lifted only after a
+        read of the whole history finds nothing."""
+        if stored.get("file") in ("", files.relative(files.history)):
+            try:
+                cursor: str | None = None
+                while True:
+                    _, cursor = self._api.history.page(schedule_id, limit=100, cursor=cursor)
+                    if cursor is None:
+                        break
+            except StoreDamaged as exc:
+                problem = exc.problem
+                return [
+                    RecordsContradicted(
+                        schedule_id=schedule_id,
+                        file=problem.file,
+                        record=problem.record,
+                        reason=problem.reason,
+                    )
+                ]
+        _log.warning(
+            "schedule %s: its records are sound at this start; lifting its block (%s: %s: %s)",
+            schedule_id,
+            stored.get("file"),
+            stored.get("record"),
+            stored.get("reason"),
+        )
+        try:
+            self._api.definitions.set_blocked(schedule_id, None)
+        except SchedulingError as exc:
+            _log.error("could not clear the diagnostic of %s: %s", schedule_id, exc)
+        return []
 
     async def _recovered_run(
         self, schedule_id: str, occurrence: OpenOccurrence, files: ScheduleFiles
