@@ -22,10 +22,11 @@ already considered, and every call decides the trigger instants in
 4. Fill. While execution slots are free, candidates waiting for a slot are
    admitted, oldest instant first across schedules.
 5. Persist. Each schedule whose watermark, held candidate or waiting instants
-   changed gets one `PersistRuntime`, after its history rows. (One exception
-   comes earlier: a waiting instant is persisted before the `skipped-overlap`
-   row of a later instant whose place it reserved; recovery trusts the
-   newest row, so the waiting instant must not be lost behind it.)
+   changed gets one `PersistRuntime`, after its history rows.
+
+A schedule's decision rows are emitted in instant order (the history refuses
+a decision older than the newest one): nothing newer than a waiting instant
+is decided before it.
 
 Deciding an instant `t` (`watermark < t <= now`), first rule that applies:
 
@@ -40,13 +41,16 @@ b. Missed (`now - t > lateness_allowance_s`; exactly equal is on time):
    consecutive missed instants is decided in one step: one `skipped-misfire`
    row with a count, or one `coalesced` row for all but the newest.
 c. On time, overlap blocks (skip: any active run; parallel: active runs
-   `>= max_active_runs`; a waiting instant reserves its place): misfire
-   "skip" records `skipped-overlap`; "latest" holds `t` (superseding an older
-   held candidate).
-d. On time, no slot free (or an older candidate is queued for one): `t`
-   waits. Under "latest" the waiting instant is the held candidate; under
-   "skip" it joins the schedule's short FIFO of waiting instants. A waiting
-   instant that is past the allowance when next looked at is decided by (b).
+   `>= max_active_runs`): misfire "skip" records `skipped-overlap`; "latest"
+   holds `t` (superseding an older held candidate).
+d. On time, no slot free (or an older candidate is queued for one, or an
+   older instant of the schedule waits): `t` waits. Under "latest" the
+   waiting instant is the held candidate; under "skip" it joins the
+   schedule's FIFO of waiting instants, whose oldest is its candidate. A
+   waiting instant that is past the allowance when next looked at is decided
+   by (b). When an admission fills the schedule's overlap places, the
+   instants still waiting are decided by (c) at once (they are newer than the
+   admitted one, so the rows stay in order).
 e. Otherwise `AdmitOccurrence`: the run counts as active and holds a slot at
    once; the shell preflights it and writes its decision row in command
    order (`admitted`, or `preflight-rejected` with the reason), then answers
@@ -565,26 +569,27 @@ class _Call:
             else:
                 w.held = instant
             return
-        if len(w.active) + len(w.waiting) >= w.limit:
-            if w.waiting:
-                self.persist_waiting(w)
+        # Waiting instants exist only while the overlap limit is not reached
+        # (see `overlap_waiting`), so a skipped instant is never recorded
+        # before an older one that still waits.
+        if len(w.active) >= w.limit:
             self.record(sid, instant, "skipped-overlap")
         elif not w.waiting and self.slot_free_for(instant, sid):
             self.admit(w, instant)
         else:
             w.waiting = (*w.waiting, instant)
 
-    def persist_waiting(self, w: _Work) -> None:
-        """Make the waiting instants durable before a later row of the schedule.
-
-        Recovery takes the newest decision row as watermark, so if a later
-        instant's row reached the history before the runtime record naming
-        an older waiting instant, a crash in between would lose that instant.
-        """
-        before = self.before[w.schedule_id]
-        if before is not None and set(w.waiting) <= set(before[2]):
-            return
-        self.persist(w)
+    def overlap_waiting(self, w: _Work, *, reason: str | None = None) -> None:
+        """Once the overlap places are taken, the waiting instants cannot run:
+        decide them now, oldest first (`skipped-overlap`, or `superseded`
+        with `reason` when a change of policy took the places away)."""
+        if w.waiting and len(w.active) >= w.limit:
+            for instant in w.waiting:
+                if reason is None:
+                    self.record(w.schedule_id, instant, "skipped-overlap")
+                else:
+                    self.record(w.schedule_id, instant, "superseded", reason=reason)
+            w.waiting = ()
 
     def persist(self, w: _Work) -> None:
         runtime: _Runtime = (w.watermark, w.held, w.waiting)
@@ -647,6 +652,7 @@ class _Call:
             else:
                 w.waiting = w.waiting[1:]
             self.admit(w, instant)
+            self.overlap_waiting(w)
             self.refresh(w)
 
     # --- events -------------------------------------------------------------
@@ -706,11 +712,7 @@ class _Call:
         if w.held is not None:
             self.record(sid, w.held, "superseded", reason=reason)
             w.held = None
-        room = max(0, w.limit - len(w.active))
-        if len(w.waiting) > room:
-            for instant in w.waiting[room:]:
-                self.record(sid, instant, "superseded", reason=reason)
-            w.waiting = w.waiting[:room]
+        self.overlap_waiting(w, reason=reason)
 
     def on_paused(self, event: SchedulePaused) -> None:
         w = self.get(event.schedule_id, event)
@@ -861,6 +863,9 @@ class _Call:
         w.blocked = event.blocked_reason
         for run in runs:
             self.recover_run(event, w, run)
+        # Instants left waiting by a crash after an admission that took the
+        # last overlap place (its row durable, the runtime record not).
+        self.overlap_waiting(w)
         if w.paused or w.deleted:
             self.supersede_all(w, _PAUSED if not w.deleted else _DELETED)
         else:

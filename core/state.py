@@ -142,8 +142,9 @@ class ScheduleState:
     next_instant: datetime | None
     # misfire="latest": the one unadmitted instant kept for later admission.
     held: datetime | None
-    # misfire="skip": on-time instants waiting for a slot, oldest first. Each
-    # reserves an overlap place, so there are never more than the limit.
+    # misfire="skip": on-time instants waiting for a slot, oldest first; only
+    # while an overlap place is free (they have no history row yet, so no
+    # newer instant of the schedule is recorded before them).
     waiting: tuple[datetime, ...]
     active: ActiveRuns
     paused: bool

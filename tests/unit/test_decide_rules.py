@@ -140,7 +140,7 @@ def test_switching_misfire_to_latest_keeps_the_newest_waiting_instant() -> None:
     assert (view.held, view.waiting) == (at(9, 45), ())
 
 
-def test_lowering_the_limit_drops_waiting_instants_beyond_it() -> None:
+def test_lowering_the_limit_keeps_waiting_instants_while_a_place_is_free() -> None:
     allowance = {"lateness_allowance_s": 600}
     state = started_state(
         cron("r", "*/5 * * * *", overlap="parallel", max_active_runs=3, **allowance), capacity=1
@@ -153,8 +153,16 @@ def test_lowering_the_limit_drops_waiting_instants_beyond_it() -> None:
     state, commands = run(
         state, at(9, 46), ScheduleUpdated(definition=lowered, revision=2, at=at(9, 46))
     )
-    assert [(r[1], r[2]) for r in rows(commands)] == [(at(9, 45), "superseded")]
-    assert schedule_view(state, "r").waiting == (at(9, 40),)
+    # One place is free, so 09:40 may still run: 09:45 stays behind it (a row
+    # for 09:45 now would come before 09:40's, which the history refuses).
+    assert rows(commands) == []
+    assert schedule_view(state, "r").waiting == (at(9, 40), at(9, 45))
+    single = cron("r", "*/5 * * * *", overlap="parallel", max_active_runs=1, **allowance)
+    state, commands = run(
+        state, at(9, 47), ScheduleUpdated(definition=single, revision=3, at=at(9, 47))
+    )
+    assert rows(commands) == [("r", at(9, 40), "superseded"), ("r", at(9, 45), "superseded")]
+    assert schedule_view(state, "r").waiting == ()
 
 
 def test_creation_replayed_late_catches_up_from_the_creation_time() -> None:
@@ -262,23 +270,33 @@ def test_a_lifecycle_change_decides_what_a_block_held_back_as_missed() -> None:
     assert schedule_view(state, "r").watermark == at(10, 5)
 
 
-def test_a_waiting_instant_is_durable_before_the_row_its_reservation_causes() -> None:
+def test_decision_rows_stay_in_instant_order_behind_a_waiting_instant() -> None:
     # a holds the only slot. m (every minute, 5-minute allowance) decides
-    # 10:01 (waits) and 10:02 (skipped: 10:01 holds m's place) in one call.
+    # 10:01 and 10:02 in one call: both wait (no row may precede 10:01's).
     state = started_state(cron("a"), capacity=1)
     state, _ = run(state, at(10))
     minutely = cron("m", "* * * * *", lateness_allowance_s=300)
     state, _ = run(state, at(10, 0, 30), ScheduleCreated(definition=minutely, at=at(10, 0, 30)))
     state, commands = run(state, at(10, 2, 10))
-    assert [type(c).__name__ for c in commands] == [
-        "PersistRuntime",
-        "RecordOccurrence",
-        "PersistRuntime",
-    ]
-    assert commands[0] == PersistRuntime(
-        schedule_id="m", watermark=at(10, 1), held=None, waiting=(at(10, 1),)
+    assert commands == (
+        PersistRuntime(
+            schedule_id="m", watermark=at(10, 2), held=None, waiting=(at(10, 1), at(10, 2))
+        ),
     )
-    assert rows(commands) == [("m", at(10, 2), "skipped-overlap")]
-    assert commands[2] == PersistRuntime(
-        schedule_id="m", watermark=at(10, 2), held=None, waiting=(at(10, 1),)
+    # The slot frees: 10:01 takes it and m's only place, so 10:02 is skipped
+    # for overlap, after 10:01's admission.
+    run_of_a = schedule_view(state, "a").active[at(10)][0]
+    assert run_of_a is None
+    state, _ = run(
+        state, at(10, 2, 20), OccurrenceAdmitted(schedule_id="a", instant=at(10), run_id="run-a")
     )
+    state, commands = run(
+        state,
+        at(10, 2, 30),
+        RunStatusChanged(schedule_id="a", instant=at(10), run_id="run-a", status="completed"),
+    )
+    assert kinds(commands)[:3] == ["RecordOccurrence", "AdmitOccurrence", "RecordOccurrence"]
+    admit = commands[1]
+    assert isinstance(admit, AdmitOccurrence) and admit.instant == at(10, 1)
+    assert rows(commands) == [("a", at(10), "completed"), ("m", at(10, 2), "skipped-overlap")]
+    assert schedule_view(state, "m").waiting == ()

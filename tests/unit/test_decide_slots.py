@@ -134,9 +134,9 @@ def test_raising_capacity_admits_waiting_instants_at_once() -> None:
     assert slots_in_use(state) == 3
 
 
-def test_a_waiting_instant_reserves_its_overlap_place() -> None:
+def test_an_admission_that_takes_the_last_overlap_place_skips_the_instants_behind_it() -> None:
     # a holds the only slot. m fires every minute with a 2-minute allowance:
-    # 10:01 waits for the slot, so 10:02 finds m's one place taken.
+    # 10:01 and 10:02 wait for the slot (in order: no row may precede 10:01's).
     state = started_state(cron("a"), capacity=1)
     state, _ = run(state, at(10))
     minutely = cron("m", "* * * * *", lateness_allowance_s=120)
@@ -144,11 +144,15 @@ def test_a_waiting_instant_reserves_its_overlap_place() -> None:
     state, commands = run(state, at(10, 1))
     assert schedule_view(state, "m").waiting == (at(10, 1),)
     state, commands = run(state, at(10, 2))
-    assert rows(commands) == [("m", at(10, 2), "skipped-overlap")]
+    assert rows(commands) == []
+    assert schedule_view(state, "m").waiting == (at(10, 1), at(10, 2))
     state, commands = run(
         state,
         at(10, 2, 30),
         OccurrenceAdmitted(schedule_id="a", instant=at(10), run_id="1"),
         status("a", 10, "1", "completed"),
     )
+    # 10:01 takes the slot and m's one place, so 10:02 finds the place taken.
     assert admitted(commands) == [("m", at(10, 1))]
+    assert rows(commands) == [("a", at(10), "completed"), ("m", at(10, 2), "skipped-overlap")]
+    assert schedule_view(state, "m").waiting == ()
