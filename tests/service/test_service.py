@@ -266,3 +266,36 @@ async def test_preflight_rejection_is_recorded_in_order_and_the_schedule_goes_on
         ("10:00", "preflight-rejected"),
         ("10:30", "interrupted"),
     ]
+
+
+async def test_an_instant_waiting_for_a_slot_survives_a_restart_behind_a_skipped_one(
+    harness: Harness,
+) -> None:
+    # b's 10:01 and 10:02 wait for the only slot (a's long run holds it). A
+    # restart must keep both waiting; once a slot frees, 10:01 runs and 10:02,
+    # decided after it (history stays in instant order), meets its overlap.
+    await harness.boot(max_concurrent_runs=1, drain_grace_s=0.01)
+    await harness.deploy("sleeper.default", sleep_plan(30))
+    await harness.deploy("report.default", CONSTANT_PLAN)
+    await harness.schedules.create_schedule(
+        schedule_id="a",
+        deployment_id="sleeper.default",
+        trigger={"kind": "oneshot", "at": hour(10).isoformat()},
+    )
+    await harness.schedules.create_schedule(
+        schedule_id="b",
+        deployment_id="report.default",
+        trigger={"kind": "cron", "expression": "1-2 10 * * *"},
+        inputs={"when": "now"},
+        lateness_allowance_s=300,
+    )
+    await harness.at(hour(10))
+    await harness.at(hour(10, 1))
+    await harness.at(hour(10, 2))
+    assert await harness.statuses("b") == [("10:01", "pending"), ("10:02", "pending")]
+
+    await harness.shutdown()  # a's run is cut off: abandoned at the next start
+    await harness.boot(max_concurrent_runs=1)
+    await harness.at(hour(10, 3))
+    assert await harness.statuses("a") == [("10:00", "failed")]
+    assert await harness.statuses("b") == [("10:01", "completed"), ("10:02", "skipped-overlap")]
