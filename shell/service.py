@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -193,6 +194,12 @@ class _Claim(NamedTuple):
     status: str
 
 
+def _run_number(run_id: str) -> int | None:
+    # Host run ids end in their number (run-000042) and sort by it.
+    match = re.search(r"(\d+)$", run_id)
+    return int(match.group(1)) if match else None
+
+
 def _run_file(run_id: str) -> str:
     # The host keeps one record per run under <store_root>/runs (docs/host.md).
     return f"runs/{run_id}.json"
@@ -283,6 +290,9 @@ class SchedulerService:
         # This round's RecordsContradicted events: a BlockSchedule carries only
         # decide's text, the stored diagnostic keeps file, record and reason.
         self._contradicted: list[RecordsContradicted] = []
+        # Run ids that admitted rows name but no run record holds (found by
+        # recovery; their runs are created next).
+        self._orphans: list[str] = []
 
     # --- public ---------------------------------------------------------------------
 
@@ -570,12 +580,35 @@ class SchedulerService:
         events: list[Event] = []
         definitions = self._api.definitions
         history = self._api.history
+        self._orphans = []
         ids = definitions.list_ids()
         claims = await self._run_claims(set(ids))
         for schedule_id in ids:
             events.extend(await self._recover_schedule(schedule_id, claims.get(schedule_id, [])))
+        await self._reserve_past(self._orphans)
         history.sync_recovered()
         return events
+
+    async def _reserve_past(self, run_ids: Sequence[str]) -> None:
+        """Move the host's run-id counter past `run_ids`, which admitted rows name
+        and whose runs are created next. A damaged counter is repaired from the
+        run records alone and may have fallen behind them: a new admission must
+        never be handed one of these ids."""
+        numbered = {_run_number(r): r for r in run_ids}
+        wanted = max((n for n in numbered if n is not None), default=None)
+        if wanted is None:
+            return
+        last = _run_number((await self._host.reserve_run_ids(1))[0]) or 0
+        if last <= wanted:  # it had not issued `wanted` yet
+            _log.warning(
+                "the run-id counter was behind %s, which an admitted occurrence holds;"
+                " reserving past it",
+                numbered[wanted],
+            )
+        while last < wanted:
+            # The host reserves at most 1000 ids per call.
+            reserved = await self._host.reserve_run_ids(min(1000, wanted - last))
+            last = _run_number(reserved[-1]) or wanted
 
     async def _run_claims(self, known: set[str]) -> dict[str, list[_Claim]]:
         """Every run whose origin names a schedule, by schedule, oldest run first."""
@@ -798,6 +831,7 @@ class SchedulerService:
             if occurrence.status == "admitted":
                 # The crash came between the admitted row and the run record: no
                 # effect can have happened, so the run may still be created.
+                self._orphans.append(run_id)
                 return RecoveredRun(instant=instant, run_id=None, status="admitted"), None
             return problem(
                 files.relative(files.history),
