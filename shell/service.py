@@ -164,25 +164,27 @@ def _fold(records: Sequence[Mapping[str, Any]]) -> _Folded:
     return folded
 
 
-def _missed_interruptions(
+def _missed_reports(
     schedule_id: str, occurrences: Sequence[Any], runs: Sequence[RecoveredRun]
 ) -> list[Event]:
-    """Interruptions the history missed: the process died after the run's
-    checkpoint and before its status report was recorded. `decide` keeps a
-    recovered interrupted run without recording anything, so report them
-    again, as the dead process would have."""
+    """Status reports the history missed: the process died after the run's
+    checkpoint and before its report was recorded (an interruption), or a
+    round failed with the report in it (a start or a resume, found when the
+    state is rebuilt while the run executes). `decide` keeps a recovered
+    running or interrupted run without recording anything, so report them
+    again, as the lost round would have."""
     return [
         RunStatusChanged(
             schedule_id=schedule_id,
             instant=run.instant,
             run_id=run.run_id,
-            status="interrupted",
+            status=run.status,
             message=run.message,
         )
         for occurrence, run in zip(occurrences, runs, strict=True)
-        if run.status == "interrupted"
+        if run.status in ("running", "interrupted")
         and run.run_id is not None
-        and occurrence.status != "interrupted"
+        and occurrence.status != run.status
     ]
 
 
@@ -287,6 +289,9 @@ class SchedulerService:
         # runtime record is rewritten so the consumed seq is durable.
         self._consumed_now: set[str] = set()
         self._idle = asyncio.Event()
+        # Set by a round that failed part-way: decide's state may be ahead of
+        # the stores, so the next round first rebuilds it from them.
+        self._resync = False
         # This round's RecordsContradicted events: a BlockSchedule carries only
         # decide's text, the stored diagnostic keeps file, record and reason.
         self._contradicted: list[RecordsContradicted] = []
@@ -380,7 +385,8 @@ class SchedulerService:
             await self._idle.wait()
             for _ in range(10):
                 await asyncio.sleep(0)
-            quiet = quiet + 1 if not self._events and not self._dirty else 0
+            busy = self._events or self._dirty or self._resync
+            quiet = 0 if busy else quiet + 1
             if quiet >= 2:
                 return
         raise RuntimeError(f"the scheduler did not settle in {max_rounds} rounds")
@@ -435,9 +441,15 @@ class SchedulerService:
         while self._running:
             self._wake.clear()
             try:
+                if self._resync:
+                    await self._resynchronize()
                 await self._round()
             except Exception:
-                _log.exception("scheduler round failed; retrying after the poll interval")
+                _log.exception(
+                    "scheduler round failed; its state is rebuilt from the stores before"
+                    " the next round, after the poll interval"
+                )
+                self._resync = True
             if self._events or self._dirty:
                 continue
             self._idle.set()
@@ -515,6 +527,27 @@ class SchedulerService:
                     exc,
                 )
                 del events[bad - 1]
+
+    async def _resynchronize(self) -> None:
+        """Rebuild the state from the stores and the run API, as a start does.
+
+        A round that failed part-way (a write that raised, a run that could not
+        be created or launched) leaves decide's state ahead of the stores:
+        admissions in flight that no row records, a watermark past instants
+        that have no row, events taken and lost. The stores are the truth, and
+        part of the failed batch may be durable all the same. Runs executing
+        in this process are tracked as they are now; capacity changes not yet
+        applied are kept.
+        """
+        pending = [e for e in self._events if isinstance(e, CapacityChanged)]
+        self._events, self._dirty = [], set()
+        self._consumed, self._consumed_now = {}, set()
+        self._state = initial_state(max_concurrent_runs=self._state.max_concurrent_runs)
+        recovery = await self._recover()
+        # Run reports that arrived during the recovery are newer than it.
+        self._events = [*recovery, *pending, *self._events]
+        self._resync = False
+        _log.warning("scheduler state rebuilt from the stores after a failed round")
 
     def _take_events(self) -> list[Event]:
         events, self._events = self._events, []
@@ -738,9 +771,7 @@ class SchedulerService:
                 )
             )
             if not problems:
-                events.extend(
-                    _missed_interruptions(schedule_id, recovered.open_occurrences, active)
-                )
+                events.extend(_missed_reports(schedule_id, recovered.open_occurrences, active))
             replay = records[consumed:]
         for record in replay:
             try:
