@@ -61,6 +61,9 @@ _DEPLOYMENT_ID: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}")
 _HOST_ZONES: Final = frozenset({"localtime", "posixrules"})
 # Where cron validation starts looking for a first match; any fixed instant works.
 _PROBE_START: Final = datetime(2000, 1, 1, tzinfo=UTC)
+# More than any calendar needs, and far from the ends of datetime arithmetic:
+# decide computes `now - allowance`, which must stay an instant.
+_MAX_ALLOWANCE_S: Final = 10 * 366 * 86_400
 
 
 def _fail(kind: str, reason: str) -> PydanticCustomError:
@@ -84,7 +87,11 @@ def _aware_utc(value: datetime) -> datetime:
             "naive_datetime",
             "must include a UTC offset (for example 2026-03-29T02:30:00+01:00 or ...Z)",
         )
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        # 0001-01-01T00:00:00+01:00 is a valid text but no UTC instant.
+        raise _fail("instant_range", "is outside the range of instants") from None
 
 
 def _check_cron_expression(value: str) -> str:
@@ -169,8 +176,11 @@ def _check_positive(value: int) -> int:
 
 
 def _check_allowance(value: float) -> float:
-    if not math.isfinite(value) or value < 0:
-        raise _fail("allowance", "must be a finite number of seconds >= 0")
+    if not math.isfinite(value) or not 0 <= value <= _MAX_ALLOWANCE_S:
+        raise _fail(
+            "allowance",
+            f"must be a finite number of seconds >= 0 and at most {_MAX_ALLOWANCE_S} (ten years)",
+        )
     return float(value)
 
 
