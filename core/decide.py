@@ -657,11 +657,14 @@ class _Call:
 
     # --- events -------------------------------------------------------------
 
-    def lifecycle_settle(self, w: _Work, at: datetime) -> None:
+    def lifecycle_settle(self, w: _Work, at: datetime, *, stops: bool = False) -> None:
         # A blocked schedule holds its instants back; a lifecycle change needs
         # them decided up to the change, and since the block kept them from
-        # running they are decided as missed.
-        self.settle(w, min(at, self.now), all_missed=w.blocked is not None)
+        # running they are decided as missed. So are the instants before a
+        # pause or delete (`stops`) that is applied after it was made (replayed
+        # at startup): admitting one now would admit while paused or deleted.
+        late_stop = stops and at < self.now
+        self.settle(w, min(at, self.now), all_missed=w.blocked is not None or late_stop)
 
     def on_created(self, event: ScheduleCreated) -> None:
         definition = event.definition
@@ -719,7 +722,7 @@ class _Call:
         if w.deleted:
             raise self.misuse(event, w, "a deleted schedule cannot be paused")
         at = _utc(event.at, "SchedulePaused.at")
-        self.lifecycle_settle(w, at)
+        self.lifecycle_settle(w, at, stops=True)
         if not w.paused:
             w.paused = True
             self.supersede_all(w, _PAUSED)
@@ -741,7 +744,7 @@ class _Call:
     def on_deleted(self, event: ScheduleDeleted) -> None:
         w = self.get(event.schedule_id, event)
         at = _utc(event.at, "ScheduleDeleted.at")
-        self.lifecycle_settle(w, at)
+        self.lifecycle_settle(w, at, stops=True)
         if not w.deleted:
             w.deleted = True
             self.supersede_all(w, _DELETED)

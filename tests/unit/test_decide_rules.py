@@ -300,3 +300,29 @@ def test_decision_rows_stay_in_instant_order_behind_a_waiting_instant() -> None:
     assert isinstance(admit, AdmitOccurrence) and admit.instant == at(10, 1)
     assert rows(commands) == [("a", at(10), "completed"), ("m", at(10, 2), "skipped-overlap")]
     assert schedule_view(state, "m").waiting == ()
+
+
+def test_a_pause_applied_after_it_was_made_admits_nothing_from_before_it() -> None:
+    state = started_state(cron("r", "*/10 * * * *", lateness_allowance_s=3600))
+    state, _ = run(state, at(9, 35))
+    # Made at 10:15, the pause reaches decide at 10:30 (replayed at startup).
+    # 09:40 to 10:10 are still on time by the allowance, but admitting one now
+    # would admit while paused: they are decided as missed.
+    state, commands = run(state, at(10, 30), SchedulePaused(schedule_id="r", at=at(10, 15)))
+    recorded = [c for c in commands if isinstance(c, RecordOccurrence)]
+    assert [(c.instant, c.status, c.count, c.first_instant) for c in recorded] == [
+        (at(10, 10), "skipped-misfire", 4, at(9, 40))
+    ]
+    assert not [c for c in commands if isinstance(c, AdmitOccurrence)]
+    assert schedule_view(state, "r").paused
+
+
+def test_a_delete_applied_after_it_was_made_admits_nothing_from_before_it() -> None:
+    state = started_state(cron("r", "*/10 * * * *", misfire="latest", lateness_allowance_s=3600))
+    state, _ = run(state, at(9, 35))
+    state, commands = run(state, at(10, 30), ScheduleDeleted(schedule_id="r", at=at(10, 15)))
+    assert not [c for c in commands if isinstance(c, AdmitOccurrence)]
+    assert [(c.instant, c.status) for c in commands if isinstance(c, RecordOccurrence)] == [
+        (at(10), "coalesced"),
+        (at(10, 10), "superseded"),
+    ]
