@@ -54,6 +54,7 @@ __all__ = [
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
     "INVALID_REQUEST",
+    "MAX_NESTING",
     "METHOD_NOT_FOUND",
     "PARSE_ERROR",
     "REQUEST_TOO_LARGE",
@@ -101,6 +102,9 @@ DOMAIN_ERROR_CODES: Final[Mapping[type[SchedulingError], int]] = {
 _DOMAIN_CODE_NUMBERS: Final[frozenset[int]] = frozenset(DOMAIN_ERROR_CODES.values())
 
 RequestId = str | int | float | None
+
+# How deeply request values may nest (objects and arrays).
+MAX_NESTING: Final = 64
 
 
 class InvalidParams(InvalidInput):
@@ -151,18 +155,55 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _unusable(payload: Any) -> str | None:
+    """Why a parsed body cannot be handed to the methods, or None.
+
+    JSON may escape a lone surrogate (`"\\ud800"`), which is no Unicode text
+    and cannot be stored; and every layer below walks values recursively, so
+    nesting is bounded well inside Python's recursion limit.
+    """
+    stack: list[tuple[Any, int]] = [(payload, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_NESTING:
+            return f"values are nested deeper than {MAX_NESTING} levels"
+        if isinstance(value, str):
+            items: list[Any] = [value]
+        elif isinstance(value, dict):
+            items = list(value)
+            stack.extend((item, depth + 1) for item in value.values())
+        elif isinstance(value, list):
+            items = []
+            stack.extend((item, depth + 1) for item in value)
+        else:
+            continue
+        for text in items:
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                return "a string holds a lone surrogate, which is not Unicode text"
+    return None
+
+
 def parse_body(body: bytes) -> Call | RpcFailure | list[Call | RpcFailure]:
     """Parse a request body.
 
     Returns a single `Call`/`RpcFailure`, or a list of them for a batch.
-    Malformed JSON is one `RpcFailure(PARSE_ERROR)`; an empty batch is one
+    Malformed JSON (including lone surrogates and nesting deeper than
+    `MAX_NESTING`) is one `RpcFailure(PARSE_ERROR)`; an empty batch is one
     `RpcFailure(INVALID_REQUEST)`; each bad batch element is its own failure.
     """
     try:
         text = body.decode("utf-8")
         payload = json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        payload, reason = None, f"values are nested deeper than {MAX_NESTING} levels"
     except (UnicodeDecodeError, ValueError) as exc:
-        return RpcFailure(PARSE_ERROR, "parse error", {"code": "parse_error", "reason": str(exc)})
+        payload, reason = None, str(exc)
+    else:
+        reason = _unusable(payload)
+    if reason is not None:
+        return RpcFailure(PARSE_ERROR, "parse error", {"code": "parse_error", "reason": reason})
     if isinstance(payload, list):
         if not payload:
             return RpcFailure(INVALID_REQUEST, "invalid request: empty batch")
