@@ -22,9 +22,11 @@ __all__ = [
     "parse_run_id",
 ]
 
-ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+# `\Z`, not `$`: `$` also matches before a final newline ("abc\n" would pass).
+ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 ID_MAX_LENGTH: Final = 128
-RUN_ID_PATTERN: Final = re.compile(r"^run-(\d{6,})$")
+# ASCII digits only, and few enough that int() never refuses them.
+RUN_ID_PATTERN: Final = re.compile(r"^run-([0-9]{6,19})\Z")
 
 
 def check_identifier(field: str, value: Any) -> list[Problem]:
