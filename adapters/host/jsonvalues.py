@@ -3,7 +3,8 @@
 Callers (the scheduler in particular) may hand over immutable mappings and
 sequences (`Mapping`, tuples, pyrsistent maps/vectors). The host stores plain
 JSON, so those are thawed into dicts and lists; anything that is not JSON
-(NaN, infinities, non-string keys, other objects) is a problem at `field`.
+(NaN, infinities, non-string keys, lone surrogates, other objects) is a
+problem at `field`.
 """
 
 from __future__ import annotations
@@ -26,9 +27,21 @@ class NotJson(ValueError):
         self.reason = reason
 
 
+def _text(value: str, where: str) -> str:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate ("\\ud800" in JSON) is no Unicode text: no record
+        # holding it could be written.
+        raise NotJson(where, "a string holds a lone surrogate") from None
+    return value
+
+
 def _thaw(value: Any, where: str) -> Any:
-    if value is None or isinstance(value, bool | str):
+    if value is None or isinstance(value, bool):
         return value
+    if isinstance(value, str):
+        return _text(value, where)
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
@@ -40,6 +53,7 @@ def _thaw(value: Any, where: str) -> Any:
         for key, item in value.items():
             if not isinstance(key, str):
                 raise NotJson(where, f"key {key!r} is not a string")
+            _text(key, where)
             thawed[key] = _thaw(item, f"{where}.{key}")
         return thawed
     if isinstance(value, Sequence) and not isinstance(value, bytes | bytearray):
