@@ -455,7 +455,9 @@ class SchedulerService:
             self._idle.set()
             now = self._clock.now()
             deadline = now + timedelta(seconds=self._config.poll_interval_s)
-            due = next_wakeup(self._state)
+            # A fenced service decides nothing, so what is due stays due: waking
+            # for it would spin. It only looks at its lock again now and then.
+            due = None if self._fenced else next_wakeup(self._state)
             if due is not None and due < deadline:
                 deadline = due
             if self._running:
@@ -471,7 +473,10 @@ class SchedulerService:
                     self._lock.path,
                 )
             self._fenced = True
+            # Dropped, not kept: nothing is decided any more, and a change left
+            # pending would make the loop go round without ever sleeping.
             self._events.clear()
+            self._dirty.clear()
             return
         events = self._take_events()
         self._contradicted = [e for e in events if isinstance(e, RecordsContradicted)]
