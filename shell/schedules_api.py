@@ -67,6 +67,8 @@ class _Service(Protocol):
 
     def records_damaged(self, problem: StoreProblem) -> None: ...
 
+    def ensure_owner(self) -> None: ...
+
 
 def _int_problem(field: str, value: object, *, low: int, high: int | None = None) -> Problem | None:
     if isinstance(value, bool) or not isinstance(value, int):
@@ -121,6 +123,13 @@ class SchedulesApi:
     def _changed(self, schedule_id: str) -> None:
         if self._service is not None:
             self._service.schedule_changed(schedule_id)
+
+    def _check_owner(self) -> None:
+        """Before a change: the attached service must still own the store. One
+        whose lock file was removed or replaced (fenced) may have a successor
+        in another process, and two writers would corrupt the logs."""
+        if self._service is not None:
+            self._service.ensure_owner()
 
     # --- validation ---------------------------------------------------------------
 
@@ -188,6 +197,7 @@ class SchedulesApi:
         }
         definition = parse_definition({k: v for k, v in given.items() if v is not None})
         async with self._write_lock:
+            self._check_owner()
             now = self.clock.now()
             check_oneshot_in_future(definition, now)
             await self._check_runnable(definition, 1, now)
@@ -266,6 +276,7 @@ class SchedulesApi:
                 [Problem(field="(fields)", reason=f"give at least one of {', '.join(_PATCHABLE)}")],
             )
         async with self._write_lock:
+            self._check_owner()
             now = self.clock.now()
             snapshot = self.definitions.get(schedule_id)
             if snapshot["deleted"]:
@@ -303,6 +314,7 @@ class SchedulesApi:
 
     async def _lifecycle(self, schedule_id: str, kind: Any) -> dict[str, Any]:
         async with self._write_lock:
+            self._check_owner()
             now = self.clock.now()
             result = self.definitions.apply_change(schedule_id, kind, at=now)
         if result.record is not None:

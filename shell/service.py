@@ -402,6 +402,17 @@ class SchedulerService:
         self._dirty.add(schedule_id)
         self._wake.set()
 
+    def ensure_owner(self) -> None:
+        """Raise SchedulerUnavailable unless this service still owns its store:
+        the schedules API asks before every change."""
+        if not self._lock.verify():
+            raise SchedulerUnavailable(
+                f"scheduler lock {self._lock.path} was removed or replaced under this"
+                " process (or released): it no longer owns the store, so changes are"
+                " refused; restart the scheduler",
+                data={"lock": str(self._lock.path)},
+            )
+
     def live_view(self, schedule_id: str) -> LiveScheduleView | None:
         if schedule_id not in self._state.schedules:
             return None
