@@ -1,0 +1,206 @@
+"""Ownership of a store: one scheduler at a time, a dead owner never blocks,
+and a service that lost its lock file stops admitting and says so.
+
+The two-process tests fork real processes from the test process (everything
+is imported already, so a process costs milliseconds, not an interpreter
+start); the owner is killed with SIGKILL, so only the kernel releases its lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import select
+import signal
+import socket
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from adapters import build_local_static_workflow_server
+from core.errors import SchedulerUnavailable
+from shell import ManualClock, SchedulerServiceConfig, build_scheduler_service
+from tests.service.conftest import CONSTANT_PLAN, START, sleep_plan
+
+from .world import ABANDONED_TEXT, World
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork and SIGKILL")
+
+DUE = START + timedelta(minutes=1)
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    """Every file under `root` with its bytes."""
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
+
+
+async def _own_with_a_run_executing(root: Path, ready: int) -> None:
+    world = World(root, ManualClock(START), None)
+    world.build_server()
+    await world.deploy("sleeper.default", sleep_plan(30))
+    await world.boot()
+    await world.schedules.create_schedule(
+        schedule_id="napper",
+        deployment_id="sleeper.default",
+        trigger={"kind": "oneshot", "at": DUE.isoformat()},
+    )
+    await world.at(DUE)
+    [row] = await world.decided("napper")
+    assert row["status"] == "running"
+    os.write(ready, f"{row['run_id']}\n".encode())
+    await asyncio.Event().wait()  # own the store until killed
+
+
+def _fork_owner(root: Path) -> tuple[int, str]:
+    """A process that owns `root` with a run executing; (pid, run id)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            asyncio.run(_own_with_a_run_executing(root, write))
+        finally:
+            os._exit(3)
+    os.close(write)
+    try:
+        ready, _, _ = select.select([read], [], [], 60)  # a bound for a slow machine
+        line = os.read(read, 100).decode() if ready else ""
+    finally:
+        os.close(read)
+    if not line.endswith("\n"):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise AssertionError("the owner process never reported ready")
+    return pid, line.strip()
+
+
+@pytest.fixture
+def owner(store_root: Path) -> Iterator[tuple[int, str]]:
+    pid, run_id = _fork_owner(store_root)
+    try:
+        yield pid, run_id
+    finally:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+
+async def _start_second(root: Path) -> None:
+    """What a second process does with the documented Python API."""
+    server = build_local_static_workflow_server(root, schedules=True, clock=lambda: DUE)
+    service = build_scheduler_service(
+        server, SchedulerServiceConfig(enabled=True), clock=ManualClock(DUE)
+    )
+    await service.start()
+    await service.stop()
+
+
+def test_a_second_service_fails_naming_the_holder_and_touches_nothing(
+    store_root: Path, owner: tuple[int, str]
+) -> None:
+    pid, run_id = owner
+    before = _tree(store_root)
+    with pytest.raises(SchedulerUnavailable) as refused:
+        asyncio.run(_start_second(store_root))
+    message = refused.value.message
+    assert f"pid {pid}" in message and f"host {socket.gethostname()}" in message, message
+    assert refused.value.data["holder"]["pid"] == pid
+    # Above all, its recovery did not declare the owner's executing run abandoned.
+    assert _tree(store_root) == before, f"the refused process wrote to the store ({run_id})"
+
+
+def test_after_kill_9_of_the_owner_a_new_service_starts_and_recovers(
+    store_root: Path, owner: tuple[int, str]
+) -> None:
+    pid, run_id = owner
+    os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+
+    async def restart() -> None:
+        world = World(store_root, ManualClock(DUE + timedelta(minutes=1)), None)
+        try:
+            service = await world.boot()
+            assert service.running
+            holder = world.service._lock.read_holder()  # type: ignore[union-attr]
+            assert holder is not None and holder["pid"] == os.getpid()
+            run = await world.api.inspect_run(run_id)
+            assert run["status"] == "failed" and ABANDONED_TEXT in run["error"]["message"]
+            [row] = await world.decided("napper")
+            assert row["status"] == "failed" and ABANDONED_TEXT in row["reason"]
+        finally:
+            await world.shutdown()
+
+    asyncio.run(restart())
+
+
+# --- fencing -----------------------------------------------------------------------------
+
+
+def _remove(lock: Path) -> None:
+    lock.unlink()
+
+
+def _replace(lock: Path) -> None:
+    fresh = lock.with_name("scheduler.lock.new")
+    fresh.write_text('{"pid": 1, "host": "elsewhere", "since": "2026-03-02T09:00:00Z"}\n')
+    os.replace(fresh, lock)
+
+
+@pytest.mark.expected_errors
+@pytest.mark.parametrize("tamper", [_remove, _replace], ids=["removed", "replaced"])
+async def test_a_fenced_service_stops_admitting_and_says_so(
+    store_root: Path, tamper: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert callable(tamper)
+    world = World(store_root, ManualClock(START), None)
+    await world.boot()
+    await world.deploy("report.default", CONSTANT_PLAN)
+    await world.schedules.create_schedule(
+        schedule_id="hourly",
+        deployment_id="report.default",
+        trigger={"kind": "cron", "expression": "0 * * * *"},
+        inputs={"when": "now"},
+    )
+    await world.at(START.replace(hour=10, minute=0))
+    assert [r["status"] for r in await world.decided("hourly")] == ["completed"]
+
+    tamper(store_root / "scheduler.lock")
+    caplog.clear()
+    before = _tree(store_root)
+    for h in (11, 12):
+        await world.at(START.replace(hour=h, minute=0))
+    # Nothing admitted, nothing written, and the operator is told once.
+    assert _tree(store_root) == before
+    fenced = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(fenced) == 1, [r.getMessage() for r in fenced]
+    assert "removed or replaced" in fenced[0].getMessage()
+    assert "admissions are stopped" in fenced[0].getMessage()
+    # Its schedules API refuses changes too: another process may own the store now.
+    with pytest.raises(SchedulerUnavailable):
+        await world.schedules.pause_schedule(schedule_id="hourly")
+    assert _tree(store_root) == before
+
+    # A new owner can take the store and decides what the fenced one did not.
+    successor = World(store_root, world.clock, None)
+    try:
+        await successor.boot()
+        rows = await successor.decided("hourly")
+        assert [(r["instant"][11:16], r["status"]) for r in rows] == [
+            ("10:00", "completed"),
+            ("11:00", "skipped-misfire"),
+            ("12:00", "completed"),
+        ]
+    finally:
+        await successor.shutdown()
+        await world.shutdown()
