@@ -366,6 +366,10 @@ class _Call:
             self.clock_behind = True
             now = last
         self.now = now
+        # Schedule -> position among this call's events of its last late pause
+        # or delete, and the position of the event being applied.
+        self.late_stops: dict[str, int] = {}
+        self.position = 0
 
     # --- access -------------------------------------------------------------
 
@@ -657,13 +661,23 @@ class _Call:
 
     # --- events -------------------------------------------------------------
 
-    def lifecycle_settle(self, w: _Work, at: datetime, *, stops: bool = False) -> None:
+    def find_late_stops(self, events: Sequence[Event]) -> None:
+        """Note each schedule's last pause or delete that is applied after the
+        moment it was made (replayed at startup). Up to it, the schedule's
+        instants are decided as missed: an admission would be made now, after
+        the pause or delete, whatever the instant."""
+        for position, event in enumerate(events):
+            if isinstance(event, SchedulePaused | ScheduleDeleted):
+                at = event.at
+                if isinstance(at, datetime) and at.utcoffset() is not None and at < self.now:
+                    self.late_stops[event.schedule_id] = position
+
+    def lifecycle_settle(self, w: _Work, at: datetime) -> None:
         # A blocked schedule holds its instants back; a lifecycle change needs
         # them decided up to the change, and since the block kept them from
-        # running they are decided as missed. So are the instants before a
-        # pause or delete (`stops`) that is applied after it was made (replayed
-        # at startup): admitting one now would admit while paused or deleted.
-        late_stop = stops and at < self.now
+        # running they are decided as missed. So are the instants settled
+        # before a late pause or delete (see `find_late_stops`).
+        late_stop = self.late_stops.get(w.schedule_id, -1) >= self.position
         self.settle(w, min(at, self.now), all_missed=w.blocked is not None or late_stop)
 
     def on_created(self, event: ScheduleCreated) -> None:
@@ -722,7 +736,7 @@ class _Call:
         if w.deleted:
             raise self.misuse(event, w, "a deleted schedule cannot be paused")
         at = _utc(event.at, "SchedulePaused.at")
-        self.lifecycle_settle(w, at, stops=True)
+        self.lifecycle_settle(w, at)
         if not w.paused:
             w.paused = True
             self.supersede_all(w, _PAUSED)
@@ -744,7 +758,7 @@ class _Call:
     def on_deleted(self, event: ScheduleDeleted) -> None:
         w = self.get(event.schedule_id, event)
         at = _utc(event.at, "ScheduleDeleted.at")
-        self.lifecycle_settle(w, at, stops=True)
+        self.lifecycle_settle(w, at)
         if not w.deleted:
             w.deleted = True
             self.supersede_all(w, _DELETED)
@@ -989,10 +1003,12 @@ def decide(
     if not isinstance(state, SchedulerState):
         raise CoreMisuse(f"decide needs a SchedulerState, got {type(state).__name__}")
     call = _Call(state, _utc(now, "now"))
-    for event in events:
+    call.find_late_stops(events)
+    for position, event in enumerate(events):
         handler = _HANDLERS.get(type(event))
         if handler is None:
             raise CoreMisuse(f"decide cannot apply {event!r}: not a known event type")
+        call.position = position
         handler(call, event)
     call.settle_due()
     call.fill()

@@ -326,3 +326,20 @@ def test_a_delete_applied_after_it_was_made_admits_nothing_from_before_it() -> N
         (at(10), "coalesced"),
         (at(10, 10), "superseded"),
     ]
+
+
+def test_changes_replayed_before_a_late_pause_admit_nothing() -> None:
+    state = started_state(cron("r", "*/10 * * * *", lateness_allowance_s=3600))
+    state, _ = run(state, at(9, 35))
+    # An update and a pause made at 10:15, replayed together at 10:30: settling
+    # up to the update would admit 10:10 (on time by the allowance) at 10:30,
+    # after the pause.
+    updated = cron("r", "*/10 * * * *", lateness_allowance_s=3600, max_steps=3)
+    state, commands = run(
+        state,
+        at(10, 30),
+        ScheduleUpdated(definition=updated, revision=2, at=at(10, 15)),
+        SchedulePaused(schedule_id="r", at=at(10, 15)),
+    )
+    assert not [c for c in commands if isinstance(c, AdmitOccurrence)]
+    assert rows(commands) == [("r", at(10, 10), "skipped-misfire")]
