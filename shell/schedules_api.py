@@ -9,8 +9,9 @@ service reads the lifecycle record the API wrote and feeds it to `decide`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -124,6 +125,19 @@ class SchedulesApi:
         if self._service is not None:
             self._service.schedule_changed(schedule_id)
 
+    @contextlib.contextmanager
+    def _telling(self, schedule_id: str) -> Iterator[None]:
+        """Around a lifecycle write: if it fails part-way with an I/O error
+        (the snapshot after the lifecycle record, say), the record may be
+        durable all the same, and the log is the truth. Tell the service,
+        which reads the log, before the error reaches the caller."""
+        try:
+            yield
+        except OSError:
+            if self.definitions.exists(schedule_id):
+                self._changed(schedule_id)
+            raise
+
     def _check_owner(self) -> None:
         """Before a change: the attached service must still own the store. One
         whose lock file was removed or replaced (fenced) may have a successor
@@ -201,9 +215,10 @@ class SchedulesApi:
             now = self.clock.now()
             check_oneshot_in_future(definition, now)
             await self._check_runnable(definition, 1, now)
-            result = self.definitions.create(
-                definition.schedule_id, definition_to_payload(definition), at=now
-            )
+            with self._telling(definition.schedule_id):
+                result = self.definitions.create(
+                    definition.schedule_id, definition_to_payload(definition), at=now
+                )
         self._changed(definition.schedule_id)
         return self._present(result.snapshot, now)
 
@@ -288,13 +303,14 @@ class SchedulesApi:
             if "trigger" in fields:
                 check_oneshot_in_future(updated, now)
             await self._check_runnable(updated, snapshot["revision"] + 1, now)
-            result = self.definitions.apply_change(
-                schedule_id,
-                "updated",
-                at=now,
-                definition=definition_to_payload(updated),
-                expected_revision=expected_revision,
-            )
+            with self._telling(schedule_id):
+                result = self.definitions.apply_change(
+                    schedule_id,
+                    "updated",
+                    at=now,
+                    definition=definition_to_payload(updated),
+                    expected_revision=expected_revision,
+                )
         self._changed(schedule_id)
         return self._present(result.snapshot, now)
 
@@ -316,7 +332,8 @@ class SchedulesApi:
         async with self._write_lock:
             self._check_owner()
             now = self.clock.now()
-            result = self.definitions.apply_change(schedule_id, kind, at=now)
+            with self._telling(schedule_id):
+                result = self.definitions.apply_change(schedule_id, kind, at=now)
         if result.record is not None:
             self._changed(schedule_id)
         return self._present(result.snapshot, now)
