@@ -1,0 +1,229 @@
+"""Bad input over every JSON-RPC method: an error, never a 500, and no write.
+
+Hypothesis draws params for each method from `bad_inputs` (wrong types, huge
+strings, deep nesting, unicode, path-traversal ids, naive datetimes, unknown
+zones, 6-field cron, limits 0 and 101, negative and stale revisions, unknown
+params), plus malformed envelopes and raw bodies. Each is posted to the ASGI
+app in process (the bulk) or to a real uvicorn server (a sample); the
+scheduler service runs on the same store. For every input:
+
+- the answer is a JSON-RPC error object (HTTP 200, or 413 for an oversized
+  body), never an HTTP 500 and never an internal error (-32603);
+- not a byte under the store root changed (the whole tree is compared).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from adapters.host import build_local_static_workflow_server
+from adapters.rpc.app import create_app
+from adapters.rpc.protocol import INTERNAL_ERROR
+from shell import ManualClock, SchedulerServiceConfig, build_scheduler_service
+from tests.reliability import bad_inputs as bad
+from tests.reliability.figures import record
+from tests.rpc.live import serving
+from tests.service.conftest import CONSTANT_PLAN, GATE_PLAN
+
+NOW = datetime(2026, 3, 2, 9, 30, tzinfo=UTC)
+RPC_HEADERS = {"content-type": "application/json"}
+# Far more than a page of any list, far less than the server's body bound.
+MAX_BODY = 1_048_576
+
+# Examples per method in process (more with WF_BAD_INPUT_EXAMPLES); the
+# envelope and raw-body tests draw twice and one and a half times as many.
+IN_PROCESS_EXAMPLES = int(os.environ.get("WF_BAD_INPUT_EXAMPLES", "60"))
+LIVE_EXAMPLES = 40
+
+
+def tree(root: Path) -> dict[str, bytes | None]:
+    """Every file (bytes) and directory (None) under `root`."""
+    found: dict[str, bytes | None] = {}
+    for directory, dirs, files in os.walk(root):
+        for name in dirs:
+            found[os.path.relpath(os.path.join(directory, name), root)] = None
+        for name in files:
+            path = os.path.join(directory, name)
+            with open(path, "rb") as handle:
+                found[os.path.relpath(path, root)] = handle.read()
+    return found
+
+
+@dataclass
+class Rig:
+    """One store with a scheduler, served in process and over a socket."""
+
+    root: Path
+    loop: asyncio.AbstractEventLoop
+    local: httpx.AsyncClient
+    live: httpx.AsyncClient
+    before: dict[str, bytes | None]
+    tried: dict[str, int] = field(default_factory=dict)
+
+    def post(self, body: bytes, *, over_socket: bool = False) -> httpx.Response:
+        client = self.live if over_socket else self.local
+        return self.loop.run_until_complete(client.post("/rpc", content=body, headers=RPC_HEADERS))
+
+    def check(self, kind: str, body: bytes, *, over_socket: bool = False) -> None:
+        """Post `body`; it must be refused with JSON-RPC errors and change nothing."""
+        self.tried[kind] = self.tried.get(kind, 0) + 1
+        response = self.post(body, over_socket=over_socket)
+        shown = body[:300]
+        assert response.status_code in (200, 413), (response.status_code, shown)
+        answer = response.json()
+        errors = answer if isinstance(answer, list) else [answer]
+        assert errors, shown
+        for item in errors:
+            assert "error" in item and "result" not in item, (item, shown)
+            assert item["error"]["code"] != INTERNAL_ERROR, (item, shown)
+            assert isinstance(item["error"]["message"], str) and item["error"]["message"]
+        after = tree(self.root)
+        if after != self.before:
+            changed = sorted(
+                k for k in set(after) | set(self.before) if after.get(k) != self.before.get(k)
+            )
+            raise AssertionError(f"a refused call changed {changed}: {shown!r}")
+
+
+def _call_body(method: str, params: Any) -> bytes:
+    try:
+        text = json.dumps({"jsonrpc": "2.0", "id": 7, "method": method, "params": params})
+    except RecursionError:
+        pytest.skip("hypothesis drew a value json cannot encode")
+    return text.encode("utf-8", "surrogatepass")
+
+
+async def _build(root: Path, stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
+    clock = ManualClock(NOW)
+    server = build_local_static_workflow_server(root, schedules=True, clock=clock.now)
+    api = server.api
+    await api.create_artifact_from_plan("report", 1, CONSTANT_PLAN)
+    await api.create_artifact_from_plan("gate", 1, GATE_PLAN)
+    for name in ("report", "gate"):
+        await api.save_deployment(
+            {"deployment_id": f"{name}.default", "artifact_id": name, "artifact_version": 1}
+        )
+    interrupted = await api.run_deployment("gate.default", {})
+    assert interrupted["run_id"] == bad.INTERRUPTED_RUN
+    assert interrupted["status"] == "interrupted"
+    service = build_scheduler_service(
+        server, SchedulerServiceConfig(enabled=True, poll_interval_s=3600), clock=clock
+    )
+    await service.start()
+    stack.push_async_callback(service.stop)
+    await api.schedules.create_schedule(
+        schedule_id="hourly",
+        deployment_id="report.default",
+        trigger=bad.CRON_HOURLY,
+        inputs={"when": {"$bind": "occurrence.instant"}},
+    )
+    await service.settle()
+    app = create_app(api, max_body_bytes=MAX_BODY)
+    base = await stack.enter_async_context(serving(app))
+    live = await stack.enter_async_context(httpx.AsyncClient(base_url=base, timeout=10))
+    local = await stack.enter_async_context(
+        httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app, raise_app_exceptions=False),
+            base_url="http://127.0.0.1",
+        )
+    )
+    return local, live
+
+
+@pytest.fixture(scope="module")
+def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+    root = tmp_path_factory.mktemp("bad-input") / "store"
+    loop = asyncio.new_event_loop()
+    stack = contextlib.AsyncExitStack()
+    try:
+        local, live = loop.run_until_complete(_build(root, stack))
+        rig = Rig(root=root, loop=loop, local=local, live=live, before=tree(root))
+        yield rig
+        total = sum(rig.tried.values())
+        record(
+            "bad input",
+            f"{total} inputs refused over {len(bad.METHOD_PARAMS)} methods"
+            f" ({rig.tried.get('live', 0)} of them over a real socket), 0 bytes changed",
+        )
+    finally:
+        loop.run_until_complete(stack.aclose())
+        loop.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_internal_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    caplog.set_level(logging.WARNING)
+    yield
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, errors
+
+
+_BASE = settings(
+    deadline=None,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.function_scoped_fixture,
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+    ],
+)
+
+
+def _examples(count: int) -> settings:
+    return settings(_BASE, max_examples=count)
+
+
+@pytest.mark.parametrize("method", sorted(bad.METHOD_PARAMS))
+@_examples(IN_PROCESS_EXAMPLES)
+@given(data=st.data())
+def test_bad_params_are_refused_without_a_write(rig: Rig, method: str, data: st.DataObject) -> None:
+    params = data.draw(bad.METHOD_PARAMS[method], label="params")
+    rig.check(method, _call_body(method, params))
+
+
+@_examples(2 * IN_PROCESS_EXAMPLES)
+@given(envelope=bad.BAD_ENVELOPES)
+def test_bad_envelopes_are_refused(rig: Rig, envelope: Any) -> None:
+    rig.check("envelope", _call_body_raw(envelope))
+
+
+@_examples(3 * IN_PROCESS_EXAMPLES // 2)
+@given(body=bad.bad_body())
+def test_bad_bodies_are_refused(rig: Rig, body: bytes) -> None:
+    rig.check("body", body)
+
+
+@_examples(LIVE_EXAMPLES)
+@given(
+    method_params=st.sampled_from(sorted(bad.METHOD_PARAMS)).flatmap(
+        lambda m: st.tuples(st.just(m), bad.METHOD_PARAMS[m])
+    )
+)
+def test_a_sample_over_a_real_socket(rig: Rig, method_params: tuple[str, Any]) -> None:
+    method, params = method_params
+    rig.check("live", _call_body(method, params), over_socket=True)
+
+
+def test_an_oversized_body_is_refused_before_it_is_read(rig: Rig) -> None:
+    huge = _call_body("workflow.health", {"pad": "x" * (MAX_BODY + 1)})
+    for over_socket in (False, True):
+        rig.check("oversized", huge, over_socket=over_socket)
+
+
+def _call_body_raw(envelope: Any) -> bytes:
+    return json.dumps(envelope).encode("utf-8", "surrogatepass")
