@@ -12,11 +12,16 @@ crash at any point of a phase has a known `now` (`clock_during`).
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+from shell import ManualClock
 from tests.service.conftest import CONSTANT_PLAN, GATE_PLAN, START, sleep_plan
 
 from .world import PhasedCrash, World
@@ -121,13 +126,25 @@ def clock_during(phase: str) -> datetime:
     return next(p.at for p in PHASES if p.name == phase)
 
 
+_template: Path | None = None
+
+
 async def set_up(world: World) -> None:
-    """Deployments the schedules run (host writes only; not a crash target)."""
-    world.build_server()
-    await world.deploy("report.default", CONSTANT_PLAN)
-    await world.deploy("gate.default", GATE_PLAN)
-    await world.deploy("sleeper.default", sleep_plan(30))
-    world.server = None
+    """Deployments the schedules run (host writes only; not a crash target).
+
+    They are made once per process and copied into each store: validating
+    three plans costs more than a whole crash test otherwise."""
+    global _template
+    if _template is None:
+        base = Path(tempfile.mkdtemp(prefix="wf-reliability-template-"))
+        atexit.register(shutil.rmtree, base, ignore_errors=True)
+        maker = World(base / "store", ManualClock(START), None)
+        maker.build_server()
+        await maker.deploy("report.default", CONSTANT_PLAN)
+        await maker.deploy("gate.default", GATE_PLAN)
+        await maker.deploy("sleeper.default", sleep_plan(30))
+        _template = maker.root
+    shutil.copytree(_template, world.root)
 
 
 async def run_scenario(world: World, injector: PhasedCrash) -> str | None:

@@ -38,6 +38,7 @@ __all__ = [
     "World",
     "check_every_instant_decided",
     "check_recovered",
+    "disk_admissions",
     "disk_runs",
     "finish_and_check",
 ]
@@ -110,6 +111,9 @@ class World(Harness):
         dead = asyncio.ensure_future(self.injector.dead.wait())
         try:
             done, _ = await asyncio.wait({task, dead}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            task.cancel()  # an outer guard gave up on us: leave nothing pending
+            raise
         finally:
             dead.cancel()
         if task in done:
