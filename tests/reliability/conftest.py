@@ -35,7 +35,7 @@ _SHM = Path("/dev/shm")
 
 
 @pytest.fixture
-def store_root(tmp_path: Path) -> Iterator[Path]:
+def store_root(request: pytest.FixtureRequest) -> Iterator[Path]:
     """A fresh store root, on tmpfs when the machine has one: these tests kill
     processes, not machines, so what they check does not depend on fsync
     reaching a disk, and hundreds of restarts stay fast."""
@@ -46,6 +46,7 @@ def store_root(tmp_path: Path) -> Iterator[Path]:
         finally:
             shutil.rmtree(base, ignore_errors=True)
     else:
+        tmp_path: Path = request.getfixturevalue("tmp_path")
         yield tmp_path / "store"
 
 

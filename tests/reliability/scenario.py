@@ -4,10 +4,12 @@ scheduler makes, in phases named after what they exercise.
 Three schedules share the store: `hourly` (a run that completes at once),
 `gated` (a run that stops at an interrupt and is resumed) and `napper` (a
 one-shot whose run is still executing when the process dies in `restart`).
-The phases cover admission, run start and stop, a run resume, create, update,
-pause, resume-schedule, delete, a start on an empty store, and recovery after
-a death with a run in flight. The clock is fixed within each phase, so a
-crash at any point of a phase has a known `now` (`clock_during`).
+`gated` and `napper` are created before any service runs (the first start
+consumes them), `hourly` with the service running. The phases cover a first
+start, create, admission, run start and stop, a run resume, update, pause,
+resume-schedule, delete, and recovery after a death with a run in flight.
+The clock is fixed within each phase, so a crash at any point of a phase has
+a known `now` (`clock_during`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from shell import ManualClock
+from shell.durable import set_fault_injector
 from tests.service.conftest import CONSTANT_PLAN, GATE_PLAN, START, sleep_plan
 
 from .world import PhasedCrash, World
@@ -47,26 +50,30 @@ async def _boot(world: World) -> None:
 
 
 async def _create(world: World) -> None:
-    schedules = world.schedules
-    await schedules.create_schedule(
+    await world.schedules.create_schedule(
         schedule_id="hourly",
         deployment_id="report.default",
         trigger={"kind": "cron", "expression": "0 * * * *"},
         inputs={"when": {"$bind": "occurrence.instant"}},
     )
     await world.settle()
-    await schedules.create_schedule(
+
+
+async def _create_offline(world: World) -> None:
+    """Schedules created through the API while no service runs: the first
+    start consumes them (part of `set_up`, so no crash test repeats the same
+    create three times)."""
+    world.schedules.clock = world.clock  # a service would share its clock
+    await world.schedules.create_schedule(
         schedule_id="gated",
         deployment_id="gate.default",
         trigger={"kind": "cron", "expression": "0 * * * *"},
     )
-    await world.settle()
-    await schedules.create_schedule(
+    await world.schedules.create_schedule(
         schedule_id="napper",
         deployment_id="sleeper.default",
         trigger={"kind": "oneshot", "at": hour(10).isoformat()},
     )
-    await world.settle()
 
 
 async def _settle(world: World) -> None:
@@ -130,7 +137,8 @@ _template: Path | None = None
 
 
 async def set_up(world: World) -> None:
-    """Deployments the schedules run (host writes only; not a crash target).
+    """The deployments, and two schedules created while no service runs (not
+    crash targets: writes made before any service starts).
 
     They are made once per process and copied into each store: validating
     three plans costs more than a whole crash test otherwise."""
@@ -139,10 +147,15 @@ async def set_up(world: World) -> None:
         base = Path(tempfile.mkdtemp(prefix="wf-reliability-template-"))
         atexit.register(shutil.rmtree, base, ignore_errors=True)
         maker = World(base / "store", ManualClock(START), None)
-        maker.build_server()
-        await maker.deploy("report.default", CONSTANT_PLAN)
-        await maker.deploy("gate.default", GATE_PLAN)
-        await maker.deploy("sleeper.default", sleep_plan(30))
+        injector = set_fault_injector(None)  # made once: its writes are no crash points
+        try:
+            maker.build_server()
+            await maker.deploy("report.default", CONSTANT_PLAN)
+            await maker.deploy("gate.default", GATE_PLAN)
+            await maker.deploy("sleeper.default", sleep_plan(30))
+            await _create_offline(maker)
+        finally:
+            set_fault_injector(injector)
         _template = maker.root
     shutil.copytree(_template, world.root)
 

@@ -102,7 +102,7 @@ class World(Harness):
     def __init__(self, root: Path, clock: ManualClock, injector: PhasedCrash | None) -> None:
         super().__init__(root, clock)
         self.injector = injector
-        self.notes: dict[str, Any] = {}
+        self._schedule_ids: list[str] | None = None
 
     async def guard(self, awaitable: Awaitable[T]) -> T:
         task = asyncio.ensure_future(awaitable)
@@ -166,8 +166,12 @@ class World(Harness):
     # --- reading everything back -------------------------------------------------------
 
     async def schedule_ids(self) -> list[str]:
-        listed = await self.schedules.list_schedules(include_deleted=True)
-        return [s["schedule_id"] for s in listed]
+        """Every schedule, deleted ones too. Read once: the checks that use it
+        create no schedules."""
+        if self._schedule_ids is None:
+            listed = await self.schedules.list_schedules(include_deleted=True)
+            self._schedule_ids = [s["schedule_id"] for s in listed]
+        return list(self._schedule_ids)
 
     async def decided(self, schedule_id: str) -> list[dict[str, Any]]:
         """Stored history rows (the synthesized pending rows left out)."""
@@ -345,26 +349,26 @@ def _instants(
     *,
     live_only: bool = False,
 ) -> list[str]:
-    """Trigger instants in (after, until] by the definition in force at each
-    one; with `live_only`, only those at which the schedule was neither paused
-    nor deleted (a change at `t` applies after `t` is decided)."""
+    """Trigger instants in (after, until] by the trigger in force at each one;
+    with `live_only`, only those at which the schedule was neither paused nor
+    deleted (a change at `t` applies after `t` is decided)."""
+    changes = [(parse_instant(r["at"]), r) for r in records]
+    triggers = [
+        (at, compile_trigger(parse_definition(r["definition"]).trigger))
+        for at, r in changes
+        if "definition" in r
+    ]
     found: list[str] = []
     cursor = after
     while True:
-        definition = parse_definition(records[0]["definition"])
-        for record in records:
-            if parse_instant(record["at"]) <= cursor and "definition" in record:
-                definition = parse_definition(record["definition"])
-        instant = compile_trigger(definition.trigger).next_after(cursor)
+        trigger = next(t for at, t in reversed(triggers) if at <= cursor or at == triggers[0][0])
+        instant = trigger.next_after(cursor)
         if instant is None or instant > until:
             return found
         live = True
-        for record in records:
-            if parse_instant(record["at"]) < instant:
-                if record["kind"] in ("paused", "deleted"):
-                    live = False
-                elif record["kind"] == "resumed":
-                    live = True
+        for at, record in changes:
+            if at < instant and record["kind"] in ("paused", "deleted", "resumed"):
+                live = record["kind"] == "resumed"
         if live or not live_only:
             found.append(format_instant(instant))
         cursor = instant
