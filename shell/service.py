@@ -292,6 +292,9 @@ class SchedulerService:
         # Set by a round that failed part-way: decide's state may be ahead of
         # the stores, so the next round first rebuilds it from them.
         self._resync = False
+        # Schedules about to reach decide for the first time: (id, creation
+        # instant), to get a first runtime record before any of their rows.
+        self._unseeded: list[tuple[str, str]] = []
         # This round's RecordsContradicted events: a BlockSchedule carries only
         # decide's text, the stored diagnostic keeps file, record and reason.
         self._contradicted: list[RecordsContradicted] = []
@@ -570,6 +573,7 @@ class SchedulerService:
         dirty, self._dirty = self._dirty, set()
         for schedule_id in sorted(dirty):
             events.extend(self._lifecycle_events(schedule_id))
+        self._seed_runtimes()
         return events
 
     def _lifecycle_events(self, schedule_id: str) -> list[Event]:
@@ -588,6 +592,8 @@ class SchedulerService:
             self._consumed_now.add(schedule_id)
         if schedule_id not in self._state.schedules and events:
             self._api.history.recover(schedule_id)
+            if records[0]["seq"] == 1:
+                self._unseeded.append((schedule_id, records[0]["at"]))
         return events
 
     def _damaged(self, schedule_id: str, problem: StoreProblem) -> list[Event]:
@@ -635,8 +641,38 @@ class SchedulerService:
         for schedule_id in ids:
             events.extend(await self._recover_schedule(schedule_id, claims.get(schedule_id, [])))
         await self._reserve_past(self._orphans)
+        self._seed_runtimes()
         history.sync_recovered()
         return events
+
+    def _seed_runtimes(self) -> None:
+        """Make a first runtime record durable (creation consumed, nothing
+        decided) for each schedule decide is about to see for the first time.
+
+        A schedule's rows and runtime record share a group commit, where the
+        runtime record is a late write: without an earlier record, a crash
+        between the two would leave rows and no runtime record at all, which a
+        start must take for damage (the record was lost) and block."""
+        unseeded, self._unseeded = self._unseeded, []
+        if not unseeded:
+            return
+        batch = GroupCommit()
+        now = self._clock.now()
+        try:
+            for schedule_id, created_at in unseeded:
+                self._api.runtime.stage(
+                    batch,
+                    schedule_id,
+                    watermark=created_at,
+                    held=None,
+                    lifecycle_seq=1,
+                    written_at=now,
+                )
+            batch.commit()
+        except BaseException:
+            if batch.state == "open":
+                batch.abort()
+            raise
 
     async def _reserve_past(self, run_ids: Sequence[str]) -> None:
         """Move the host's run-id counter past `run_ids`, which admitted rows name
@@ -812,6 +848,8 @@ class SchedulerService:
                     reason=problem.reason,
                 )
             )
+        if consumed == 0 and replay and not problems:
+            self._unseeded.append((schedule_id, replay[0]["at"]))
         stored = loaded.snapshot.get("blocked") if loaded.snapshot is not None else None
         if stored is not None and not any(isinstance(e, RecordsContradicted) for e in events):
             events.extend(self._lift_block(schedule_id, stored, files))
