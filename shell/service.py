@@ -860,9 +860,10 @@ class SchedulerService:
     ) -> list[Event]:
         """A schedule blocked before is sound at this start: lift the block, and
         say so. Damage inside the history is only found by reading it (startup
-        reads the tail), so a block naming the history is lifted only after a
-        read of the whole history finds nothing."""
-        if stored.get("file") in ("", files.relative(files.history)):
+        reads the tail), so a block naming the history or its index is lifted
+        only after a read of the whole history finds nothing."""
+        read_by_pages = ("", files.relative(files.history), files.relative(files.history_index))
+        if stored.get("file") in read_by_pages:
             try:
                 cursor: str | None = None
                 while True:
