@@ -1,0 +1,176 @@
+"""Seeded faults: crashes and write errors at durable writes, refused preflights.
+
+`SimFaults` is installed as the process-wide fault injector
+(`shell.durable.set_fault_injector`), so it sees every fault point the
+in-memory stores, the simulated run API and `GroupCommit` pass. At each one
+it draws from its own seeded stream:
+
+- a *crash* (`SimulatedCrash`) at any point: the simulated process dies there.
+  From then on every durable write raises too (a task of the dead process
+  must not write behind the simulation's back) until `revive()`;
+- a *write error* (`InjectedWriteError`, an `OSError`) at the points where a
+  real write can fail and its caller sees the error (`WRITE_ERROR_POINTS`).
+
+Inside a group commit the disk first makes durable what the real commit would
+have left (`SimDisk.interrupt_commit`). Preflight failures and run admissions
+refused by the host are drawn by the run API through `preflight_fails()` and
+`admission_refused()`. Every injected error says `[simulated]`, which is how
+the simulation tells its own faults from real errors in the service's log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+
+from shell.durable import SimulatedCrash
+from shell.sim.disk import BATCH_POINTS, SimDisk
+
+__all__ = [
+    "SIMULATED",
+    "WRITE_ERROR_POINTS",
+    "FaultCounts",
+    "FaultRates",
+    "InjectedWriteError",
+    "SimFaults",
+]
+
+SIMULATED = "[simulated]"
+
+WRITE_ERROR_POINTS = frozenset(
+    {
+        # A wake-up's group commit (the round fails).
+        "before:commit",
+        "before:sync",
+        "after:sync",
+        # The schedules API's writes (the call fails).
+        "before:mkdir:schedule",
+        "before:append:lifecycle.jsonl",
+        "before:replace:definition.json",
+        # The run API's writes the service waits for.
+        "before:counter:run_id",
+        "before:run:admitted",
+        "before:run:executing-mark",
+    }
+)
+
+
+class InjectedWriteError(OSError):
+    """An I/O error the simulation injected at a durable write."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FaultRates:
+    """Probabilities: `crash` and `write_error` per fault point reached,
+    `preflight` per preflight call, `admission` per run admission."""
+
+    crash: float = 0.0
+    write_error: float = 0.0
+    preflight: float = 0.0
+    admission: float = 0.0
+
+    def __post_init__(self) -> None:
+        bad = [
+            name
+            for name in ("crash", "write_error", "preflight", "admission")
+            if not 0.0 <= getattr(self, name) <= 1.0
+        ]
+        if bad or self.crash + self.write_error > 1.0:
+            raise ValueError(f"fault rates must be probabilities: {', '.join(bad) or 'sum'}")
+
+    @classmethod
+    def from_rate(cls, rate: float) -> FaultRates:
+        """One knob: `rate` is the chance that a durable write faults (a crash
+        in 2 cases out of 5, an I/O error otherwise); preflights fail five
+        times as often and admissions are refused as often as writes fault."""
+        if not 0.0 <= rate <= 0.2:
+            raise ValueError(f"fault_rate must be between 0 and 0.2, got {rate}")
+        return cls(crash=rate * 0.4, write_error=rate * 0.6, preflight=rate * 5, admission=rate)
+
+
+@dataclass(slots=True)
+class FaultCounts:
+    """What was injected so far."""
+
+    points: int = 0
+    crashes: int = 0
+    write_errors: int = 0
+    preflight_failures: int = 0
+    admission_refusals: int = 0
+    crash_points: Counter[str] = field(default_factory=Counter)
+    error_points: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def errors(self) -> int:
+        """Faults the live process saw (everything but crashes)."""
+        return self.write_errors + self.preflight_failures + self.admission_refusals
+
+
+class SimFaults:
+    """The seeded fault injector of one simulation (see the module docstring)."""
+
+    def __init__(self, seed: int, rates: FaultRates, disk: SimDisk) -> None:
+        self._rng = random.Random(f"wf-sim/faults/{seed}")
+        self.rates = rates
+        self._disk = disk
+        self.counts = FaultCounts()
+        # Disarmed, nothing is injected (the end of a simulation lets runs finish).
+        self.armed = True
+        self.dead = False
+        self.crash_point: str | None = None
+        self._dead_event: asyncio.Event | None = None
+
+    def dead_event(self) -> asyncio.Event:
+        """Set when the simulated process crashes."""
+        if self._dead_event is None:
+            self._dead_event = asyncio.Event()
+            if self.dead:
+                self._dead_event.set()
+        return self._dead_event
+
+    def revive(self) -> None:
+        """A new process starts: durable writes are allowed again."""
+        self.dead = False
+        self.crash_point = None
+        self._dead_event = None
+
+    def __call__(self, point: str) -> None:
+        if self.dead:
+            raise SimulatedCrash(f"write after the crash at {self.crash_point}: {point}")
+        if not self.armed:
+            return
+        if point in BATCH_POINTS and not self._disk.committing(point):
+            return  # an empty commit writes nothing that could fail
+        self.counts.points += 1
+        roll = self._rng.random()
+        if roll < self.rates.crash:
+            if point in BATCH_POINTS:
+                self._disk.interrupt_commit(point, crash=True, rng=self._rng)
+            self.dead = True
+            self.crash_point = point
+            self.counts.crashes += 1
+            self.counts.crash_points[point] += 1
+            if self._dead_event is not None:
+                self._dead_event.set()
+            raise SimulatedCrash(point)
+        if roll < self.rates.crash + self.rates.write_error and point in WRITE_ERROR_POINTS:
+            if point in BATCH_POINTS:
+                self._disk.interrupt_commit(point, crash=False, rng=self._rng)
+            self.counts.write_errors += 1
+            self.counts.error_points[point] += 1
+            raise InjectedWriteError(errno.EIO, f"{SIMULATED} I/O error at {point}")
+
+    def preflight_fails(self) -> bool:
+        if not self.armed or self._rng.random() >= self.rates.preflight:
+            return False
+        self.counts.preflight_failures += 1
+        return True
+
+    def admission_refused(self) -> bool:
+        if not self.armed or self._rng.random() >= self.rates.admission:
+            return False
+        self.counts.admission_refusals += 1
+        return True

@@ -1,0 +1,493 @@
+"""The guarantees the simulation checks, against the durable truth.
+
+`InvariantChecker` watches every history line that becomes durable (through
+the `SimDisk`) and every run record the run API writes, and keeps its own
+naive model of both; it never asks the service what it thinks, except to
+compare (`check_settled`). A broken rule is appended to `violations` (the
+hooks run inside the service's own calls, so raising there would only be
+logged by the service's loop); the driver stops at the first one.
+
+Checked as rows become durable:
+
+- *once*: decision instants strictly increase (a row for several missed
+  instants counts from its first), seqs are dense, and an occurrence gets at
+  most one terminal row;
+- *admissions* (`admitted` rows): the schedule existed and was neither paused
+  nor deleted at the instant, no pause or delete came between the instant and
+  the admission, the instant is a trigger instant of the definition in force
+  then, and the snapshot is that definition's (deployment, resolved inputs,
+  max steps). When the whole batch is durable: the schedule's open
+  occurrences are within its active-run limit (of the admitted revision) and
+  the occurrences holding an execution slot (admitted or running, never
+  interrupted) are within `max_concurrent_runs`;
+- *truth*: a terminal row says what the run store says (status and message),
+  or that the run could not be created (and no such run exists).
+
+Checked as runs are written: one run per occurrence, ever; a run is created
+only after its `admitted` row is durable, with that row's run id; the run
+store's own active runs stay within the limit and its slot-holding runs
+within `max_concurrent_runs`.
+
+Checked once the service has settled with no fault in the step
+(`check_settled`): every open occurrence has its run and says the run's
+status; every active run has its open occurrence; no run waits unlaunched;
+the service's active runs are exactly the open occurrences.
+
+Checked at the end (`check_final`), when every run has ended: every
+occurrence has exactly one terminal row; every trigger instant of every
+active span of every schedule is covered by exactly one decision row (none
+lost, none invented); every run is referenced by its occurrence.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from core.bindings import resolve_inputs
+from core.calendar import CompiledTrigger, compile_trigger
+from core.definitions import ScheduleDefinition, parse_definition
+from core.occurrences import TERMINAL_RUN_STATUSES, TERMINAL_STATUSES
+from core.state import SchedulerState, schedule_view
+from shell.sim.disk import SimDisk
+from shell.store_format import format_instant, parse_instant
+
+__all__ = ["COULD_NOT_CREATE", "InvariantChecker"]
+
+# How the service words a terminal row for a run the run API refused to create.
+COULD_NOT_CREATE: Final = "the run could not be created"
+
+_ACTIVE: Final = frozenset({"admitted", "running", "interrupted"})
+_TICK: Final = timedelta(microseconds=1)
+
+
+@dataclass(slots=True)
+class _Occurrence:
+    seq: int
+    decision: dict[str, Any]
+    instant: datetime
+    status: str
+    run_id: str | None
+    terminal_rows: int = 0
+    interrupted: bool = False
+
+
+@dataclass(slots=True)
+class _Track:
+    """The naive model of one schedule's history."""
+
+    occurrences: list[_Occurrence] = field(default_factory=list)
+    open: dict[int, _Occurrence] = field(default_factory=dict)
+    admitted: dict[datetime, _Occurrence] = field(default_factory=dict)
+    last_decided: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    seq: int
+    kind: str
+    at: datetime
+    revision: int
+    definition: dict[str, Any] | None
+
+
+@dataclass(slots=True)
+class _Fold:
+    """A schedule's lifecycle folded over the records before some instant."""
+
+    definition: dict[str, Any]
+    revision: int
+    paused: bool = False
+    deleted: bool = False
+
+
+class InvariantChecker:
+    """See the module docstring."""
+
+    def __init__(self, disk: SimDisk, *, capacity: int) -> None:
+        self._disk = disk
+        self.capacity = capacity
+        self.violations: list[str] = []
+        self._tracks: dict[str, _Track] = {}
+        self._runs: dict[str, dict[str, Any]] = {}
+        self._active_runs: set[str] = set()
+        self._origins: dict[tuple[str, datetime], str] = {}
+        self._triggers: dict[str, CompiledTrigger] = {}
+        self._definitions: dict[str, ScheduleDefinition] = {}
+        self.rows = 0
+        self.admissions = 0
+
+    def _fail(self, message: str) -> None:
+        self.violations.append(message)
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def _lifecycle(self, schedule_id: str) -> list[_Record]:
+        files = self._disk.schedules.get(schedule_id)
+        records = []
+        for line in files.lifecycle if files is not None else ():
+            raw = json.loads(line)
+            records.append(
+                _Record(
+                    raw["seq"],
+                    raw["kind"],
+                    parse_instant(raw["at"]),
+                    raw["revision"],
+                    raw.get("definition"),
+                )
+            )
+        return records
+
+    @staticmethod
+    def _fold_before(records: Sequence[_Record], instant: datetime) -> _Fold | None:
+        fold: _Fold | None = None
+        for record in records:
+            if record.at >= instant:
+                break
+            if record.kind == "created" and record.definition is not None:
+                fold = _Fold(record.definition, record.revision)
+            elif fold is None:
+                continue
+            elif record.kind == "updated" and record.definition is not None:
+                fold.definition, fold.revision = record.definition, record.revision
+            elif record.kind == "paused":
+                fold.paused = True
+            elif record.kind == "resumed":
+                fold.paused = False
+            elif record.kind == "deleted":
+                fold.deleted = True
+        return fold
+
+    def _definition(self, payload: Mapping[str, Any]) -> ScheduleDefinition:
+        key = json.dumps(payload, sort_keys=True)
+        definition = self._definitions.get(key)
+        if definition is None:
+            definition = self._definitions[key] = parse_definition(payload)
+        return definition
+
+    def _trigger(self, payload: Mapping[str, Any]) -> CompiledTrigger:
+        key = json.dumps(payload.get("trigger"), sort_keys=True)
+        trigger = self._triggers.get(key)
+        if trigger is None:
+            trigger = self._triggers[key] = compile_trigger(self._definition(payload).trigger)
+        return trigger
+
+    def _revision(self, records: Sequence[_Record], revision: int) -> dict[str, Any] | None:
+        for record in records:
+            if record.revision == revision and record.definition is not None:
+                return record.definition
+        return None
+
+    # --- history rows (DiskObserver) ------------------------------------------------------
+
+    def history_durable(self, rows: Mapping[str, Sequence[bytes]], *, complete: bool) -> None:
+        admitted: list[tuple[str, _Occurrence]] = []
+        for schedule_id, lines in rows.items():
+            track = self._tracks.setdefault(schedule_id, _Track())
+            for line in lines:
+                self.rows += 1
+                self._row(schedule_id, track, json.loads(line), admitted)
+        for schedule_id, occurrence in admitted:
+            self._check_admission(schedule_id, occurrence)
+        if complete and admitted:
+            self._check_limits({schedule_id for schedule_id, _ in admitted}, admitted)
+
+    def _row(
+        self,
+        schedule_id: str,
+        track: _Track,
+        row: dict[str, Any],
+        admitted: list[tuple[str, _Occurrence]],
+    ) -> None:
+        seq = row["seq"]
+        where = f"{schedule_id} seq {seq} ({row.get('instant')})"
+        if "update" not in row:
+            if seq != len(track.occurrences):
+                self._fail(f"{where}: decision row out of sequence ({len(track.occurrences)})")
+                return
+            instant = parse_instant(row["instant"])
+            first = parse_instant(row["first_instant"]) if row.get("count", 1) > 1 else instant
+            if track.last_decided is not None and first <= track.last_decided:
+                self._fail(
+                    f"{where}: decided again or out of order: not after"
+                    f" {format_instant(track.last_decided)}"
+                )
+            track.last_decided = instant
+            occurrence = _Occurrence(seq, row, instant, row["status"], row.get("run_id"))
+            track.occurrences.append(occurrence)
+            if row["status"] == "admitted":
+                track.open[seq] = occurrence
+                track.admitted[instant] = occurrence
+                admitted.append((schedule_id, occurrence))
+                self.admissions += 1
+            else:
+                occurrence.terminal_rows = 1
+            return
+        if seq >= len(track.occurrences):
+            self._fail(f"{where}: transition for an undecided seq")
+            return
+        occurrence = track.occurrences[seq]
+        status = row["status"]
+        if occurrence.terminal_rows:
+            self._fail(f"{where}: {status} row after the terminal {occurrence.status} row")
+            return
+        occurrence.status = status
+        occurrence.run_id = row.get("run_id") or occurrence.run_id
+        if status == "interrupted":
+            occurrence.interrupted = True
+        if status in TERMINAL_STATUSES:
+            occurrence.terminal_rows = 1
+            del track.open[seq]
+            self._check_terminal(where, occurrence, row)
+
+    def _check_terminal(self, where: str, occurrence: _Occurrence, row: Mapping[str, Any]) -> None:
+        run = self._runs.get(occurrence.run_id or "")
+        reason = row.get("reason")
+        if run is None:
+            if row["status"] != "failed" or not str(reason).startswith(COULD_NOT_CREATE):
+                self._fail(f"{where}: terminal {row['status']} row for a run that does not exist")
+            return
+        error = run.get("error")
+        message = error.get("message") if isinstance(error, Mapping) else None
+        if run["status"] != row["status"] or reason != message:
+            self._fail(
+                f"{where}: history says {row['status']} ({reason!r}) but run"
+                f" {run['run_id']} is {run['status']} ({message!r})"
+            )
+
+    def _check_admission(self, schedule_id: str, occurrence: _Occurrence) -> None:
+        row = occurrence.decision
+        instant = occurrence.instant
+        recorded = parse_instant(row["recorded_at"])
+        where = f"{schedule_id} seq {occurrence.seq} ({row['instant']})"
+        records = self._lifecycle(schedule_id)
+        fold = self._fold_before(records, instant)
+        if fold is None:
+            self._fail(f"{where}: admitted an instant before the schedule was created")
+            return
+        if fold.deleted or fold.paused:
+            state = "deleted" if fold.deleted else "paused"
+            self._fail(f"{where}: admitted an instant at which the schedule was {state}")
+            return
+        for record in records:
+            if record.kind in ("paused", "deleted") and instant <= record.at < recorded:
+                self._fail(
+                    f"{where}: admitted at {row['recorded_at']} although the schedule was"
+                    f" {record.kind} at {format_instant(record.at)}"
+                )
+        if self._trigger(fold.definition).next_after(instant - _TICK) != instant:
+            self._fail(f"{where}: not an instant of the trigger in force then")
+        payload = self._revision(records, row.get("revision") or 0)
+        snapshot = row["snapshot"]
+        if payload is None:
+            self._fail(f"{where}: admitted at revision {row.get('revision')}, which never existed")
+            return
+        definition = self._definition(payload)
+        expected = {
+            "deployment_id": definition.deployment_id,
+            "inputs": resolve_inputs(definition, row["revision"], instant),
+            "max_steps": definition.max_steps,
+            "revision": row["revision"],
+        }
+        if snapshot != expected:
+            self._fail(f"{where}: snapshot {snapshot} is not revision {row['revision']}'s")
+
+    def _check_limits(
+        self, schedule_ids: set[str], admitted: Sequence[tuple[str, _Occurrence]]
+    ) -> None:
+        for schedule_id, occurrence in admitted:
+            payload = self._revision(
+                self._lifecycle(schedule_id), occurrence.decision.get("revision") or 0
+            )
+            if payload is None:
+                continue
+            limit = self._definition(payload).active_run_limit
+            active = len(self._tracks[schedule_id].open)
+            if active > limit:
+                self._fail(
+                    f"{schedule_id}: {active} open occurrences after admitting"
+                    f" {occurrence.decision['instant']}; the limit is {limit}"
+                )
+        holding = sum(
+            not occurrence.interrupted
+            for track in self._tracks.values()
+            for occurrence in track.open.values()
+        )
+        if holding > self.capacity:
+            listed = ", ".join(f"{s}@{o.decision['instant']}" for s, o in admitted)
+            self._fail(
+                f"{holding} occurrences hold an execution slot after admitting {listed};"
+                f" max_concurrent_runs is {self.capacity}"
+            )
+
+    # --- run records (HostObserver) -----------------------------------------------------------
+
+    def run_written(self, record: Mapping[str, Any], what: str) -> None:
+        run_id = record["run_id"]
+        origin = record.get("origin")
+        if what == "admitted" and isinstance(origin, Mapping):
+            self._check_new_run(run_id, origin)
+        self._runs[run_id] = dict(record)
+        if record["status"] in _ACTIVE:
+            self._active_runs.add(run_id)
+        else:
+            self._active_runs.discard(run_id)
+
+    def _check_new_run(self, run_id: str, origin: Mapping[str, Any]) -> None:
+        schedule_id = origin["schedule_id"]
+        instant = parse_instant(origin["instant"])
+        where = f"run {run_id} of {schedule_id}@{origin['instant']}"
+        other = self._origins.setdefault((schedule_id, instant), run_id)
+        if other != run_id:
+            self._fail(f"{where}: the occurrence was admitted twice (its run is {other})")
+        track = self._tracks.get(schedule_id)
+        occurrence = track.admitted.get(instant) if track is not None else None
+        if occurrence is None or occurrence.decision.get("run_id") != run_id:
+            self._fail(f"{where}: created before its admitted row (with this run id) was durable")
+        payload = self._revision(self._lifecycle(schedule_id), origin.get("revision") or 0)
+        if payload is not None:
+            limit = self._definition(payload).active_run_limit
+            active = 1 + sum(
+                self._runs[r]["origin"]["schedule_id"] == schedule_id for r in self._active_runs
+            )
+            if active > limit:
+                self._fail(f"{where}: {active} active runs; the limit is {limit}")
+        holding = 1 + sum(
+            self._runs[r]["status"] == "admitted"
+            or (self._runs[r]["status"] == "running" and self._runs[r]["attempt"] == 1)
+            for r in self._active_runs
+        )
+        if holding > self.capacity:
+            self._fail(
+                f"{where}: {holding} runs hold an execution slot;"
+                f" max_concurrent_runs is {self.capacity}"
+            )
+
+    def run_records(self) -> dict[str, dict[str, Any]]:
+        """The latest record of every run written so far, by id."""
+        return dict(self._runs)
+
+    # --- after a settled step ----------------------------------------------------------------
+
+    def check_settled(self, state: SchedulerState) -> None:
+        """The service, its history and the run store agree (see the module docstring)."""
+        for run_id in sorted(self._active_runs):
+            run = self._runs[run_id]
+            origin = run["origin"]
+            where = f"run {run_id} of {origin['schedule_id']}@{origin['instant']}"
+            if run["status"] == "admitted":
+                self._fail(f"{where}: admitted but never launched")
+            track = self._tracks.get(origin["schedule_id"])
+            occurrence = (
+                track.admitted.get(parse_instant(origin["instant"])) if track is not None else None
+            )
+            if occurrence is None or occurrence.terminal_rows:
+                self._fail(f"{where}: {run['status']} but its occurrence is not open")
+        for schedule_id, track in sorted(self._tracks.items()):
+            known = schedule_id in state.schedules
+            view = schedule_view(state, schedule_id).active if known else {}
+            for seq, occurrence in sorted(track.open.items()):
+                where = f"{schedule_id} seq {seq} ({occurrence.decision['instant']})"
+                stored = self._runs.get(occurrence.run_id or "")
+                if stored is None:
+                    self._fail(f"{where}: admitted but its run {occurrence.run_id} does not exist")
+                elif stored["status"] != occurrence.status:
+                    self._fail(
+                        f"{where}: history says {occurrence.status} but run {stored['run_id']}"
+                        f" is {stored['status']}"
+                    )
+                seen = view.get(occurrence.instant)
+                if seen != (occurrence.run_id, occurrence.status):
+                    self._fail(f"{where}: the service tracks it as {seen}")
+            extra = set(view) - {o.instant for o in track.open.values()}
+            if extra:
+                listed = ", ".join(format_instant(t) for t in sorted(extra))
+                self._fail(f"{schedule_id}: the service tracks runs no history row opens: {listed}")
+
+    # --- at the end -------------------------------------------------------------------------
+
+    def check_final(self) -> None:
+        """Every occurrence ended exactly once; every instant was decided exactly once."""
+        for schedule_id in sorted(self._disk.schedules):
+            track = self._tracks.get(schedule_id, _Track())
+            for occurrence in track.occurrences:
+                if occurrence.terminal_rows != 1:
+                    self._fail(
+                        f"{schedule_id} seq {occurrence.seq} ({occurrence.decision['instant']}):"
+                        f" {occurrence.terminal_rows} terminal rows (last status"
+                        f" {occurrence.status})"
+                    )
+            self._check_coverage(schedule_id, track)
+        for run_id in sorted(self._runs):
+            run = self._runs[run_id]
+            origin = run["origin"]
+            if run["status"] not in TERMINAL_RUN_STATUSES:
+                self._fail(f"run {run_id}: still {run['status']} at the end")
+            owner = self._tracks.get(origin["schedule_id"])
+            admitted = (
+                owner.admitted.get(parse_instant(origin["instant"])) if owner is not None else None
+            )
+            if admitted is None or admitted.run_id != run_id:
+                self._fail(f"run {run_id}: no admitted occurrence references it")
+
+    def _check_coverage(self, schedule_id: str, track: _Track) -> None:
+        expected = self._expected_instants(schedule_id)
+        if expected is None:
+            return
+        covered: dict[datetime, int] = {}
+        for occurrence in track.occurrences:
+            row = occurrence.decision
+            count = row.get("count", 1)
+            if count == 1:
+                instants = [occurrence.instant]
+            else:
+                first = parse_instant(row["first_instant"])
+                instants = [t for t in expected if first <= t <= occurrence.instant]
+                if len(instants) != count:
+                    self._fail(
+                        f"{schedule_id} seq {occurrence.seq}: a row for {count} instants"
+                        f" spans {len(instants)} trigger instants"
+                    )
+            for instant in instants:
+                covered[instant] = covered.get(instant, 0) + 1
+        lost = [t for t in expected if covered.get(t, 0) == 0]
+        twice = [t for t, n in covered.items() if n > 1]
+        invented = [t for t in covered if t not in expected]
+        for what, instants in (("never decided", lost), ("decided twice", twice)):
+            if instants:
+                listed = ", ".join(format_instant(t) for t in sorted(instants)[:5])
+                self._fail(f"{schedule_id}: {len(instants)} instant(s) {what}: {listed}")
+        if invented:
+            listed = ", ".join(format_instant(t) for t in sorted(invented)[:5])
+            self._fail(f"{schedule_id}: rows for instants of no active span: {listed}")
+
+    def _expected_instants(self, schedule_id: str) -> set[datetime] | None:
+        """Trigger instants of every span in which the schedule was active; None
+        while it is still active (the end of the simulation ends every span)."""
+        expected: set[datetime] = set()
+        definition: dict[str, Any] | None = None
+        paused = deleted = False
+        start: datetime | None = None
+        for record in self._lifecycle(schedule_id):
+            if definition is not None and start is not None and not paused and not deleted:
+                trigger = self._trigger(definition)
+                instant = trigger.next_after(start)
+                while instant is not None and instant <= record.at:
+                    expected.add(instant)
+                    instant = trigger.next_after(instant)
+            if record.kind in ("created", "updated"):
+                definition = record.definition
+                start = record.at
+            elif record.kind == "paused":
+                paused = True
+            elif record.kind == "resumed":
+                paused, start = False, record.at
+            elif record.kind == "deleted":
+                deleted = True
+        if definition is not None and not paused and not deleted:
+            self._fail(f"{schedule_id}: still active at the end of the simulation")
+            return None
+        return expected
