@@ -44,7 +44,7 @@ from .figures import record
 
 pytestmark = pytest.mark.expected_errors  # injected faults make the service log errors
 
-DEFAULT_SEEDS = 12
+DEFAULT_SEEDS = 10
 DETERMINISM_SEED = 7
 REPLAY = os.environ.get("WF_SIM_SEED")
 SEEDS = (
