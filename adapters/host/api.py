@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import copy
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from core.errors import AlreadyExists, InvalidInput, NotFound, Problem
+from core.errors import AlreadyExists, InvalidInput, NotFound, Problem, SchedulingError
 
 from .artifacts import ArtifactStore
 from .counter import RunIdCounter
@@ -116,9 +116,12 @@ class WorkflowApi:
 
     def _resolve(
         self, deployment_id: Any, inputs: Any
-    ) -> tuple[dict[str, Any], dict[str, Any], list[Problem]]:
+    ) -> tuple[Mapping[str, Any], dict[str, Any], list[Problem]]:
         # (deployment, merged inputs, problems); NotFound for a missing deployment/artifact.
-        deployment = self._deployments.get(deployment_id)
+        # Read in place (no copy): merged values may share the stored deployment's
+        # nested inputs, so whatever leaves this class is copied (preflight) or
+        # rebuilt (the run record's snapshot).
+        deployment = self._deployments.peek(deployment_id)
         plan: Plan = self._artifacts.plan(deployment["artifact_id"], deployment["artifact_version"])
         if inputs is None:
             inputs = {}
@@ -144,7 +147,7 @@ class WorkflowApi:
         _, merged, problems = self._resolve(deployment_id, inputs)
         if problems:
             raise InvalidInput.from_problems("inputs", problems)
-        return merged
+        return copy.deepcopy(merged)
 
     async def reserve_run_ids(self, count: int) -> list[str]:
         """Durably reserve `count` fresh run ids with one write; they are never reused."""
@@ -172,6 +175,73 @@ class WorkflowApi:
         NotFound (deployment/artifact), InvalidInput (inputs, max_steps,
         origin, run_id), AlreadyExists (run_id used).
         """
+        deployment, merged, stored_origin, number = self._admission(
+            deployment_id, inputs, max_steps, origin, run_id
+        )
+        if number is None:
+            async with self._counter_lock:
+                number = self._counter.reserve(1)[0]
+        new_id = format_run_id(number)
+        async with self._runs.lock(new_id):
+            if self._runs.exists(number):
+                raise AlreadyExists(f"run {new_id} already exists", data={"run_id": new_id})
+            self._runs.put(self._admitted(new_id, deployment, merged, max_steps, stored_origin))
+        return new_id
+
+    async def admit_runs(
+        self, requests: Sequence[Mapping[str, Any]]
+    ) -> list[str | SchedulingError]:
+        """`admit_run` for many runs, with one group commit for all their records.
+
+        Each request holds the keyword arguments of `admit_run`
+        (`deployment_id`, `inputs`, and optionally `max_steps`, `origin`,
+        `run_id`); here `run_id` is required (a reserved id). Returns, per
+        request in order, the run id once its record is durable, or the error
+        `admit_run` would have raised for it (nothing is written for that one).
+        An error of the write itself (OSError) is raised for the whole batch.
+        """
+        results: list[str | SchedulingError] = []
+        staged: dict[int, RunRecord] = {}
+        for request in requests:
+            run_id = request.get("run_id")
+            try:
+                if run_id is None:
+                    raise InvalidInput.from_problems(
+                        "run admission",
+                        [Problem(field="run_id", reason="is required in a batch admission")],
+                    )
+                deployment, merged, stored_origin, number = self._admission(
+                    request.get("deployment_id"),
+                    request.get("inputs"),
+                    request.get("max_steps"),
+                    request.get("origin"),
+                    run_id,
+                )
+                assert number is not None
+                if number in staged:
+                    raise AlreadyExists(f"run {run_id} already exists", data={"run_id": run_id})
+            except SchedulingError as exc:
+                results.append(exc)
+                continue
+            staged[number] = self._admitted(
+                run_id, deployment, merged, request.get("max_steps"), stored_origin
+            )
+            results.append(run_id)
+        # No await from the existence checks to the write: nothing can interleave.
+        if staged:
+            self._runs.put_many(list(staged.values()))
+        return results
+
+    def _admission(
+        self,
+        deployment_id: Any,
+        inputs: Any,
+        max_steps: Any,
+        origin: Any,
+        run_id: Any,
+    ) -> tuple[Mapping[str, Any], dict[str, Any], dict[str, Any], int | None]:
+        """Validate an admission: (deployment, merged inputs, stored origin, run
+        number or None when the next id is to be taken). Raises like `admit_run`."""
         deployment, merged, problems = self._resolve(deployment_id, inputs)
         problems += check_positive_int("max_steps", max_steps, optional=True)
         stored_origin, origin_problems = check_origin(origin)
@@ -189,32 +259,32 @@ class WorkflowApi:
             raise InvalidInput.from_problems("run admission", problems)
         if number is not None and self._runs.exists(number):
             raise AlreadyExists(f"run {run_id} already exists", data={"run_id": run_id})
-        if number is None:
-            async with self._counter_lock:
-                number = self._counter.reserve(1)[0]
-        new_id = format_run_id(number)
-        async with self._runs.lock(new_id):
-            if self._runs.exists(number):
-                raise AlreadyExists(f"run {new_id} already exists", data={"run_id": new_id})
-            now = self._now()
-            self._runs.put(
-                RunRecord(
-                    run_id=new_id,
-                    status="admitted",
-                    origin=stored_origin,
-                    snapshot=Snapshot(
-                        deployment_id=deployment["deployment_id"],
-                        artifact_id=deployment["artifact_id"],
-                        artifact_version=deployment["artifact_version"],
-                        inputs=merged,
-                        max_steps=max_steps,
-                    ),
-                    created_at=now,
-                    updated_at=now,
-                    attempt=0,
-                )
-            )
-        return new_id
+        return deployment, merged, stored_origin, number
+
+    def _admitted(
+        self,
+        run_id: str,
+        deployment: Mapping[str, Any],
+        merged: dict[str, Any],
+        max_steps: int | None,
+        origin: dict[str, Any],
+    ) -> RunRecord:
+        now = self._now()
+        return RunRecord(
+            run_id=run_id,
+            status="admitted",
+            origin=origin,
+            snapshot=Snapshot(
+                deployment_id=deployment["deployment_id"],
+                artifact_id=deployment["artifact_id"],
+                artifact_version=deployment["artifact_version"],
+                inputs=merged,
+                max_steps=max_steps,
+            ),
+            created_at=now,
+            updated_at=now,
+            attempt=0,
+        )
 
     # -- execution -----------------------------------------------------------
 
@@ -222,6 +292,13 @@ class WorkflowApi:
         """Start executing an admitted run in a task; returns once the executing
         mark is durable. InvalidState if the run is not `admitted`."""
         await self._executor.launch(run_id)
+
+    async def launch_runs(self, run_ids: Sequence[str]) -> list[SchedulingError | None]:
+        """`launch_run` for many runs, with one group commit for all executing
+        marks. Per run id in order: None once it executes, or the error
+        `launch_run` would have raised for it (InvalidState, NotFound,
+        InvalidInput). An error of the write itself is raised for the batch."""
+        return await self._executor.launch_many(run_ids)
 
     async def start_run(
         self,

@@ -142,6 +142,11 @@ class DeploymentStore:
         """The deployment. NotFound if absent; InvalidInput for a malformed id."""
         return copy.deepcopy(self._lookup(deployment_id))
 
+    def peek(self, deployment_id: Any) -> Mapping[str, Any]:
+        """The stored deployment itself, not a copy (for admission checks, which
+        run for every scheduled occurrence): never change it. Raises like `get`."""
+        return self._lookup(deployment_id)
+
     def list(self) -> list[dict[str, Any]]:
         """Every deployment, ordered by id."""
         return [copy.deepcopy(self._items[key]) for key in sorted(self._items)]

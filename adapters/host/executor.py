@@ -9,6 +9,11 @@ Transitions, each written (atomically, fsynced) before anyone is told:
 - every step: progress and trace entry.
 - every stop: checkpoint of the attempt, status, output or error.
 
+Steps and stops are group-committed (`RunStore.commit`): the runs that write
+in the same turn of the event loop share one flush, and each task goes on
+only once its record is durable. `launch_many` writes many executing marks
+with one flush before any of those runs starts.
+
 Listeners are called after the write, synchronously, in the event loop; one
 that raises is logged and ignored. A task that is cancelled (shutdown) writes
 nothing more: its executing mark stays, and the next startup recovery
@@ -20,10 +25,10 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from core.errors import InvalidInput, InvalidState
+from core.errors import InvalidInput, InvalidState, SchedulingError
 
 from .artifacts import ArtifactStore
 from .engine import Position, Stop, execute, trace_entry
@@ -69,29 +74,80 @@ class RunExecutor:
     def _plan(self, record: RunRecord) -> Plan:
         return self._artifacts.plan(record.snapshot.artifact_id, record.snapshot.artifact_version)
 
+    def _executing(self, run_id: str) -> tuple[RunRecord, Plan]:
+        """The run's record with its executing mark (attempt 1), not yet written.
+        InvalidState unless the run is admitted."""
+        record = self._store.get(run_id)
+        if record.status != "admitted":
+            raise InvalidState(
+                f"run {run_id} is {record.status}; only an admitted run can be launched",
+                data={"run_id": run_id, "status": record.status},
+            )
+        plan = self._plan(record)
+        now = self._now()
+        record = record.model_copy(
+            update={
+                "status": "running",
+                "attempt": 1,
+                "executing": ExecutingMark(attempt=1, kind="start", since=now),
+                "progress": Progress(node=plan.start, state={}, steps=0),
+                "updated_at": now,
+            }
+        )
+        return record, plan
+
     async def launch(self, run_id: str) -> asyncio.Task[None]:
         """admitted -> running; returns the execution task."""
         async with self._store.lock(run_id):
-            record = self._store.get(run_id)
-            if record.status != "admitted":
-                raise InvalidState(
-                    f"run {run_id} is {record.status}; only an admitted run can be launched",
-                    data={"run_id": run_id, "status": record.status},
-                )
-            plan = self._plan(record)
-            now = self._now()
-            record = record.model_copy(
-                update={
-                    "status": "running",
-                    "attempt": 1,
-                    "executing": ExecutingMark(attempt=1, kind="start", since=now),
-                    "progress": Progress(node=plan.start, state={}, steps=0),
-                    "updated_at": now,
-                }
-            )
+            record, plan = self._executing(run_id)
             self._store.put(record)
         self._notify(record)
         return self._spawn(record, plan)
+
+    async def launch_many(self, run_ids: Sequence[str]) -> list[SchedulingError | None]:
+        """`launch` for many runs, with one group commit for all executing marks.
+
+        Per run id, in order: None once it executes, or the error `launch`
+        would have raised for it (nothing is written for that one). Every mark
+        is durable before any task starts.
+        """
+        unique = list(dict.fromkeys(run_ids))
+        locks = [self._store.lock(run_id) for run_id in unique]
+        outcomes: dict[str, SchedulingError | None] = {}
+        started: list[tuple[RunRecord, Plan]] = []
+        held: list[asyncio.Lock] = []
+        try:
+            for lock in locks:
+                await lock.acquire()
+                held.append(lock)
+            for run_id in unique:
+                try:
+                    started.append(self._executing(run_id))
+                except SchedulingError as exc:
+                    outcomes[run_id] = exc
+            if started:
+                self._store.put_many([record for record, _ in started])
+        finally:
+            for lock in held:
+                lock.release()
+        for record, plan in started:
+            outcomes[record.run_id] = None
+            self._notify(record)
+            self._spawn(record, plan)
+        results: list[SchedulingError | None] = []
+        seen: set[str] = set()
+        for run_id in run_ids:
+            if run_id in seen:
+                results.append(
+                    InvalidState(
+                        f"run {run_id} is named twice; it is launched once",
+                        data={"run_id": run_id},
+                    )
+                )
+                continue
+            seen.add(run_id)
+            results.append(outcomes[run_id])
+        return results
 
     async def resume(self, run_id: str, payload: Any) -> asyncio.Task[None]:
         """interrupted -> running with `payload` delivered; returns the execution task."""
@@ -185,7 +241,7 @@ class RunExecutor:
                     "updated_at": self._now(),
                 }
             )
-            self._store.put(record)
+            await self._store.commit(record)
 
     async def _record_stop(self, run_id: str, stop: Stop) -> None:
         async with self._store.lock(run_id):
@@ -213,7 +269,7 @@ class RunExecutor:
                     "updated_at": now,
                 }
             )
-            self._store.put(record)
+            await self._store.commit(record)
         self._notify(record)
 
     async def _record_host_error(self, run_id: str, exc: Exception) -> None:

@@ -7,6 +7,8 @@ instances with `format` assertions on, so `"format": "date-time"` means it.
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -73,13 +75,31 @@ def _problems_for(prefix: str, error: ValidationError) -> list[Problem]:
     return [Problem(field=join_path(prefix, base), reason=error.message)]
 
 
+@functools.lru_cache(maxsize=256)
+def _compiled(text: str) -> Draft202012Validator:
+    return Draft202012Validator(
+        json.loads(text), format_checker=Draft202012Validator.FORMAT_CHECKER
+    )
+
+
+def _validator(schema: Any) -> Draft202012Validator:
+    # Building a validator costs more than most validations (every scheduled
+    # admission is checked twice): reuse one per schema, keyed by its content
+    # so that a schema changed in place can never meet a stale validator.
+    try:
+        text = json.dumps(schema, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):
+        return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    return _compiled(text)
+
+
 def validate_instance(prefix: str, schema: Any, instance: Any) -> list[Problem]:
     """Every way `instance` fails `schema`, with fields named from `prefix`.
 
     A schema that cannot be applied (an unresolvable `$ref`, say) is itself
     reported as a problem rather than raised.
     """
-    validator = Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    validator = _validator(schema)
     problems: list[Problem] = []
     seen: set[tuple[str, str]] = set()
     try:

@@ -14,12 +14,16 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from shell.durable import sync_paths
 
 __all__ = [
     "TEMP_SUFFIX",
     "atomic_write_json",
+    "atomic_write_many",
     "atomic_write_text",
     "dump_json",
     "ensure_dir",
@@ -82,6 +86,45 @@ def atomic_write_text(path: Path, text: str) -> None:
 def atomic_write_json(path: Path, value: Any) -> None:
     """Serialize `value` (canonical JSON) and replace `path` with it atomically."""
     atomic_write_text(path, dump_json(value))
+
+
+def atomic_write_many(items: Sequence[tuple[Path, str]]) -> None:
+    """Replace each `path` with its `text`, atomically per file and durably,
+    with two flushes for the whole batch instead of two per file.
+
+    Every temporary file is written, then one flush makes them all durable
+    (`shell.durable.sync_paths`: fsync per file for a few, one `syncfs` for
+    many), then each is renamed over its target and the directories are
+    fsynced once each. A crash leaves every target wholly old or wholly new
+    (any subset may be new); on an error we survive, temporaries are removed
+    and the targets not yet renamed keep their old content.
+    """
+    temps: list[tuple[str, Path]] = []
+    directories: dict[Path, None] = {}
+    try:
+        for path, text in items:
+            directory = path.parent
+            if directory not in directories:
+                ensure_dir(directory)
+                directories[directory] = None
+            fd, temp_name = tempfile.mkstemp(
+                prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=directory
+            )
+            temps.append((temp_name, path))
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        sync_paths([temp for temp, _ in temps])
+        while temps:
+            temp_name, path = temps[0]
+            os.replace(temp_name, path)
+            del temps[0]
+    except BaseException:
+        for temp_name, _ in temps:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp_name)
+        raise
+    for directory in directories:
+        fsync_dir(directory)
 
 
 def read_json(path: Path) -> Any:

@@ -1,0 +1,240 @@
+"""Batch run creation and launch, group-committed run writes, and the cached
+admission checks (the host's side of a scheduler herd)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import adapters.host.storage as storage
+from adapters.host import LocalStaticWorkflowServer
+from adapters.host.schemas import validate_instance
+from core.errors import AlreadyExists, InvalidInput, InvalidState, NotFound
+from shell.durable import CrashAt, SimulatedCrash, set_fault_injector
+
+from .conftest import GREETING_PLAN, Builder, deploy, sleep_plan, tree_snapshot
+
+
+def _origin(index: int) -> dict[str, Any]:
+    return {
+        "kind": "schedule",
+        "schedule_id": f"s-{index}",
+        "instant": "2026-03-02T09:00:00Z",
+        "revision": 1,
+    }
+
+
+def _request(run_id: str, index: int, **changes: Any) -> dict[str, Any]:
+    request = {
+        "deployment_id": "demo.default",
+        "inputs": {"name": f"n{index}"},
+        "max_steps": None,
+        "origin": _origin(index),
+        "run_id": run_id,
+    }
+    request.update(changes)
+    return request
+
+
+def _stored(server: LocalStaticWorkflowServer, run_id: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((server.store_root / "runs" / f"{run_id}.json").read_text())
+    return data
+
+
+@pytest.fixture
+def count_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of every batch written with `atomic_write_many`."""
+    sizes: list[int] = []
+    real = storage.atomic_write_many
+
+    def spy(items: Any) -> None:
+        sizes.append(len(items))
+        real(items)
+
+    monkeypatch.setattr("adapters.host.runs.atomic_write_many", spy)
+    return sizes
+
+
+async def test_admit_runs_writes_the_good_ones_in_one_batch(
+    build: Builder, count_batches: list[int]
+) -> None:
+    server = build()
+    await deploy(server, GREETING_PLAN)
+    ids = await server.api.reserve_run_ids(4)
+    outcomes = await server.api.admit_runs(
+        [
+            _request(ids[0], 0),
+            _request(ids[1], 1, deployment_id="nope.default"),
+            _request(ids[2], 2, inputs={"name": 7}),
+            _request(ids[3], 3),
+            _request(ids[3], 4),
+            _request("run-999999", 5),
+            {**_request(ids[2], 6), "run_id": None},
+        ]
+    )
+    assert outcomes[0] == ids[0] and outcomes[3] == ids[3]
+    assert isinstance(outcomes[1], NotFound)
+    assert isinstance(outcomes[2], InvalidInput)
+    assert [p.field for p in outcomes[2].problems] == ["inputs.name"]
+    assert isinstance(outcomes[4], AlreadyExists)
+    assert isinstance(outcomes[5], InvalidInput)  # never reserved
+    assert isinstance(outcomes[6], InvalidInput)  # a batch needs reserved ids
+    assert count_batches == [2]
+    for run_id, index in ((ids[0], 0), (ids[3], 3)):
+        stored = _stored(server, run_id)
+        assert stored["status"] == "admitted" and stored["origin"] == _origin(index)
+        assert stored["snapshot"]["inputs"] == {"name": f"n{index}"}
+    assert not (server.store_root / "runs" / f"{ids[1]}.json").exists()
+    # What is on disk is what a restarted host reads.
+    again = build()
+    assert (await again.api.inspect_run(ids[0]))["status"] == "admitted"
+
+
+async def test_admit_runs_refuses_a_run_that_exists(build: Builder) -> None:
+    server = build()
+    await deploy(server, GREETING_PLAN)
+    [run_id] = await server.api.reserve_run_ids(1)
+    await server.api.admit_run("demo.default", {"name": "a"}, run_id=run_id)
+    before = tree_snapshot(server.store_root)
+    [outcome] = await server.api.admit_runs([_request(run_id, 0)])
+    assert isinstance(outcome, AlreadyExists)
+    assert tree_snapshot(server.store_root) == before
+
+
+async def test_launch_runs_marks_then_runs_each_admitted_run(
+    build: Builder, count_batches: list[int]
+) -> None:
+    server = build()
+    await deploy(server, GREETING_PLAN)
+    ids = await server.api.reserve_run_ids(3)
+    await server.api.admit_runs([_request(run_id, i) for i, run_id in enumerate(ids)])
+    seen: list[tuple[str, str]] = []
+    server.api.add_run_listener(lambda run_id, status, *_: seen.append((run_id, status)))
+    count_batches.clear()
+    outcomes = await server.api.launch_runs([ids[0], ids[1], "run-424242", ids[0], ids[2]])
+    assert outcomes[0] is None and outcomes[1] is None and outcomes[4] is None
+    assert isinstance(outcomes[2], NotFound)
+    assert isinstance(outcomes[3], InvalidState)  # named twice: launched once
+    # Every executing mark was durable, in one batch, before any run stepped.
+    assert count_batches[0] == 3
+    assert seen[:3] == [(ids[0], "running"), (ids[1], "running"), (ids[2], "running")]
+    assert await server.api.drain(5) == []
+    for index, run_id in enumerate(ids):
+        run = await server.api.inspect_run(run_id)
+        assert run["status"] == "completed" and run["output"] == {"result": f"hello n{index}"}
+    [again] = await server.api.launch_runs([ids[0]])
+    assert isinstance(again, InvalidState)
+
+
+async def test_concurrent_steps_share_one_flush(build: Builder, count_batches: list[int]) -> None:
+    server = build()
+    await deploy(server, GREETING_PLAN)
+    ids = await server.api.reserve_run_ids(5)
+    await server.api.admit_runs([_request(run_id, i) for i, run_id in enumerate(ids)])
+    await server.api.launch_runs(ids)
+    assert await server.api.drain(5) == []
+    # Marks, then the five steps together, then the five stops together.
+    assert count_batches[-3:] == [5, 5, 5]
+    for run_id in ids:
+        assert _stored(server, run_id)["status"] == "completed"
+
+
+async def test_a_writer_cancelled_before_the_flush_writes_nothing(build: Builder) -> None:
+    server = build()
+    await deploy(server, GREETING_PLAN)
+    [run_id] = await server.api.reserve_run_ids(1)
+    await server.api.admit_run("demo.default", {"name": "a"}, run_id=run_id)
+    store = server.api._runs
+    record = store.get(run_id).model_copy(update={"updated_at": "2026-03-02T10:00:00Z"})
+    writer = asyncio.ensure_future(store.commit(record))
+    await asyncio.sleep(0)
+    writer.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await writer
+    await asyncio.sleep(0)
+    assert _stored(server, run_id)["updated_at"] != "2026-03-02T10:00:00Z"
+    assert store.get(run_id).updated_at != "2026-03-02T10:00:00Z"
+
+
+async def test_a_failed_flush_fails_every_writer_of_the_batch(
+    build: Builder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = build()
+    await deploy(server, GREETING_PLAN)
+    ids = await server.api.reserve_run_ids(2)
+    await server.api.admit_runs([_request(run_id, i) for i, run_id in enumerate(ids)])
+    store = server.api._runs
+    records = [
+        store.get(run_id).model_copy(update={"updated_at": "2026-03-02T10:00:00Z"})
+        for run_id in ids
+    ]
+
+    def full(items: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("adapters.host.runs.atomic_write_many", full)
+    results = await asyncio.gather(*(store.commit(r) for r in records), return_exceptions=True)
+    assert all(isinstance(r, OSError) for r in results)
+    assert all(store.get(run_id).updated_at != "2026-03-02T10:00:00Z" for run_id in ids)
+
+
+async def test_a_crash_before_any_record_of_a_batch_leaves_none_written(
+    build: Builder,
+) -> None:
+    server = build()
+    await deploy(server, GREETING_PLAN)
+    ids = await server.api.reserve_run_ids(3)
+    crash = CrashAt("before:run:admitted", occurrence=3)
+    previous = set_fault_injector(crash)
+    try:
+        with pytest.raises(SimulatedCrash):
+            await server.api.admit_runs([_request(run_id, i) for i, run_id in enumerate(ids)])
+    finally:
+        set_fault_injector(previous)
+    assert not any((server.store_root / "runs" / f"{run_id}.json").exists() for run_id in ids)
+    assert crash.seen.count("after:run:admitted") == 0
+
+
+async def test_atomic_write_many_leaves_no_temporaries(tmp_path: Path) -> None:
+    targets = [tmp_path / "d" / f"r{i}.json" for i in range(12)]
+    storage.atomic_write_many([(path, f'{{"n": {i}}}\n') for i, path in enumerate(targets)])
+    assert [json.loads(p.read_text())["n"] for p in targets] == list(range(12))
+    storage.atomic_write_many([(targets[0], "{}\n")])
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == sorted(p.name for p in targets)
+
+
+async def test_preflight_hands_out_a_copy(build: Builder) -> None:
+    server = build()
+    await deploy(server, GREETING_PLAN, inputs={"name": "x", "punct": "!"})
+    merged = await server.api.preflight("demo.default", {})
+    merged["name"] = "changed"
+    assert (await server.api.get_deployment("demo.default"))["inputs"]["name"] == "x"
+
+
+def test_a_schema_changed_in_place_is_not_checked_with_a_stale_validator() -> None:
+    schema: dict[str, Any] = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    assert validate_instance("inputs", schema, {"n": 1}) == []
+    schema["properties"]["n"]["type"] = "string"
+    assert [p.field for p in validate_instance("inputs", schema, {"n": 1})] == ["inputs.n"]
+
+
+async def test_a_sleeping_run_can_still_be_cancelled_after_a_batch_launch(
+    build: Builder,
+) -> None:
+    server = build()
+    await deploy(server, sleep_plan(30), "nap.default")
+    ids = await server.api.reserve_run_ids(2)
+    await server.api.admit_runs(
+        [
+            _request(run_id, i, deployment_id="nap.default", inputs={})
+            for i, run_id in enumerate(ids)
+        ]
+    )
+    await server.api.launch_runs(ids)
+    assert sorted(await server.api.cancel_executing()) == ids
+    for run_id in ids:
+        assert _stored(server, run_id)["status"] == "running"  # its mark stays
