@@ -6,11 +6,13 @@ handed to `build_scheduler_service` only has to look like this.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["HostApi", "HostServer", "RunListener"]
+from core.errors import SchedulingError
+
+__all__ = ["BatchRunHost", "HostApi", "HostServer", "RunListener"]
 
 RunListener = Callable[[str, str, "Mapping[str, Any] | None", "str | None"], None]
 
@@ -45,6 +47,24 @@ class HostApi(Protocol):
     def add_run_listener(self, callback: RunListener) -> None: ...
 
     async def drain(self, timeout_s: float) -> list[str]: ...
+
+
+@runtime_checkable
+class BatchRunHost(Protocol):
+    """Optional: a host that creates and launches many runs with one group
+    commit each. The service uses it when the host has it, else `admit_run`
+    and `launch_run` per run."""
+
+    async def admit_runs(
+        self, requests: Sequence[Mapping[str, Any]]
+    ) -> list[str | SchedulingError]:
+        """Per request (`admit_run`'s keyword arguments, `run_id` required): the
+        run id once durable, or the error `admit_run` would have raised."""
+        ...
+
+    async def launch_runs(self, run_ids: Sequence[str]) -> list[SchedulingError | None]:
+        """Per run id: None once it executes, or the error `launch_run` would raise."""
+        ...
 
 
 class HostServer(Protocol):

@@ -29,6 +29,7 @@ No scheduling rule lives here: every decision is `decide`'s.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -79,7 +80,7 @@ from shell.definition_store import DefinitionStore
 from shell.durable import GroupCommit, remove_stale_temp_files
 from shell.history_store import HistoryRecovery, OpenOccurrence
 from shell.lock import SchedulerLock
-from shell.ports import HostApi
+from shell.ports import BatchRunHost, HostApi
 from shell.schedules_api import LiveScheduleView, SchedulesApi
 from shell.store_format import (
     ScheduleFiles,
@@ -95,6 +96,8 @@ __all__ = ["SchedulerService", "build_scheduler_service"]
 _log = logging.getLogger(__name__)
 
 _NO_RUN_DIAGNOSTIC = "no run record"
+# Run ids reserved per host call (the host accepts 1 to 1000).
+_RESERVE_CHUNK = 1000
 
 
 @dataclass(slots=True)
@@ -969,11 +972,9 @@ class SchedulerService:
     async def _carry_out(self, commands: Sequence[Command], now: datetime) -> None:
         history = self._api.history
         admits = [c for c in commands if isinstance(c, AdmitOccurrence)]
-        verdicts: dict[tuple[str, datetime], str | None] = {}
-        for admit in admits:
-            verdicts[(admit.schedule_id, admit.instant)] = await self._preflight(admit)
+        verdicts = await self._preflight_all(admits)
         passing = [a for a in admits if verdicts[(a.schedule_id, a.instant)] is None]
-        run_ids = iter(await self._host.reserve_run_ids(len(passing)) if passing else [])
+        run_ids = iter(await self._reserve_run_ids(len(passing)))
         after = _Round()
         batch = GroupCommit()
         # A schedule whose store refuses a write (a damaged history is frozen)
@@ -997,8 +998,7 @@ class SchedulerService:
                 batch.abort()
             raise
         self._events.extend(after.events)
-        for schedule_id, run_id, instant, snapshot in after.launches:
-            await self._create_and_launch(schedule_id, instant, run_id, snapshot)
+        creations = list(after.launches)
         for schedule_id, instant in after.creates:
             occurrence = history.open_occurrence(schedule_id, instant)
             if occurrence is None or occurrence.run_id is None or occurrence.snapshot is None:
@@ -1008,9 +1008,8 @@ class SchedulerService:
                     format_instant(instant),
                 )
                 continue
-            await self._create_and_launch(
-                schedule_id, instant, occurrence.run_id, occurrence.snapshot
-            )
+            creations.append((schedule_id, occurrence.run_id, instant, occurrence.snapshot))
+        await self._create_and_launch_all(creations)
         for schedule_id, instant, run_id in after.starts:
             await self._launch(schedule_id, instant, run_id)
 
@@ -1113,6 +1112,40 @@ class SchedulerService:
         self._events.extend(self._damaged(schedule_id, problem))
         self._wake.set()
 
+    async def _reserve_run_ids(self, count: int) -> list[str]:
+        """`count` run ids, in reservations of at most `_RESERVE_CHUNK` (the host's
+        bound per call): a herd larger than that still gets every id."""
+        reserved: list[str] = []
+        while len(reserved) < count:
+            chunk = min(_RESERVE_CHUNK, count - len(reserved))
+            reserved.extend(await self._host.reserve_run_ids(chunk))
+        return reserved
+
+    async def _preflight_all(
+        self, admits: Sequence[AdmitOccurrence]
+    ) -> dict[tuple[str, datetime], str | None]:
+        """Each admission's preflight verdict (None = passes). Admissions of one
+        round with the same deployment and inputs share one host check: a
+        herd of schedules on one deployment costs one preflight, not thousands."""
+        verdicts: dict[tuple[str, datetime], str | None] = {}
+        shared: dict[tuple[str, str], str | None] = {}
+        for admit in admits:
+            try:
+                key: tuple[str, str] | None = (
+                    admit.deployment_id,
+                    json.dumps(admit.inputs, sort_keys=True, allow_nan=False),
+                )
+            except (TypeError, ValueError):
+                key = None
+            if key is not None and key in shared:
+                verdict = shared[key]
+            else:
+                verdict = await self._preflight(admit)
+                if key is not None:
+                    shared[key] = verdict
+            verdicts[(admit.schedule_id, admit.instant)] = verdict
+        return verdicts
+
     async def _preflight(self, admit: AdmitOccurrence) -> str | None:
         try:
             await self._host.preflight(admit.deployment_id, admit.inputs)
@@ -1182,33 +1215,81 @@ class SchedulerService:
                 run_id=run_id,
             )
         except SchedulingError as exc:
-            # The occurrence is admitted and durable; its run cannot be created
-            # (the deployment vanished between preflight and now). Fail it
-            # truthfully rather than leave the overlap place taken forever.
-            _log.error(
-                "run %s for %s@%s could not be created: %s",
-                run_id,
-                schedule_id,
-                origin["instant"],
-                exc,
-            )
-            self._events.append(
-                OccurrenceAdmitted(schedule_id=schedule_id, instant=instant, run_id=run_id)
-            )
-            self._events.append(
-                RunStatusChanged(
-                    schedule_id=schedule_id,
-                    instant=instant,
-                    run_id=run_id,
-                    status="failed",
-                    message=f"the run could not be created: {exc.message}",
-                )
-            )
+            self._not_created(schedule_id, instant, run_id, exc)
             return
         self._events.append(
             OccurrenceAdmitted(schedule_id=schedule_id, instant=instant, run_id=run_id)
         )
         await self._launch(schedule_id, instant, run_id)
+
+    def _not_created(
+        self, schedule_id: str, instant: datetime, run_id: str, exc: SchedulingError
+    ) -> None:
+        # The occurrence is admitted and durable; its run cannot be created
+        # (the deployment vanished between preflight and now). Fail it
+        # truthfully rather than leave the overlap place taken forever.
+        _log.error(
+            "run %s for %s@%s could not be created: %s",
+            run_id,
+            schedule_id,
+            format_instant(instant),
+            exc,
+        )
+        self._events.append(
+            OccurrenceAdmitted(schedule_id=schedule_id, instant=instant, run_id=run_id)
+        )
+        self._events.append(
+            RunStatusChanged(
+                schedule_id=schedule_id,
+                instant=instant,
+                run_id=run_id,
+                status="failed",
+                message=f"the run could not be created: {exc.message}",
+            )
+        )
+
+    async def _create_and_launch_all(
+        self, creations: Sequence[tuple[str, str, datetime, Mapping[str, Any]]]
+    ) -> None:
+        """Create and launch the runs of admitted occurrences ((schedule id, run
+        id, instant, snapshot) each). A host that takes batches writes all run
+        records with one group commit, then all executing marks with another,
+        instead of four fsyncs per run."""
+        if len(creations) < 2 or not isinstance(self._host, BatchRunHost):
+            for schedule_id, run_id, instant, snapshot in creations:
+                await self._create_and_launch(schedule_id, instant, run_id, snapshot)
+            return
+        requests = [
+            {
+                "deployment_id": snapshot["deployment_id"],
+                "inputs": dict(snapshot["inputs"]),
+                "max_steps": snapshot["max_steps"],
+                "origin": {
+                    "kind": "schedule",
+                    "schedule_id": schedule_id,
+                    "instant": format_instant(instant),
+                    "revision": snapshot["revision"],
+                },
+                "run_id": run_id,
+            }
+            for schedule_id, run_id, instant, snapshot in creations
+        ]
+        created = await self._host.admit_runs(requests)
+        launching: list[tuple[str, str]] = []
+        for (schedule_id, run_id, instant, _), outcome in zip(creations, created, strict=True):
+            if isinstance(outcome, SchedulingError):
+                self._not_created(schedule_id, instant, run_id, outcome)
+                continue
+            self._events.append(
+                OccurrenceAdmitted(schedule_id=schedule_id, instant=instant, run_id=run_id)
+            )
+            launching.append((schedule_id, run_id))
+        if not launching:
+            return
+        launched = await self._host.launch_runs([run_id for _, run_id in launching])
+        for (schedule_id, run_id), error in zip(launching, launched, strict=True):
+            if error is not None:
+                _log.error("run %s of %s could not be launched: %s", run_id, schedule_id, error)
 
     async def _launch(self, schedule_id: str, instant: datetime, run_id: str) -> None:
         try:
