@@ -1,0 +1,199 @@
+"""Benchmark: restart. N schedules (default 10,000) and R history rows in all
+(default 1,000,000: 100 per schedule) on disk; how long from the start of a
+fresh process to the scheduler's first decision?
+
+Set-up writes the store through the real APIs and stores (fsyncs deferred to
+one `sync()`, see harness.fast_setup): N hourly cron schedules created 40
+hours ago, and per schedule 33 admitted occurrences (admitted, running,
+completed rows) and one skipped-misfire row, the runtime record and a cleanly
+closed history index. The run store is left empty (history rows name runs
+that are not on disk; recovery reads run records only for open occurrences,
+and none is open): `--runs K` adds K completed run records, to show what
+the host's own start costs per run record.
+
+The measured process is a child: `python bench/restart.py --child STORE`
+imports everything, builds the host server (loads run records), builds the
+scheduler service, starts it (lock, recovery of every schedule) and reports
+when its first `decide` call returns. The parent times from just before it
+spawns the child. Repeated `--repeat` times; the files were just written,
+so the page cache is warm for all of them.
+
+    uv run --frozen --group bench python bench/restart.py
+    uv run --frozen --group bench python bench/restart.py --schedules 1000 --rows 100000
+
+Not a test: it prints figures and asserts nothing. Target: <= 2 s.
+"""
+
+from __future__ import annotations
+
+import time
+
+_T_PROCESS = time.time()
+
+import argparse  # noqa: E402
+import asyncio  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+from datetime import UTC, datetime, timedelta  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+
+def _instants(now: datetime, count: int) -> tuple[int, list[datetime]]:
+    """A minute of the hour whose last instant is a few minutes ago (the next
+    is most of an hour away, so the restart's first decision has nothing
+    due), and the `count` hourly instants ending there."""
+    last = (now - timedelta(minutes=3)).replace(second=0, microsecond=0)
+    return last.minute, [last - timedelta(hours=count - 1 - i) for i in range(count)]
+
+
+async def generate(root: Path, schedules: int, rows: int, runs: int) -> dict[str, Any]:
+    import harness
+
+    from shell import ManualClock
+
+    per_schedule = max(rows // schedules, 1)
+    triplets = (per_schedule - 1) // 3
+    now = datetime.now(UTC)
+    minute, instants = _instants(now, triplets + 1)
+    skipped, instants = instants[-1], instants[:-1]
+    created = instants[0] - timedelta(minutes=30) if instants else skipped - timedelta(hours=1)
+    clock = ManualClock(created)
+    server = harness.build_server(root, clock=clock.now)
+    api = server.api
+    api.schedules.clock = clock
+    began = time.perf_counter()
+    with harness.fast_setup():
+        await harness.deploy_trivial(server)
+        ids = [f"s-{index:05d}" for index in range(schedules)]
+        for schedule_id in ids:
+            await api.schedules.create_schedule(
+                schedule_id=schedule_id,
+                deployment_id=harness.DEPLOYMENT,
+                trigger={"kind": "cron", "expression": f"{minute} * * * *"},
+            )
+        total_runs = schedules * len(instants)
+        issued = 0
+        while issued < total_runs:
+            issued += len(await api.reserve_run_ids(min(1000, total_runs - issued)))
+        next_run = 1
+        for schedule_id in ids:
+            next_run = harness.write_history(
+                api.schedules, schedule_id, instants, next_run, extra_skipped=skipped
+            )
+        api.schedules.history.close()
+        if runs:
+            await _completed_runs(api, runs)
+    return {
+        "schedules": schedules,
+        "rows": schedules * (3 * len(instants) + 1),
+        "runs_on_disk": runs,
+        "setup_s": time.perf_counter() - began,
+    }
+
+
+async def _completed_runs(api: Any, count: int) -> None:
+    """`count` run records that ran to completion (manual runs, no schedule)."""
+    while count > 0:
+        ids = await api.reserve_run_ids(min(1000, count))
+        await api.admit_runs(
+            [{"deployment_id": "bench.default", "inputs": {}, "run_id": run_id} for run_id in ids]
+        )
+        await api.launch_runs(ids)
+        await api.drain(600)
+        count -= len(ids)
+
+
+async def child(root: Path) -> dict[str, float]:
+    """Start the scheduler on `root` and time its phases (POSIX timestamps)."""
+    stamps: dict[str, float] = {"process": _T_PROCESS}
+    import harness
+
+    import shell.service
+    from shell import SchedulerServiceConfig, SystemClock, build_scheduler_service
+
+    stamps["imported"] = time.time()
+    first: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+    real_decide = shell.service.decide
+
+    def decide(*args: Any, **kwargs: Any) -> Any:
+        result = real_decide(*args, **kwargs)
+        if not first.done():
+            first.set_result(time.time())
+        return result
+
+    shell.service.decide = decide  # type: ignore[assignment]
+    server = harness.build_server(root)
+    stamps["host_built"] = time.time()
+    service = build_scheduler_service(
+        server, SchedulerServiceConfig(enabled=True, max_concurrent_runs=100), clock=SystemClock()
+    )
+    await service.start()
+    stamps["started"] = time.time()
+    stamps["first_decision"] = await first
+    stamps["schedules"] = float(len(service.state.schedules))
+    await service.stop()
+    return stamps
+
+
+def _spawn(root: Path) -> dict[str, float]:
+    began = time.time()
+    command = [sys.executable, str(Path(__file__)), "--child", str(root)]
+    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    stamps = dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    stamps["spawned"] = began
+    return stamps
+
+
+def _phases(stamps: dict[str, float]) -> dict[str, float]:
+    return {
+        "total_s": stamps["first_decision"] - stamps["spawned"],
+        "interpreter_s": stamps["process"] - stamps["spawned"],
+        "imports_s": stamps["imported"] - stamps["process"],
+        "host_s": stamps["host_built"] - stamps["imported"],
+        "recovery_s": stamps["started"] - stamps["host_built"],
+        "first_round_s": stamps["first_decision"] - stamps["started"],
+        "schedules": stamps["schedules"],
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--schedules", type=int, default=10_000)
+    parser.add_argument("--rows", type=int, default=1_000_000, help="history rows in all")
+    parser.add_argument("--runs", type=int, default=0, help="completed run records on disk")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--child", metavar="STORE", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    if args.child is not None:
+        print(json.dumps(asyncio.run(child(Path(args.child)))))
+        return
+    with tempfile.TemporaryDirectory(prefix="wf-bench-restart-") as tmp:
+        root = Path(tmp) / "store"
+        setup = asyncio.run(generate(root, args.schedules, args.rows, args.runs))
+        runs = [_phases(_spawn(root)) for _ in range(max(args.repeat, 1))]
+    result = {**setup, "restarts": runs}
+    if args.json:
+        print(json.dumps(result))
+        return
+    print(
+        f"restart with {setup['schedules']:,} schedules, {setup['rows']:,} history rows,"
+        f" {setup['runs_on_disk']:,} run records (set-up {setup['setup_s']:.0f} s)"
+    )
+    for index, phases in enumerate(runs):
+        label = f"start #{index + 1}"
+        print(
+            f"  {label:13} process start -> first decision {phases['total_s']:6.3f} s"
+            f"  (target <= 2 s): interpreter {phases['interpreter_s']:.3f},"
+            f" imports {phases['imports_s']:.3f}, host {phases['host_s']:.3f},"
+            f" recovery {phases['recovery_s']:.3f}, first round {phases['first_round_s']:.3f};"
+            f" {phases['schedules']:,.0f} schedules live"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,319 @@
+"""Benchmark: spread load, side by side with APScheduler 3.x on the wall clock.
+
+N cron schedules (default: 1,000 and then 10,000) fire for a few minutes of
+real time; each occurrence starts a trivial one-step run. For each system and
+size a fresh child process sets up, waits for a minute boundary, and measures
+whole minutes:
+
+- ours: the real scheduler service and host on real stores in a temp dir,
+  SystemClock, `max_concurrent_runs` = N and overlap `parallel` (neither
+  binds). Lateness = the instant the `admitted` history row is durable (its
+  group commit returned) - the occurrence instant.
+- APScheduler 3.x: AsyncIOScheduler, MemoryJobStore, CronTrigger, a trivial
+  async job. Lateness = the instant the job starts - its scheduled run time.
+
+Both report p50/p99/max lateness, CPU seconds (user + system) per minute of
+the window and peak RSS. Our cron has minute resolution (five fields, no
+seconds), so "spread evenly" is what a minute-resolution calendar allows:
+
+- `--pattern minute` (default): every schedule fires every minute
+  (`* * * * *`): N occurrences per minute, all at second 0.
+- `--pattern hour`: schedule i fires hourly at minute i mod 60: N/60
+  occurrences per minute, at second 0.
+
+APScheduler gets the very same triggers (second 0 of the same minutes).
+
+    uv run --frozen --group bench python bench/spread.py                  # 1,000 and 10,000, 2 min
+    uv run --frozen --group bench python bench/spread.py --schedules 1000 --minutes 1
+    uv run --frozen --group bench python bench/spread.py --pattern hour --schedules 10000
+
+Not a test: it prints figures and asserts nothing. Targets: our p99 <= its
+p99, our CPU per minute <= its CPU per minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import harness
+
+PATTERNS = ("minute", "hour")
+
+
+def expression(pattern: str, index: int) -> str:
+    return "* * * * *" if pattern == "minute" else f"{index % 60} * * * *"
+
+
+def _window(minutes: int) -> tuple[float, float]:
+    """Start and end of the measuring window: from 2 s before the next minute
+    boundary to 2 s before the boundary `minutes` later (whole minutes, each
+    holding one boundary's occurrences and the work that follows them)."""
+    now = time.time()
+    boundary = (int(now // 60) + 1) * 60
+    if boundary - now < 5:
+        boundary += 60
+    return boundary - 2.0, boundary - 2.0 + 60.0 * minutes
+
+
+def expected_fires(schedules: int, pattern: str, begin: float, end: float) -> int:
+    """How many occurrences fall in [begin, end)."""
+    boundaries = [m * 60 for m in range(int(begin // 60) + 1, int(end // 60) + 1)]
+    boundaries = [b for b in boundaries if begin <= b < end]
+    if pattern == "minute":
+        return schedules * len(boundaries)
+    return sum(
+        sum(1 for index in range(schedules) if index % 60 == (b // 60) % 60) for b in boundaries
+    )
+
+
+async def _sleep_until(moment: float) -> None:
+    delay = moment - time.time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+def _figures(
+    lateness: list[float], cpu: float, minutes: int, fires: int, extra: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "fires": fires,
+        "p50_s": harness.percentile(lateness, 50),
+        "p99_s": harness.percentile(lateness, 99),
+        "max_s": max(lateness) if lateness else float("nan"),
+        "cpu_per_min_s": cpu / minutes,
+        "peak_rss_mib": harness.peak_rss_mib(),
+        **extra,
+    }
+
+
+# --- ours ---------------------------------------------------------------------------
+
+
+async def run_ours(schedules: int, minutes: int, pattern: str) -> dict[str, Any]:
+    from shell import SchedulerServiceConfig, SystemClock, build_scheduler_service
+
+    with tempfile.TemporaryDirectory(prefix="wf-bench-spread-") as tmp:
+        server = harness.build_server(Path(tmp) / "store")
+        api = server.api
+        service = build_scheduler_service(
+            server,
+            SchedulerServiceConfig(
+                enabled=True, max_concurrent_runs=max(schedules, 1), drain_grace_s=120
+            ),
+            clock=SystemClock(),
+        )
+        with harness.fast_setup():
+            await harness.deploy_trivial(server)
+            for index in range(schedules):
+                await api.schedules.create_schedule(
+                    schedule_id=f"s-{index:05d}",
+                    deployment_id=harness.DEPLOYMENT,
+                    trigger={"kind": "cron", "expression": expression(pattern, index)},
+                    overlap="parallel",
+                    max_active_runs=10,
+                )
+        completed: list[int] = [0]
+
+        def on_status(run_id: str, status: str, origin: Any, message: str | None) -> None:
+            del run_id, origin, message
+            if status == "completed":
+                completed[0] += 1
+
+        api.add_run_listener(on_status)
+        await service.start()
+        begin, end = _window(minutes)
+        await _sleep_until(begin)
+        probe = harness.AdmissionProbe(api.schedules.history)
+        cpu = harness.cpu_seconds()
+        await _sleep_until(end)
+        cpu = harness.cpu_seconds() - cpu
+        commits = probe.commits
+        # Occurrences of the window still undecided at its end count too: wait
+        # for them (not counted as CPU of the window), up to two minutes.
+        expected = expected_fires(schedules, pattern, begin, end)
+        deadline = time.time() + 120
+        while len(probe.lateness(begin, end)) < expected and time.time() < deadline:
+            await asyncio.sleep(0.05)
+        probe.restore()
+        lateness = probe.lateness(begin, end)
+        result = _figures(
+            lateness,
+            cpu,
+            minutes,
+            len(lateness),
+            {
+                "expected": expected,
+                "completed_runs": completed[0],
+                "group_commits": commits,
+            },
+        )
+        await service.stop()
+        await api.cancel_executing()
+        return result
+
+
+# --- APScheduler ----------------------------------------------------------------------
+
+
+async def run_apscheduler(schedules: int, minutes: int, pattern: str) -> dict[str, Any]:
+    from apscheduler.events import EVENT_JOB_SUBMITTED, JobSubmissionEvent
+    from apscheduler.jobstores.memory import MemoryJobStore
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
+    from apscheduler.triggers.cron import CronTrigger
+
+    started: dict[str, list[float]] = {}
+    scheduled: dict[str, list[float]] = {}
+
+    async def job(job_id: str) -> None:
+        started.setdefault(job_id, []).append(time.time())
+
+    def on_submitted(event: JobSubmissionEvent) -> None:
+        scheduled.setdefault(event.job_id, []).extend(
+            t.timestamp() for t in event.scheduled_run_times
+        )
+
+    scheduler = AsyncIOScheduler(
+        jobstores={"default": MemoryJobStore()},
+        timezone=UTC,
+        job_defaults={"misfire_grace_time": None, "coalesce": False, "max_instances": 10},
+    )
+    scheduler.add_listener(on_submitted, EVENT_JOB_SUBMITTED)
+    for index in range(schedules):
+        job_id = f"s-{index:05d}"
+        trigger = (
+            CronTrigger(second=0, timezone=UTC)
+            if pattern == "minute"
+            else CronTrigger(minute=index % 60, second=0, timezone=UTC)
+        )
+        scheduler.add_job(job, trigger, args=[job_id], id=job_id)
+    scheduler.start()
+    begin, end = _window(minutes)
+    await _sleep_until(begin)
+    cpu = harness.cpu_seconds()
+    await _sleep_until(end)
+    cpu = harness.cpu_seconds() - cpu
+    expected = expected_fires(schedules, pattern, begin, end)
+
+    def lateness() -> list[float]:
+        found: list[float] = []
+        for job_id, planned in scheduled.items():
+            for planned_at, started_at in zip(planned, started.get(job_id, []), strict=False):
+                if begin <= planned_at < end:
+                    found.append(started_at - planned_at)
+        return found
+
+    deadline = time.time() + 120
+    while len(lateness()) < expected and time.time() < deadline:
+        await asyncio.sleep(0.25)
+    scheduler.shutdown(wait=False)
+    found = lateness()
+    return _figures(found, cpu, minutes, len(found), {"expected": expected})
+
+
+# --- driver ---------------------------------------------------------------------------
+
+
+def child(system: str, schedules: int, minutes: int, pattern: str) -> dict[str, Any]:
+    """One configuration in a fresh process: its own CPU time and peak RSS."""
+    command = [
+        sys.executable,
+        str(Path(__file__)),
+        "--child",
+        system,
+        "--schedules",
+        str(schedules),
+        "--minutes",
+        str(minutes),
+        "--pattern",
+        pattern,
+    ]
+    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def ratio(ours: float, theirs: float) -> float:
+    return ours / theirs if theirs else float("inf")
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        f"{'metric':34} {'ours':>10} {'APScheduler':>12} {'ratio':>8} {'target':>14} {'met?':>5}"
+    ]
+    for row in rows:
+        ours, theirs = row["ours"], row["theirs"]
+        target = row.get("target", "")
+        met = row.get("met")
+        lines.append(
+            f"{row['metric']:34} {ours:10.3f} {theirs:12.3f} {ratio(ours, theirs):8.2f}"
+            f" {target:>14} {'' if met is None else ('yes' if met else 'NO'):>5}"
+        )
+    return "\n".join(lines)
+
+
+def compare(schedules: int, ours: dict[str, Any], theirs: dict[str, Any]) -> list[dict[str, Any]]:
+    label = f"{schedules:,}"
+    return [
+        {"metric": f"spread {label}: lateness p50 s", "ours": ours["p50_s"],
+         "theirs": theirs["p50_s"]},
+        {"metric": f"spread {label}: lateness p99 s", "ours": ours["p99_s"],
+         "theirs": theirs["p99_s"], "target": "<= APS", "met": ours["p99_s"] <= theirs["p99_s"]},
+        {"metric": f"spread {label}: lateness max s", "ours": ours["max_s"],
+         "theirs": theirs["max_s"]},
+        {"metric": f"spread {label}: CPU s per minute", "ours": ours["cpu_per_min_s"],
+         "theirs": theirs["cpu_per_min_s"], "target": "<= APS",
+         "met": ours["cpu_per_min_s"] <= theirs["cpu_per_min_s"]},
+        {"metric": f"spread {label}: peak RSS MiB", "ours": ours["peak_rss_mib"],
+         "theirs": theirs["peak_rss_mib"]},
+    ]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--schedules", type=int, action="append", help="repeatable; default 1000 and 10000"
+    )
+    parser.add_argument("--minutes", type=int, default=2, help="measured minutes per run")
+    parser.add_argument("--pattern", choices=PATTERNS, default="minute")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--child", choices=("ours", "apscheduler"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    sizes = args.schedules or [1000, 10_000]
+    if args.child is not None:
+        runner = run_ours if args.child == "ours" else run_apscheduler
+        result = asyncio.run(runner(sizes[0], args.minutes, args.pattern))
+        print(json.dumps(result))
+        return
+    results: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
+    for size in sizes:
+        ours = child("ours", size, args.minutes, args.pattern)
+        theirs = child("apscheduler", size, args.minutes, args.pattern)
+        results.append({"schedules": size, "ours": ours, "apscheduler": theirs})
+        rows.extend(compare(size, ours, theirs))
+    if args.json:
+        print(json.dumps({"pattern": args.pattern, "minutes": args.minutes, "results": results}))
+        return
+    stamp = datetime.now(UTC).isoformat(timespec="seconds")
+    print(f"spread load, pattern {args.pattern}, {args.minutes} measured minute(s), {stamp}")
+    print(table(rows))
+    for entry in results:
+        ours = entry["ours"]
+        print(
+            f"  at {entry['schedules']:,}: ours admitted {ours['fires']:,} of"
+            f" {ours['expected']:,} occurrences ({ours['completed_runs']:,} runs completed in the"
+            f" window, {ours['group_commits']:,} group commits); APScheduler fired"
+            f" {entry['apscheduler']['fires']:,} of {entry['apscheduler']['expected']:,}"
+        )
+
+
+if __name__ == "__main__":
+    main()
