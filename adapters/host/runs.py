@@ -31,7 +31,14 @@ from shell.durable import fault_point
 from .identifiers import RUN_ID_PATTERN, format_run_id, parse_run_id
 from .records import STOP_STATUSES, RunRecord, check_consistency
 from .recovery import recover_record
-from .storage import atomic_write_json, atomic_write_many, dump_json, is_temp_file, read_json
+from .storage import (
+    SparePool,
+    atomic_write_json,
+    atomic_write_many,
+    dump_json,
+    is_temp_file,
+    read_json,
+)
 
 __all__ = ["MAX_PAGE", "RunStore", "check_run_id"]
 
@@ -85,6 +92,8 @@ class RunStore:
         # Records waiting for this turn's group commit (see `commit`).
         self._pending: list[tuple[RunRecord, asyncio.Future[None]]] = []
         self._flush_loop: asyncio.AbstractEventLoop | None = None
+        # Recycled files for record replaces (creating a file is the dear part).
+        self._spares = SparePool(self.dir)
 
     def path(self, run_id: str) -> Path:
         return self.dir / f"{run_id}.json"
@@ -95,6 +104,9 @@ class RunStore:
         if not self.dir.is_dir():
             return findings
         for path in sorted(self.dir.iterdir()):
+            if SparePool.is_spare(path.name):
+                self._spares.adopt(path)
+                continue
             if is_temp_file(path) or not path.is_file():
                 continue
             number = parse_run_id(path.stem) if path.suffix == ".json" else None
@@ -180,7 +192,9 @@ class RunStore:
         assert number is not None and RUN_ID_PATTERN.match(record.run_id)
         what = _write_kind(self._records.get(number), record)
         fault_point(f"before:run:{what}")
-        atomic_write_json(self.path(record.run_id), record.to_json())
+        atomic_write_json(
+            self.path(record.run_id), record.to_json(), spares=self._spares, compact=True
+        )
         self._remember(number, record)
         fault_point(f"after:run:{what}")
 
@@ -206,7 +220,10 @@ class RunStore:
             staged.append((number, record, _write_kind(self._records.get(number), record)))
         for _, _, what in staged:
             fault_point(f"before:run:{what}")
-        atomic_write_many([(self.path(r.run_id), dump_json(r.to_json())) for _, r, _ in staged])
+        atomic_write_many(
+            [(self.path(r.run_id), dump_json(r.to_json(), compact=True)) for _, r, _ in staged],
+            spares=self._spares,
+        )
         for number, record, _ in staged:
             self._remember(number, record)
         for _, _, what in staged:

@@ -302,8 +302,8 @@ async def test_start_run_returns_at_once(server: LocalStaticWorkflowServer) -> N
     assert run["executing"] == {"attempt": 1, "kind": "start", "since": run["executing"]["since"]}
     assert server.api.executing_runs() == [run_id]
     # The executing mark is on disk before the first step runs.
-    on_disk = (server.store_root / "runs" / f"{run_id}.json").read_text()
-    assert '"status": "running"' in on_disk and '"kind": "start"' in on_disk
+    on_disk = json.loads((server.store_root / "runs" / f"{run_id}.json").read_text())
+    assert on_disk["status"] == "running" and on_disk["executing"]["kind"] == "start"
     assert await server.api.drain(5) == []
     run = await server.api.inspect_run(run_id)
     assert (run["status"], run["output"], run["origin"]) == (
@@ -638,8 +638,8 @@ async def test_listener_sees_durable_status(server: LocalStaticWorkflowServer) -
     seen: list[tuple[str, str]] = []
 
     def check(run_id: str, status: str, *_: Any) -> None:
-        on_disk = (server.store_root / "runs" / f"{run_id}.json").read_text()
-        seen.append((status, "on disk" if f'"status": "{status}"' in on_disk else "missing"))
+        on_disk = json.loads((server.store_root / "runs" / f"{run_id}.json").read_text())
+        seen.append((status, "on disk" if on_disk["status"] == status else "missing"))
 
     server.api.add_run_listener(check)
     run = await server.api.run_deployment("approval.default", {"item": "x"})
