@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from adapters.collector import freeze_startup_objects, tune_collector
 from adapters.host import build_local_static_workflow_server
 from adapters.rpc.app import create_app
 from adapters.rpc.auth import InsecureBind, check_bind_security
@@ -203,6 +204,7 @@ async def _serve_on(sock: socket.socket, settings: ServerSettings) -> int:
         if service is not None:
             await service.start()
             state["scheduler"] = "running"
+        freeze_startup_objects()
         serving = loop.create_task(http.serve(sockets=[sock]))
         await http.wait_started(serving)
         where = f"http://{_url_host(settings.host)}:{settings.port}{settings.rpc_path}"
@@ -282,6 +284,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    tune_collector()
     try:
         status = asyncio.run(serve(settings))
     except SchedulingError as exc:

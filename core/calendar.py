@@ -13,8 +13,11 @@ argument is a caller bug and raises `CoreMisuse`.
 Compiled triggers are cached by value (`compile_trigger`), and a cron trigger
 keeps the croniter iterator of its last `next_after` answer, so a caller that
 walks the calendar one instant at a time (`next_after(previous answer)`) pays
-for one `get_next` per instant. The memo never changes an answer: a miss just
-builds a fresh iterator.
+for one `get_next` per instant. It also remembers its last few answers of
+`next_after` and `dst_note`: schedules sharing an expression share the
+compiled trigger, so a herd of ten thousand `* * * * *` schedules asks the
+same question ten thousand times in one wake-up and croniter answers once.
+The memos never change an answer: a miss just asks croniter.
 """
 
 from __future__ import annotations
@@ -137,7 +140,7 @@ class CompiledOneShot(CompiledTrigger):
 class CompiledCron(CompiledTrigger):
     """A cron trigger evaluated by croniter in its IANA zone."""
 
-    __slots__ = ("_expression", "_memo", "_timezone", "_zone")
+    __slots__ = ("_answers", "_expression", "_memo", "_notes", "_timezone", "_zone")
 
     def __init__(self, trigger: CronTrigger) -> None:
         self._expression = trigger.expression
@@ -146,6 +149,8 @@ class CompiledCron(CompiledTrigger):
         # last answer of next_after -> the live iterator that produced it.
         # dict.pop hands an iterator to at most one caller at a time.
         self._memo: dict[datetime, croniter] = {}
+        self._answers: dict[datetime, datetime | None] = {}
+        self._notes: dict[datetime, DstNote | None] = {}
 
     @property
     def timezone(self) -> str:
@@ -169,6 +174,17 @@ class CompiledCron(CompiledTrigger):
     def next_after(self, after: datetime) -> datetime | None:
         _require_aware("after", after)
         after = after.astimezone(UTC)
+        try:
+            return self._answers[after]
+        except KeyError:
+            pass
+        found = self._next_after(after)
+        if len(self._answers) >= _MEMO_LIMIT:
+            self._answers.clear()
+        self._answers[after] = found
+        return found
+
+    def _next_after(self, after: datetime) -> datetime | None:
         it = self._memo.pop(after, None)
         if it is None:
             it = self._iterator(after)
@@ -220,6 +236,17 @@ class CompiledCron(CompiledTrigger):
 
     def dst_note(self, instant: datetime) -> DstNote | None:
         _require_aware("instant", instant)
+        try:
+            return self._notes[instant]
+        except KeyError:
+            pass
+        note = self._dst_note(instant)
+        if len(self._notes) >= _MEMO_LIMIT:
+            self._notes.clear()
+        self._notes[instant] = note
+        return note
+
+    def _dst_note(self, instant: datetime) -> DstNote | None:
         local = instant.astimezone(self._zone)
         wall = local.replace(tzinfo=None)
         first = wall.replace(fold=0, tzinfo=self._zone).utcoffset()

@@ -198,6 +198,10 @@ class StoreDamaged(InvalidState):
         self.problem = problem
 
 
+# Cached by value: a wake-up formats the same few instants (its `now`, the
+# herd's due instant) once per schedule, ten thousand times for a herd. Equal
+# aware datetimes are the same instant, and the text depends only on it.
+@functools.lru_cache(maxsize=1 << 12)
 def format_instant(value: datetime) -> str:
     """UTC ISO-8601 text ending in `Z` (microseconds only when non-zero).
 
