@@ -37,6 +37,7 @@ __all__ = [
     "deploy_trivial",
     "fast_setup",
     "fsync_latency_ms",
+    "loadavg",
     "machine",
     "peak_rss_mib",
     "percentile",
@@ -208,6 +209,12 @@ def fsync_latency_ms(directory: Path, rounds: int = 200) -> tuple[float, float]:
         os.close(fd)
         path.unlink()
     return statistics.median(samples), percentile(samples, 99)
+
+
+def loadavg() -> str:
+    """The 1, 5 and 15 minute load averages (other work on the machine skews
+    every figure; the benches print this so a reader can tell)."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def machine() -> dict[str, str]:

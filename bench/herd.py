@@ -38,6 +38,7 @@ import harness
 
 import shell.durable
 import shell.service
+from adapters.collector import freeze_startup_objects, tune_collector
 from shell import ManualClock, SchedulerServiceConfig, build_scheduler_service
 
 START = datetime(2026, 3, 2, 9, 30, 30, tzinfo=UTC)
@@ -145,6 +146,7 @@ async def measure(schedules: int, root: Path, profile: str | None = None) -> dic
 
     api.add_run_listener(count_launch)
     await service.start()
+    freeze_startup_objects()
     await service.settle()
     first = await _herd(service, api, clock, FIRST, schedules, None, launched)
     # Let every run of the first herd finish and be recorded before the next.
@@ -201,6 +203,7 @@ def _print_breakdown(title: str, breakdown: dict[str, tuple[float, int]]) -> Non
 
 
 def main(argv: list[str] | None = None) -> None:
+    tune_collector()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schedules", type=int, default=10_000)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -218,7 +221,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         print(json.dumps(result))
         return
-    print(f"herd of {result['schedules']:,} schedules due at one instant")
+    count = result["schedules"]
+    print(f"herd of {count:,} schedules due at one instant (load {harness.loadavg()})")
     for key, title in (("first", "first firing (files created)"), ("next", "next minute")):
         herd = result[key]
         print(f"  {title}")

@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
         f"history paging: one schedule, {setup['rows']:,} rows, pages of {args.limit}"
         f" ({figures['pages']:,} pages; set-up {setup['setup_s']:.0f} s)"
     )
+    print(f"  load average at the end: {harness.loadavg()}")
     for name in ("first", "middle", "last"):
         entry = figures[name]
         print(

@@ -160,6 +160,9 @@ def _phases(stamps: dict[str, float]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from adapters.collector import tune_collector
+
+    tune_collector()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schedules", type=int, default=10_000)
     parser.add_argument("--rows", type=int, default=1_000_000, help="history rows in all")
@@ -184,6 +187,9 @@ def main(argv: list[str] | None = None) -> None:
         f"restart with {setup['schedules']:,} schedules, {setup['rows']:,} history rows,"
         f" {setup['runs_on_disk']:,} run records (set-up {setup['setup_s']:.0f} s)"
     )
+    import harness
+
+    print(f"  load average at the end: {harness.loadavg()}")
     for index, phases in enumerate(runs):
         label = f"start #{index + 1}"
         print(
