@@ -100,6 +100,10 @@ _NO_RUN_DIAGNOSTIC = "no run record"
 _RESERVE_CHUNK = 1000
 
 
+# What a runtime record says besides its watermark: (held, waiting, lifecycle_seq).
+_RuntimeMark = tuple[datetime | None, tuple[datetime, ...], int]
+
+
 @dataclass(slots=True)
 class _Folded:
     """A schedule's lifecycle folded up to some record."""
@@ -121,6 +125,16 @@ class _Round:
     creates: list[tuple[str, datetime]] = field(default_factory=list)
     starts: list[tuple[str, datetime, str]] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
+    # Per schedule, the instant of the newest decision row staged in the batch.
+    decided: dict[str, datetime] = field(default_factory=dict)
+    # Runtime records staged in the batch: durable once it commits.
+    runtime_marks: dict[str, _RuntimeMark] = field(default_factory=dict)
+
+
+def _runtime_mark(record: Mapping[str, Any]) -> _RuntimeMark:
+    held = parse_instant(record["held"]) if record.get("held") else None
+    waiting = tuple(sorted(parse_instant(text) for text in record.get("waiting", ())))
+    return (held, waiting, int(record["lifecycle_seq"]))
 
 
 def _lifecycle_event(schedule_id: str, record: Mapping[str, Any]) -> Event:
@@ -291,6 +305,9 @@ class SchedulerService:
         # Schedules whose lifecycle records this round feeds to decide: their
         # runtime record is rewritten so the consumed seq is durable.
         self._consumed_now: set[str] = set()
+        # Per schedule, the held/waiting/lifecycle_seq of its last durable
+        # runtime record (see `_runtime_implied`).
+        self._runtime_marks: dict[str, _RuntimeMark] = {}
         self._idle = asyncio.Event()
         # Set by a round that failed part-way: decide's state may be ahead of
         # the stores, so the next round first rebuilds it from them.
@@ -639,6 +656,7 @@ class SchedulerService:
         definitions = self._api.definitions
         history = self._api.history
         self._orphans = []
+        self._runtime_marks = {}
         ids = definitions.list_ids()
         claims = await self._run_claims(set(ids))
         for schedule_id in ids:
@@ -676,6 +694,8 @@ class SchedulerService:
             if batch.state == "open":
                 batch.abort()
             raise
+        for schedule_id, _ in unseeded:
+            self._runtime_marks[schedule_id] = (None, (), 1)
 
     async def _reserve_past(self, run_ids: Sequence[str]) -> None:
         """Move the host's run-id counter past `run_ids`, which admitted rows name
@@ -738,6 +758,8 @@ class SchedulerService:
         if not records:
             return []
         runtime = self._api.runtime.load(schedule_id)
+        if runtime.record is not None and runtime.problem is None:
+            self._runtime_marks[schedule_id] = _runtime_mark(runtime.record)
         recovered = self._api.history.recover(schedule_id)
         # The snapshot is a cache of the log, but damage to it blocks all the same;
         # loading as the owner drops a torn final lifecycle line, with a warning.
@@ -997,6 +1019,7 @@ class SchedulerService:
             if batch.state == "open":
                 batch.abort()
             raise
+        self._runtime_marks.update(after.runtime_marks)
         self._events.extend(after.events)
         creations = list(after.launches)
         for schedule_id, instant in after.creates:
@@ -1025,7 +1048,10 @@ class SchedulerService:
         history = self._api.history
         if isinstance(command, RecordOccurrence):
             self._stage_row(batch, command, now)
+            if command.status not in RUN_STATUSES:
+                after.decided[command.schedule_id] = command.instant
         elif isinstance(command, AdmitOccurrence):
+            after.decided[command.schedule_id] = command.instant
             reason = verdicts[(command.schedule_id, command.instant)]
             if reason is not None:
                 history.append_decision(
@@ -1069,15 +1095,20 @@ class SchedulerService:
                 # A blocked schedule's files stay as found: a fresh runtime
                 # record would hide the damage from the next start.
                 return
+            lifecycle_seq = self._consumed.get(command.schedule_id, 0)
+            mark: _RuntimeMark = (command.held, tuple(command.waiting), lifecycle_seq)
+            if self._runtime_implied(command, mark, after):
+                return
             self._api.runtime.stage(
                 batch,
                 command.schedule_id,
                 watermark=command.watermark,
                 held=command.held,
                 waiting=command.waiting,
-                lifecycle_seq=self._consumed.get(command.schedule_id, 0),
+                lifecycle_seq=lifecycle_seq,
                 written_at=now,
             )
+            after.runtime_marks[command.schedule_id] = mark
         elif isinstance(command, BlockSchedule):
             _log.error("schedule %s is blocked: %s", command.schedule_id, command.diagnostic)
             self._persist_block(command)
@@ -1089,6 +1120,25 @@ class SchedulerService:
             _log.warning("%s", command.message)
         else:
             raise TypeError(f"unknown command {command!r}")
+
+    def _runtime_implied(self, command: PersistRuntime, mark: _RuntimeMark, after: _Round) -> bool:
+        """True when the record would say nothing a start cannot read elsewhere,
+        so it is not written: its held candidate, waiting instants and lifecycle
+        seq are those of the schedule's last durable record, and its watermark
+        is the instant of a decision row of this same batch.
+
+        Recovery takes the newest of the persisted watermark and the newest
+        decision row, and that row is durable before any late write of its
+        batch would have been, so every crash state reads the same watermark as
+        with the record. A herd of admissions is the common case: this halves
+        the files its group commit appends to. A round that fails part-way
+        rebuilds `_runtime_marks` from the disk before the next one.
+        """
+        schedule_id = command.schedule_id
+        return (
+            after.decided.get(schedule_id) == command.watermark
+            and self._runtime_marks.get(schedule_id) == mark
+        )
 
     def _refused(self, schedule_id: str, exc: SchedulingError) -> None:
         sched = self._state.schedules.get(schedule_id)
