@@ -134,7 +134,9 @@ def _check_timezone(value: str) -> str:
         )
     try:
         ZoneInfo(value)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        # OSError: the lookup is a file path (a name too long for the
+        # filesystem, a directory such as "America").
         raise _fail(
             "timezone_unknown",
             f"unknown time zone {value!r}; give an IANA name such as UTC or Europe/Berlin",

@@ -232,6 +232,17 @@ INVALID_CASES: list[tuple[str, dict[str, Any], dict[str, str]]] = [
         {"trigger.timezone": "unknown time zone"},
     ),
     (
+        # Longer than a file name may be: zoneinfo's lookup raises OSError.
+        "zone name too long for the filesystem",
+        payload(trigger={"kind": "cron", "expression": "0 * * * *", "timezone": "x" * 300}),
+        {"trigger.timezone": "unknown time zone"},
+    ),
+    (
+        "directory as zone",
+        payload(trigger={"kind": "cron", "expression": "0 * * * *", "timezone": "America"}),
+        {"trigger.timezone": "unknown time zone"},
+    ),
+    (
         "path as zone",
         payload(trigger={"kind": "cron", "expression": "0 * * * *", "timezone": "../etc/x"}),
         {"trigger.timezone": "unknown time zone"},
