@@ -23,10 +23,10 @@ The memos never change an answer: a miss just asks croniter.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import Final, Literal
+from typing import Final, Literal, TypeVar
 from zoneinfo import ZoneInfo
 
 from croniter import CroniterBadDateError, croniter
@@ -49,6 +49,21 @@ DstNote = Literal["gap", "fold"]
 _TRANSITION_REACH: Final = timedelta(hours=6)
 _MEMO_LIMIT: Final = 8
 _TICK: Final = timedelta(microseconds=1)
+_Key = TypeVar("_Key")
+_Value = TypeVar("_Value")
+
+
+def _remembered(memo: dict[_Key, _Value], key: _Key, compute: Callable[[_Key], _Value]) -> _Value:
+    """`compute(key)`, answered from `memo` when it was asked lately (bounded)."""
+    try:
+        return memo[key]
+    except KeyError:
+        pass
+    value = compute(key)
+    if len(memo) >= _MEMO_LIMIT:
+        memo.clear()
+    memo[key] = value
+    return value
 
 
 def _require_aware(name: str, value: datetime) -> None:
@@ -173,16 +188,7 @@ class CompiledCron(CompiledTrigger):
 
     def next_after(self, after: datetime) -> datetime | None:
         _require_aware("after", after)
-        after = after.astimezone(UTC)
-        try:
-            return self._answers[after]
-        except KeyError:
-            pass
-        found = self._next_after(after)
-        if len(self._answers) >= _MEMO_LIMIT:
-            self._answers.clear()
-        self._answers[after] = found
-        return found
+        return _remembered(self._answers, after.astimezone(UTC), self._next_after)
 
     def _next_after(self, after: datetime) -> datetime | None:
         it = self._memo.pop(after, None)
@@ -236,15 +242,7 @@ class CompiledCron(CompiledTrigger):
 
     def dst_note(self, instant: datetime) -> DstNote | None:
         _require_aware("instant", instant)
-        try:
-            return self._notes[instant]
-        except KeyError:
-            pass
-        note = self._dst_note(instant)
-        if len(self._notes) >= _MEMO_LIMIT:
-            self._notes.clear()
-        self._notes[instant] = note
-        return note
+        return _remembered(self._notes, instant, self._dst_note)
 
     def _dst_note(self, instant: datetime) -> DstNote | None:
         local = instant.astimezone(self._zone)

@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+import core.calendar as calendar_module
 from core.calendar import CompiledCron, CompiledOneShot, compile_trigger
 from core.definitions import CronTrigger, OneShotTrigger
 from core.errors import CoreMisuse
@@ -477,6 +478,30 @@ def test_interleaved_queries_do_not_disturb_each_other() -> None:
     ]
     # Asking again about an old instant answers the same as the first time.
     assert compiled.next_after(utc("2026-10-25T00:00:00Z")) == utc("2026-10-25T00:30:00Z")
+
+
+def test_a_herd_asking_one_question_walks_the_calendar_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Schedules sharing an expression share its compiled trigger: ten thousand
+    # of them due at once ask it the same questions in one wake-up.
+    compiled = _fresh("* * * * *", "Europe/Berlin")
+    built: list[object] = []
+    real = calendar_module.croniter
+
+    class Counting(real):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            built.append(args)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(calendar_module, "croniter", Counting)
+    at = utc("2026-03-02T09:31:00Z")
+    assert {compiled.next_after(at) for _ in range(1000)} == {utc("2026-03-02T09:32:00Z")}
+    assert {compiled.dst_note(at) for _ in range(1000)} == {None}
+    assert len(built) == 1
+    # The fall-back fold is still labelled, whoever asks first.
+    fold = utc("2026-10-25T00:30:00Z")
+    assert [compiled.dst_note(fold) for _ in range(3)] == ["fold"] * 3
 
 
 def test_iterators_are_independent() -> None:
