@@ -3,8 +3,8 @@
 Theory of operation
 -------------------
 `start()` takes `<store_root>/scheduler.lock`, recovers every schedule from
-its stores (lifecycle log, runtime record, history) into events, and starts
-the loop. Each round of the loop:
+its stores (lifecycle log, runtime record, history) into events (see
+`shell/recovery.py`), and starts the loop. Each round of the loop:
 
 1. collects events: lifecycle records the API appended (the API wakes the
    loop; the log is the truth, so a change is consumed exactly once, in
@@ -31,12 +31,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import Any
 
 from core.commands import (
     AdmitOccurrence,
@@ -49,11 +48,9 @@ from core.commands import (
     StartRun,
 )
 from core.decide import decide, next_wakeup
-from core.definitions import parse_definition
 from core.errors import (
     CoreMisuse,
     InvalidDefinition,
-    NotFound,
     SchedulerUnavailable,
     SchedulingError,
 )
@@ -63,24 +60,16 @@ from core.events import (
     OccurrenceAdmitted,
     PreflightFailed,
     RecordsContradicted,
-    RecoveredRun,
     RunStatusChanged,
-    ScheduleCreated,
-    ScheduleDeleted,
-    SchedulePaused,
-    ScheduleRecovered,
-    ScheduleResumed,
-    ScheduleUpdated,
 )
-from core.occurrences import RUN_STATUSES, TERMINAL_RUN_STATUSES
+from core.occurrences import RUN_STATUSES
 from core.state import SchedulerState, initial_state, schedule_view
 from shell.clock import Clock, SystemClock
 from shell.config import SchedulerServiceConfig
-from shell.definition_store import DefinitionStore
-from shell.durable import GroupCommit, remove_stale_temp_files
-from shell.history_store import HistoryRecovery, OpenOccurrence
+from shell.durable import GroupCommit
 from shell.lock import SchedulerLock
 from shell.ports import BatchRunHost, HostApi
+from shell.recovery import RuntimeMark, StartupRecovery, lifecycle_event
 from shell.schedules_api import LiveScheduleView, SchedulesApi
 from shell.store_format import (
     ScheduleFiles,
@@ -95,26 +84,8 @@ __all__ = ["SchedulerService", "build_scheduler_service"]
 
 _log = logging.getLogger(__name__)
 
-_NO_RUN_DIAGNOSTIC = "no run record"
 # Run ids reserved per host call (the host accepts 1 to 1000).
 _RESERVE_CHUNK = 1000
-
-
-# What a runtime record says besides its watermark: (held, waiting, lifecycle_seq).
-_RuntimeMark = tuple[datetime | None, tuple[datetime, ...], int]
-
-
-@dataclass(slots=True)
-class _Folded:
-    """A schedule's lifecycle folded up to some record."""
-
-    definition: dict[str, Any]
-    revision: int
-    created_at: datetime
-    updated_at: datetime | None = None
-    resumed_at: datetime | None = None
-    paused: bool = False
-    deleted: bool = False
 
 
 @dataclass(slots=True)
@@ -128,149 +99,7 @@ class _Round:
     # Per schedule, the instant of the newest decision row staged in the batch.
     decided: dict[str, datetime] = field(default_factory=dict)
     # Runtime records staged in the batch: durable once it commits.
-    runtime_marks: dict[str, _RuntimeMark] = field(default_factory=dict)
-
-
-def _runtime_mark(record: Mapping[str, Any]) -> _RuntimeMark:
-    held = parse_instant(record["held"]) if record.get("held") else None
-    waiting = tuple(sorted(parse_instant(text) for text in record.get("waiting", ())))
-    return (held, waiting, int(record["lifecycle_seq"]))
-
-
-def _lifecycle_event(schedule_id: str, record: Mapping[str, Any]) -> Event:
-    at = parse_instant(record["at"])
-    kind = record["kind"]
-    if kind == "created":
-        return ScheduleCreated(
-            definition=parse_definition(record["definition"]), at=at, revision=record["revision"]
-        )
-    if kind == "updated":
-        return ScheduleUpdated(
-            definition=parse_definition(record["definition"]), revision=record["revision"], at=at
-        )
-    if kind == "paused":
-        return SchedulePaused(schedule_id=schedule_id, at=at)
-    if kind == "resumed":
-        return ScheduleResumed(schedule_id=schedule_id, at=at)
-    if kind == "deleted":
-        return ScheduleDeleted(schedule_id=schedule_id, at=at)
-    raise ValueError(f"unknown lifecycle record kind {kind!r}")
-
-
-def _fold(records: Sequence[Mapping[str, Any]]) -> _Folded:
-    first = records[0]
-    folded = _Folded(
-        definition=dict(first["definition"]),
-        revision=first["revision"],
-        created_at=parse_instant(first["at"]),
-    )
-    for record in records[1:]:
-        at = parse_instant(record["at"])
-        kind = record["kind"]
-        if kind == "updated":
-            folded.definition = dict(record["definition"])
-            folded.revision = record["revision"]
-            folded.updated_at = at
-        elif kind == "paused":
-            folded.paused = True
-        elif kind == "resumed":
-            folded.paused = False
-            folded.resumed_at = at
-        elif kind == "deleted":
-            folded.deleted = True
-    return folded
-
-
-def _missed_reports(
-    schedule_id: str, occurrences: Sequence[Any], runs: Sequence[RecoveredRun]
-) -> list[Event]:
-    """Status reports the history missed: the process died after the run's
-    checkpoint and before its report was recorded (an interruption), or a
-    round failed with the report in it (a start or a resume, found when the
-    state is rebuilt while the run executes). `decide` keeps a recovered
-    running or interrupted run without recording anything, so report them
-    again, as the lost round would have."""
-    return [
-        RunStatusChanged(
-            schedule_id=schedule_id,
-            instant=run.instant,
-            run_id=run.run_id,
-            status=run.status,
-            message=run.message,
-        )
-        for occurrence, run in zip(occurrences, runs, strict=True)
-        if run.status in ("running", "interrupted")
-        and run.run_id is not None
-        and occurrence.status != run.status
-    ]
-
-
-class _Claim(NamedTuple):
-    """A run whose origin names a schedule occurrence."""
-
-    run_id: str
-    instant: datetime
-    status: str
-
-
-def _run_number(run_id: str) -> int | None:
-    # Host run ids end in their number (run-000042) and sort by it.
-    match = re.search(r"(\d+)$", run_id)
-    return int(match.group(1)) if match else None
-
-
-def _run_file(run_id: str) -> str:
-    # The host keeps one record per run under <store_root>/runs (docs/host.md).
-    return f"runs/{run_id}.json"
-
-
-def _claim_problems(
-    schedule_id: str, claims: Sequence[_Claim], recovered: HistoryRecovery
-) -> list[StoreProblem]:
-    """Runs that claim an occurrence the history does not give them.
-
-    Two runs claiming one occurrence, a run claiming an open occurrence the
-    history admitted as another run, an active run claiming an instant with no
-    open occurrence, and any run claiming an instant after the last decision
-    all contradict the history. (A finished run claiming an older instant is
-    not checked here: that would read the whole history at every start.)
-    """
-    open_runs = {parse_instant(o.instant): o.run_id for o in recovered.open_occurrences}
-    last = recovered.last_decided_instant
-    last_instant = parse_instant(last) if last is not None else None
-    first: dict[datetime, str] = {}
-    problems: list[StoreProblem] = []
-    for claim in claims:
-        where = f"occurrence {format_instant(claim.instant)} of {schedule_id}"
-        earlier = first.setdefault(claim.instant, claim.run_id)
-        admitted = open_runs.get(claim.instant)
-        if earlier != claim.run_id:
-            reason = f"claims {where}, also claimed by run {earlier}"
-        elif claim.instant in open_runs:
-            if admitted is None or admitted == claim.run_id:
-                continue
-            reason = f"claims {where}, which the history admitted as run {admitted}"
-        elif claim.status not in TERMINAL_RUN_STATUSES:
-            reason = (
-                f"is {claim.status} and claims {where}, which the history never admitted"
-                " (no open occurrence at that instant)"
-            )
-        elif last_instant is None or claim.instant > last_instant:
-            reason = (
-                f"claims {where}, which the history never admitted"
-                f" (its last decision is {last or 'none'})"
-            )
-        else:
-            continue
-        problems.append(
-            StoreProblem(
-                schedule_id=schedule_id,
-                file=_run_file(claim.run_id),
-                record="origin",
-                reason=f"run {claim.run_id} {reason}",
-            )
-        )
-    return problems
+    runtime_marks: dict[str, RuntimeMark] = field(default_factory=dict)
 
 
 class SchedulerService:
@@ -307,7 +136,7 @@ class SchedulerService:
         self._consumed_now: set[str] = set()
         # Per schedule, the held/waiting/lifecycle_seq of its last durable
         # runtime record (see `_runtime_implied`).
-        self._runtime_marks: dict[str, _RuntimeMark] = {}
+        self._runtime_marks: dict[str, RuntimeMark] = {}
         self._idle = asyncio.Event()
         # Set by a round that failed part-way: decide's state may be ahead of
         # the stores, so the next round first rebuilds it from them.
@@ -318,9 +147,6 @@ class SchedulerService:
         # This round's RecordsContradicted events: a BlockSchedule carries only
         # decide's text, the stored diagnostic keeps file, record and reason.
         self._contradicted: list[RecordsContradicted] = []
-        # Run ids that admitted rows name but no run record holds (found by
-        # recovery; their runs are created next).
-        self._orphans: list[str] = []
 
     # --- public ---------------------------------------------------------------------
 
@@ -605,7 +431,7 @@ class SchedulerService:
         events: list[Event] = []
         for record in records:
             try:
-                events.append(_lifecycle_event(schedule_id, record))
+                events.append(lifecycle_event(schedule_id, record))
             except (InvalidDefinition, ValueError, KeyError) as exc:
                 return [*events, *self._damaged_record(schedule_id, record, str(exc))]
             self._consumed[schedule_id] = record["seq"]
@@ -652,18 +478,22 @@ class SchedulerService:
     # --- recovery ---------------------------------------------------------------------
 
     async def _recover(self) -> list[Event]:
-        events: list[Event] = []
-        definitions = self._api.definitions
-        history = self._api.history
-        self._orphans = []
+        # Marks are found afresh; the other ledgers carry over, and recovery
+        # fills them in place, so one that fails part-way leaves what it found.
         self._runtime_marks = {}
-        ids = definitions.list_ids()
-        claims = await self._run_claims(set(ids))
-        for schedule_id in ids:
-            events.extend(await self._recover_schedule(schedule_id, claims.get(schedule_id, [])))
-        await self._reserve_past(self._orphans)
+        recovery = StartupRecovery(
+            host=self._host,
+            schedules=self._api,
+            block_unknown=self._block_unknown,
+            damaged_record=self._damaged_record,
+            consumed=self._consumed,
+            consumed_now=self._consumed_now,
+            unseeded=self._unseeded,
+            runtime_marks=self._runtime_marks,
+        )
+        events = await recovery.recover()
         self._seed_runtimes()
-        history.sync_recovered()
+        self._api.history.sync_recovered()
         return events
 
     def _seed_runtimes(self) -> None:
@@ -696,298 +526,6 @@ class SchedulerService:
             raise
         for schedule_id, _ in unseeded:
             self._runtime_marks[schedule_id] = (None, (), 1)
-
-    async def _reserve_past(self, run_ids: Sequence[str]) -> None:
-        """Move the host's run-id counter past `run_ids`, which admitted rows name
-        and whose runs are created next. A damaged counter is repaired from the
-        run records alone and may have fallen behind them: a new admission must
-        never be handed one of these ids."""
-        numbered = {_run_number(r): r for r in run_ids}
-        wanted = max((n for n in numbered if n is not None), default=None)
-        if wanted is None:
-            return
-        last = _run_number((await self._host.reserve_run_ids(1))[0]) or 0
-        if last <= wanted:  # it had not issued `wanted` yet
-            _log.warning(
-                "the run-id counter was behind %s, which an admitted occurrence holds;"
-                " reserving past it",
-                numbered[wanted],
-            )
-        while last < wanted:
-            # The host reserves at most 1000 ids per call.
-            reserved = await self._host.reserve_run_ids(min(1000, wanted - last))
-            last = _run_number(reserved[-1]) or wanted
-
-    async def _run_claims(self, known: set[str]) -> dict[str, list[_Claim]]:
-        """Every run whose origin names a schedule, by schedule, oldest run first."""
-        claims: dict[str, list[_Claim]] = {}
-        cursor: str | None = None
-        while True:
-            page = await self._host.list_runs(cursor=cursor, limit=100)
-            for run in page["runs"]:
-                origin = run.get("origin")
-                if not isinstance(origin, Mapping) or origin.get("kind") != "schedule":
-                    continue
-                schedule_id = origin.get("schedule_id")
-                if schedule_id not in known:
-                    _log.warning(
-                        "run %s claims schedule %r, which does not exist",
-                        run["run_id"],
-                        schedule_id,
-                    )
-                    continue
-                claims.setdefault(schedule_id, []).append(
-                    _Claim(run["run_id"], parse_instant(origin["instant"]), run["status"])
-                )
-            cursor = page["next_cursor"]
-            if cursor is None:
-                return claims
-
-    async def _recover_schedule(self, schedule_id: str, claims: Sequence[_Claim]) -> list[Event]:
-        definitions = self._api.definitions
-        if isinstance(definitions, DefinitionStore):
-            # Temp files of atomic writes a crash interrupted are never the truth.
-            remove_stale_temp_files(ScheduleFiles.of(definitions.store_root, schedule_id).directory)
-        try:
-            records = definitions.records_after(schedule_id, 0)
-        except StoreDamaged as exc:
-            self._block_unknown(schedule_id, exc.problem)
-            return []
-        except NotFound:
-            return []
-        if not records:
-            return []
-        runtime = self._api.runtime.load(schedule_id)
-        if runtime.record is not None and runtime.problem is None:
-            self._runtime_marks[schedule_id] = _runtime_mark(runtime.record)
-        recovered = self._api.history.recover(schedule_id)
-        # The snapshot is a cache of the log, but damage to it blocks all the same;
-        # loading as the owner drops a torn final lifecycle line, with a warning.
-        loaded = definitions.load(schedule_id, repair=True)
-        problems = [*loaded.problems, *recovered.problems]
-        if runtime.problem is not None:
-            problems.append(runtime.problem)
-        files = ScheduleFiles.of(definitions.store_root, schedule_id)
-        consumed = runtime.record["lifecycle_seq"] if runtime.record else 0
-        if consumed > len(records):
-            problems.append(
-                StoreProblem(
-                    schedule_id=schedule_id,
-                    file=files.relative(files.runtime),
-                    record=f"lifecycle_seq {consumed}",
-                    reason=(
-                        f"runtime consumed lifecycle seq {consumed}"
-                        f" but the log ends at {len(records)}"
-                    ),
-                )
-            )
-            consumed = len(records)
-        if consumed == 0 and (recovered.occurrences or runtime.problem is not None):
-            # No usable runtime record, yet the history shows the scheduler knew
-            # this schedule: fold the whole log so its open runs stay tracked (a
-            # replay from creation would decide instants already decided again).
-            consumed = len(records)
-        if runtime.record is None and runtime.problem is None and recovered.open_occurrences:
-            problems.append(
-                StoreProblem(
-                    schedule_id=schedule_id,
-                    file=files.relative(files.runtime),
-                    record="whole file",
-                    reason="history holds admitted occurrences but the runtime record is missing",
-                )
-            )
-        events: list[Event] = []
-        if consumed == 0:
-            replay = records
-        else:
-            try:
-                folded = _fold(records[:consumed])
-                definition = parse_definition(folded.definition)
-            except (InvalidDefinition, KeyError, ValueError) as exc:
-                self._block_unknown(
-                    schedule_id,
-                    StoreProblem(
-                        schedule_id=schedule_id,
-                        file=f"schedules/{schedule_id}/lifecycle.jsonl",
-                        record="definition",
-                        reason=str(exc),
-                    ),
-                )
-                return []
-            record = runtime.record or {}
-            held = parse_instant(record["held"]) if record.get("held") else None
-            waiting = tuple(parse_instant(t) for t in record.get("waiting", ()))
-            last_decided = (
-                parse_instant(recovered.last_decided_instant)
-                if recovered.last_decided_instant
-                else None
-            )
-            active = []
-            for occurrence in recovered.open_occurrences:
-                run, problem = await self._recovered_run(schedule_id, occurrence, files)
-                active.append(run)
-                if problem is not None:
-                    problems.append(problem)
-            problems.extend(_claim_problems(schedule_id, claims, recovered))
-            events.append(
-                ScheduleRecovered(
-                    # Blocked from the start: nothing of it is started or admitted.
-                    blocked_reason=problems[0].describe() if problems else None,
-                    definition=definition,
-                    revision=folded.revision,
-                    created_at=folded.created_at,
-                    watermark=parse_instant(record["watermark"]) if record else None,
-                    last_decided_instant=last_decided,
-                    held=held,
-                    paused=folded.paused,
-                    deleted=folded.deleted,
-                    active_runs=tuple(active),
-                    updated_at=folded.updated_at,
-                    resumed_at=folded.resumed_at,
-                    waiting=tuple(w for w in waiting if last_decided is None or w > last_decided),
-                )
-            )
-            if not problems:
-                events.extend(_missed_reports(schedule_id, recovered.open_occurrences, active))
-            replay = records[consumed:]
-        for record in replay:
-            try:
-                events.append(_lifecycle_event(schedule_id, record))
-            except (InvalidDefinition, ValueError, KeyError) as exc:
-                events.extend(self._damaged_record(schedule_id, record, str(exc)))
-                break
-            self._consumed[schedule_id] = record["seq"]
-            self._consumed_now.add(schedule_id)
-        self._consumed.setdefault(schedule_id, consumed)
-        if consumed == 0:
-            problems.extend(_claim_problems(schedule_id, claims, recovered))
-        for problem in problems:
-            if not any(isinstance(e, ScheduleRecovered | ScheduleCreated) for e in events):
-                self._block_unknown(schedule_id, problem)
-                break
-            events.append(
-                RecordsContradicted(
-                    schedule_id=schedule_id,
-                    file=problem.file,
-                    record=problem.record,
-                    reason=problem.reason,
-                )
-            )
-        if consumed == 0 and replay and not problems:
-            self._unseeded.append((schedule_id, replay[0]["at"]))
-        stored = loaded.snapshot.get("blocked") if loaded.snapshot is not None else None
-        if stored is not None and not any(isinstance(e, RecordsContradicted) for e in events):
-            events.extend(self._lift_block(schedule_id, stored, files))
-        return events
-
-    def _lift_block(
-        self, schedule_id: str, stored: Mapping[str, Any], files: ScheduleFiles
-    ) -> list[Event]:
-        """A schedule blocked before is sound at this start: lift the block, and
-        say so. Damage inside the history is only found by reading it (startup
-        reads the tail), so a block naming the history or its index is lifted
-        only after a read of the whole history finds nothing."""
-        read_by_pages = ("", files.relative(files.history), files.relative(files.history_index))
-        if stored.get("file") in read_by_pages:
-            try:
-                cursor: str | None = None
-                while True:
-                    _, cursor = self._api.history.page(schedule_id, limit=100, cursor=cursor)
-                    if cursor is None:
-                        break
-            except StoreDamaged as exc:
-                problem = exc.problem
-                return [
-                    RecordsContradicted(
-                        schedule_id=schedule_id,
-                        file=problem.file,
-                        record=problem.record,
-                        reason=problem.reason,
-                    )
-                ]
-        _log.warning(
-            "schedule %s: its records are sound at this start; lifting its block (%s: %s: %s)",
-            schedule_id,
-            stored.get("file"),
-            stored.get("record"),
-            stored.get("reason"),
-        )
-        try:
-            self._api.definitions.set_blocked(schedule_id, None)
-        except SchedulingError as exc:
-            _log.error("could not clear the diagnostic of %s: %s", schedule_id, exc)
-        return []
-
-    async def _recovered_run(
-        self, schedule_id: str, occurrence: OpenOccurrence, files: ScheduleFiles
-    ) -> tuple[RecoveredRun, StoreProblem | None]:
-        """The open occurrence's run as the run store has it, and the problem
-        that blocks the schedule when the two contradict each other (the run
-        then stays active as the history has it: overlap is not cleared)."""
-        instant = parse_instant(occurrence.instant)
-        run_id = occurrence.run_id
-        if run_id is None:
-            return RecoveredRun(instant=instant, run_id=None, status="admitted"), None
-        kept = RecoveredRun(instant=instant, run_id=run_id, status=occurrence.status)  # type: ignore[arg-type]
-        seq = f"seq {occurrence.seq}"
-
-        def problem(file: str, record: str, reason: str) -> tuple[RecoveredRun, StoreProblem]:
-            return kept, StoreProblem(
-                schedule_id=schedule_id, file=file, record=record, reason=reason
-            )
-
-        try:
-            run = await self._host.inspect_run(run_id)
-        except NotFound:
-            if occurrence.status == "admitted":
-                # The crash came between the admitted row and the run record: no
-                # effect can have happened, so the run may still be created.
-                self._orphans.append(run_id)
-                return RecoveredRun(instant=instant, run_id=None, status="admitted"), None
-            return problem(
-                files.relative(files.history),
-                seq,
-                f"the occurrence's run {run_id} was {occurrence.status}"
-                f" but has {_NO_RUN_DIAGNOSTIC}",
-            )
-        except SchedulingError as exc:
-            return problem(_run_file(run_id), "whole file", exc.message)
-        origin = run.get("origin")
-        origin = origin if isinstance(origin, Mapping) else {}
-        claimed = origin.get("instant")
-        if (
-            origin.get("kind") != "schedule"
-            or origin.get("schedule_id") != schedule_id
-            or not isinstance(claimed, str)
-            or parse_instant(claimed) != instant
-        ):
-            return problem(
-                _run_file(run_id),
-                "origin",
-                f"run {run_id} names origin {dict(origin)!r}, but {seq} of"
-                f" {files.relative(files.history)} admitted it for"
-                f" {schedule_id} at {occurrence.instant}",
-            )
-        status = run["status"]
-        if status == "admitted" and occurrence.status != "admitted":
-            return problem(
-                _run_file(run_id),
-                "status",
-                f"run {run_id} is admitted, but the history saw it {occurrence.status}"
-                " (its status went backwards)",
-            )
-        error = run.get("error")
-        message = error.get("message") if isinstance(error, Mapping) else None
-        return (
-            RecoveredRun(
-                instant=instant,
-                run_id=run_id,
-                status=status,
-                message=message,
-                never_started=status == "admitted",
-            ),
-            None,
-        )
 
     # --- carrying out commands -----------------------------------------------------------
 
@@ -1096,7 +634,7 @@ class SchedulerService:
                 # record would hide the damage from the next start.
                 return
             lifecycle_seq = self._consumed.get(command.schedule_id, 0)
-            mark: _RuntimeMark = (command.held, tuple(command.waiting), lifecycle_seq)
+            mark: RuntimeMark = (command.held, tuple(command.waiting), lifecycle_seq)
             if self._runtime_implied(command, mark, after):
                 return
             self._api.runtime.stage(
@@ -1121,7 +659,7 @@ class SchedulerService:
         else:
             raise TypeError(f"unknown command {command!r}")
 
-    def _runtime_implied(self, command: PersistRuntime, mark: _RuntimeMark, after: _Round) -> bool:
+    def _runtime_implied(self, command: PersistRuntime, mark: RuntimeMark, after: _Round) -> bool:
         """True when the record would say nothing a start cannot read elsewhere,
         so it is not written: its held candidate, waiting instants and lifecycle
         seq are those of the schedule's last durable record, and its watermark
