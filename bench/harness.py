@@ -33,6 +33,7 @@ __all__ = [
     "Timers",
     "build_server",
     "cpu_seconds",
+    "create_cron_schedules",
     "current_rss_mib",
     "deploy_trivial",
     "fast_setup",
@@ -71,6 +72,28 @@ async def deploy_trivial(server: LocalStaticWorkflowServer) -> None:
     await server.api.save_deployment(
         {"deployment_id": DEPLOYMENT, "artifact_id": artifact_id, "artifact_version": 1}
     )
+
+
+async def create_cron_schedules(
+    server: LocalStaticWorkflowServer,
+    count: int,
+    expression: Callable[[int], str],
+    *,
+    prefix: str = "s",
+    **options: Any,
+) -> None:
+    """Deploy the trivial plan and create `count` cron schedules
+    (`<prefix>-00000`, ...) through the real API, fsyncs deferred to one sync
+    (`fast_setup`); schedule i gets `expression(i)` and `options`."""
+    with fast_setup():
+        await deploy_trivial(server)
+        for index in range(count):
+            await server.api.schedules.create_schedule(
+                schedule_id=f"{prefix}-{index:05d}",
+                deployment_id=DEPLOYMENT,
+                trigger={"kind": "cron", "expression": expression(index)},
+                **options,
+            )
 
 
 @contextlib.contextmanager

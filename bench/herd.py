@@ -127,16 +127,14 @@ async def measure(schedules: int, root: Path, profile: str | None = None) -> dic
         SchedulerServiceConfig(enabled=True, max_concurrent_runs=schedules, drain_grace_s=60),
         clock=clock,
     )
-    with harness.fast_setup():
-        await harness.deploy_trivial(server)
-        for index in range(schedules):
-            await api.schedules.create_schedule(
-                schedule_id=f"herd-{index:05d}",
-                deployment_id=harness.DEPLOYMENT,
-                trigger={"kind": "cron", "expression": "* * * * *"},
-                overlap="parallel",
-                max_active_runs=1,
-            )
+    await harness.create_cron_schedules(
+        server,
+        schedules,
+        lambda _: "* * * * *",
+        prefix="herd",
+        overlap="parallel",
+        max_active_runs=1,
+    )
     launched: list[float] = []
 
     def count_launch(run_id: str, status: str, origin: Any, message: str | None) -> None:

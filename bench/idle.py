@@ -42,14 +42,7 @@ async def ours(schedules: int, minutes: float) -> dict[str, Any]:
             server, SchedulerServiceConfig(enabled=True), clock=SystemClock()
         )
         minute = _far_minute()
-        with harness.fast_setup():
-            await harness.deploy_trivial(server)
-            for index in range(schedules):
-                await server.api.schedules.create_schedule(
-                    schedule_id=f"s-{index:05d}",
-                    deployment_id=harness.DEPLOYMENT,
-                    trigger={"kind": "cron", "expression": f"{minute} * * * *"},
-                )
+        await harness.create_cron_schedules(server, schedules, lambda _: f"{minute} * * * *")
         await service.start()
         freeze_startup_objects()
         await service.settle()

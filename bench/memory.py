@@ -95,14 +95,7 @@ async def _service_rss(schedules: int) -> dict[str, float]:
         # Next instant about an hour away: nothing fires while we measure.
         minute = (datetime.now(UTC) - timedelta(minutes=2)).minute
         rss_empty = harness.current_rss_mib()
-        with harness.fast_setup():
-            await harness.deploy_trivial(server)
-            for index in range(schedules):
-                await server.api.schedules.create_schedule(
-                    schedule_id=f"s-{index:05d}",
-                    deployment_id=harness.DEPLOYMENT,
-                    trigger={"kind": "cron", "expression": f"{minute} * * * *"},
-                )
+        await harness.create_cron_schedules(server, schedules, lambda _: f"{minute} * * * *")
         await service.start()
         freeze_startup_objects()
         await service.settle()

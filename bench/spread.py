@@ -119,16 +119,13 @@ async def run_ours(schedules: int, minutes: int, pattern: str) -> dict[str, Any]
             ),
             clock=SystemClock(),
         )
-        with harness.fast_setup():
-            await harness.deploy_trivial(server)
-            for index in range(schedules):
-                await api.schedules.create_schedule(
-                    schedule_id=f"s-{index:05d}",
-                    deployment_id=harness.DEPLOYMENT,
-                    trigger={"kind": "cron", "expression": expression(pattern, index)},
-                    overlap="parallel",
-                    max_active_runs=10,
-                )
+        await harness.create_cron_schedules(
+            server,
+            schedules,
+            lambda index: expression(pattern, index),
+            overlap="parallel",
+            max_active_runs=10,
+        )
         completed: list[int] = [0]
 
         def on_status(run_id: str, status: str, origin: Any, message: str | None) -> None:
