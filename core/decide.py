@@ -340,9 +340,9 @@ class _Call:
         self.state = state
         self.capacity = state.max_concurrent_runs
         self.slots = state.slots_in_use
-        self.due_index = state.due_index
+        self.due_index = state.due_index.edit()
         self.due_live = state.due_live
-        self.queue = state.slot_queue
+        self.queue = state.slot_queue.edit()
         self.queue_live = state.queue_live
         self.work: dict[str, _Work] = {}
         # Runtime as last persisted (before this call, or earlier in it; None:
@@ -467,14 +467,14 @@ class _Call:
             if w.due is not None:
                 self.due_live -= 1
             if due is not None:
-                self.due_index = self.due_index.push((due, w.schedule_id))
+                self.due_index.push((due, w.schedule_id))
                 self.due_live += 1
             w.due = due
         cand = _candidate(w)
         if cand is not None and cand != w.queued:
             if w.queued is not None:
                 self.queue_live -= 1
-            self.queue = self.queue.push((cand, w.schedule_id))
+            self.queue.push((cand, w.schedule_id))
             self.queue_live += 1
             w.queued = cand
 
@@ -497,7 +497,7 @@ class _Call:
                     return False
                 self.touch(other_id).queued = None
                 self.queue_live -= 1
-            _, self.queue = self.queue.pop()
+            self.queue.pop()
         return True
 
     # --- deciding instants --------------------------------------------------
@@ -630,7 +630,7 @@ class _Call:
             due, sid = top
             if due > now:
                 return
-            _, self.due_index = self.due_index.pop()
+            self.due_index.pop()
             s = self.peek(sid)
             if s is None or s.due != due:
                 continue
@@ -642,7 +642,7 @@ class _Call:
 
     def fill(self) -> None:
         while self.slots < self.capacity and self.queue:
-            (instant, sid), self.queue = self.queue.pop()
+            instant, sid = self.queue.pop()
             s = self.peek(sid)
             if s is None or s.queued != instant:
                 continue
@@ -930,11 +930,11 @@ class _Call:
         self.trim_due_top()
         if self.due_index.size > 2 * self.due_live + _COMPACT_SLACK:
             live = {key for key in self.due_index if (s := self.peek(key[1])) and s.due == key[0]}
-            self.due_index = KeyHeap.of(live)
+            self.due_index = KeyHeap.of(live).edit()
             self.due_live = len(live)
         if self.queue.size > 2 * self.queue_live + _COMPACT_SLACK:
             live = {key for key in self.queue if (s := self.peek(key[1])) and s.queued == key[0]}
-            self.queue = KeyHeap.of(live)
+            self.queue = KeyHeap.of(live).edit()
             self.queue_live = len(live)
         schedules = self.state.schedules
         if self.work:
@@ -950,9 +950,9 @@ class _Call:
             slots_in_use=self.slots,
             last_now=self.now,
             clock_behind=self.clock_behind,
-            due_index=self.due_index,
+            due_index=self.due_index.freeze(),
             due_live=self.due_live,
-            slot_queue=self.queue,
+            slot_queue=self.queue.freeze(),
             queue_live=self.queue_live,
         )
 
@@ -964,7 +964,7 @@ class _Call:
             s = self.peek(top[1])
             if s is not None and s.due == top[0]:
                 return
-            _, self.due_index = self.due_index.pop()
+            self.due_index.pop()
 
 
 _Handler: TypeAlias = Callable[[_Call, Any], None]
@@ -1022,12 +1022,12 @@ def next_wakeup(state: SchedulerState) -> datetime | None:
 
     O(1) for a state returned by `decide` (its index top is kept live).
     """
-    index = state.due_index
+    index = state.due_index.edit()
     while index:
         top = index.peek()
         assert top is not None
         s = state.schedules.get(top[1])
         if s is not None and s.due == top[0]:
             return top[0]
-        _, index = index.pop()
+        index.pop()
     return None

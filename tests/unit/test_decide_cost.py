@@ -45,6 +45,9 @@ def test_a_call_with_nothing_due_touches_no_schedule(crowd: SchedulerState) -> N
     state, commands = decide(crowd, at(0, 0, 30), [])
     assert commands == ()
     assert state.schedules is crowd.schedules
+    # Nor copies its indexes.
+    assert state.due_index is crowd.due_index
+    assert state.slot_queue is crowd.slot_queue
     assert next_wakeup(state) == at(0, 1)
 
 
@@ -161,8 +164,29 @@ def test_a_heap_built_from_keys_is_a_valid_heap() -> None:
     assert rest == sorted(keys)
 
 
+def test_a_draft_never_changes_the_heap_it_came_from_nor_the_one_it_froze() -> None:
+    keys = [(DAY + timedelta(minutes=m), f"s{m}") for m in (5, 3, 9, 1, 7)]
+    base = KeyHeap.of(keys)
+    draft = base.edit()
+    assert draft.freeze() is base  # nothing changed, nothing copied
+    assert draft.pop() == min(keys)
+    draft.push((DAY, "early"))
+    frozen = draft.freeze()
+    draft.pop()
+    draft.push((DAY + timedelta(days=1), "late"))
+    assert sorted(base) == sorted(keys)
+    assert sorted(frozen) == sorted([*keys[:3], keys[4], (DAY, "early")])
+    assert frozen.peek() == (DAY, "early")
+    popped = []
+    while draft:
+        popped.append(draft.pop())
+    assert popped == sorted([keys[0], keys[1], keys[2], keys[4], (DAY + timedelta(days=1), "late")])
+
+
 def test_popping_an_empty_heap_is_an_index_error() -> None:
     with pytest.raises(IndexError):
         KeyHeap().pop()
+    with pytest.raises(IndexError):
+        KeyHeap().edit().pop()
     assert KeyHeap().peek() is None
     assert list(KeyHeap()) == []
