@@ -1019,7 +1019,20 @@ class HistoryStore:
         first = log.pending is None
         shadow = log.state.copy() if log.pending is None else log.pending
         row = build(shadow)
-        line = encode_json_line(row)
+        try:
+            line = encode_json_line(row)
+        except (TypeError, ValueError):
+            # Every other field is checked to be a string, an integer or an
+            # instant; only a snapshot's inputs can hold what JSON cannot.
+            raise InvalidInput.from_problems(
+                "history row",
+                [
+                    Problem(
+                        field="snapshot",
+                        reason="must be JSON {deployment_id, inputs, max_steps, revision}",
+                    )
+                ],
+            ) from None
         try:
             _apply_row(shadow, row, shadow.size, len(line), _unknown)
         except _Bad as bad:
@@ -1128,10 +1141,11 @@ class HistoryStore:
                 Problem(field="snapshot", reason="is required for admitted and only for it")
             )
         elif snapshot is not None:
+            # Whether it is JSON at all is found when the row is encoded, before
+            # anything is staged (see `_stage`).
             try:
                 _check_snapshot(dict(snapshot), 0)
-                json.dumps(dict(snapshot), allow_nan=False)
-            except (_Bad, TypeError, ValueError):
+            except _Bad:
                 problems.append(
                     Problem(
                         field="snapshot",

@@ -220,6 +220,14 @@ def parse_instant(text: str) -> datetime:
     """
     if not isinstance(text, str):
         raise ValueError(f"instant must be a string, got {type(text).__name__}")
+    return _parse_text(text)
+
+
+# Cached by text for the same reason as `format_instant`: a herd's rows all
+# carry the same instant and the same `recorded_at`, parsed back once per row
+# when the store checks the row against its history.
+@functools.lru_cache(maxsize=1 << 12)
+def _parse_text(text: str) -> datetime:
     parsed = datetime.fromisoformat(text)
     if parsed.tzinfo is None or parsed.utcoffset() is None:
         raise ValueError(f"instant {text!r} has no UTC offset")

@@ -283,6 +283,29 @@ def test_malformed_rows_name_each_field(history: HistoryStore) -> None:
     assert history.occurrence_count("s1") == 0
 
 
+@pytest.mark.parametrize("value", [float("nan"), object(), {1, 2}])
+def test_a_snapshot_that_is_not_json_is_refused_and_nothing_is_staged(
+    history: HistoryStore, store_root: Path, value: object
+) -> None:
+    snapshot = {"deployment_id": "d", "inputs": {"x": value}, "max_steps": None, "revision": 1}
+    batch = GroupCommit()
+    with pytest.raises(InvalidInput) as caught:
+        history.append_decision(
+            "s1",
+            instant=minute(0),
+            status="admitted",
+            run_id="run-1",
+            recorded_at=minute(0),
+            snapshot=snapshot,
+            batch=batch,
+        )
+    assert [p.field for p in caught.value.problems] == ["snapshot"]
+    assert len(batch) == 0
+    batch.commit()
+    decide(history, "s1", 0, "admitted")  # the history took nothing from the refused row
+    assert [r["seq"] for r in history.page("s1", limit=10)[0]] == [0]
+
+
 def test_staged_rows_are_invisible_until_commit(history: HistoryStore, store_root: Path) -> None:
     decide(history, "s1", 0, "admitted")
     batch = GroupCommit()
