@@ -129,9 +129,10 @@ class AdmissionProbe:
     """Records when admitted history rows become durable.
 
     Wraps the history store's `append_decision` on one instance: every
-    `admitted` row staged in a group commit registers an `on_commit` callback,
-    which runs right after the batch's flush returns, i.e. at the instant the
-    row is durable. Lateness = that wall-clock instant - the occurrence instant.
+    `admitted` row staged in a group commit registers an `on_durable` callback,
+    which runs right after the batch's flush returns (the commit journal's
+    fsync, or the flush of the files without a journal), i.e. at the instant
+    the row is durable. Lateness = that wall-clock instant - the occurrence instant.
     Rows of any other status are counted as decided too (the herd measure).
     """
 
@@ -164,7 +165,7 @@ class AdmissionProbe:
         if pending is None:
             pending = self._pending[key] = []
             # A closure over the list: every row of this batch is durable at once.
-            batch.on_commit(lambda: self._commit(key))
+            batch.on_durable(lambda: self._commit(key))
             batch.on_abort(lambda: self._pending.pop(key, None))
         pending.append(row)
         return result

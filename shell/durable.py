@@ -28,6 +28,14 @@ torn (no trailing newline); readers drop a torn final line. A crash during
 steps 3-4 may leave any subset of the late writes; an appended file may end
 torn, a replaced one is wholly old or wholly new. Nothing in a batch may be
 acted on before `commit()` returns.
+
+A batch given a `journal` (the scheduler's, see `shell.journal`) commits
+differently, and more strongly: every write of the batch goes into one
+journal record, one fsync makes it durable (`on_durable` callbacks run
+then), and only after that are the files written, without a flush. A crash
+leaves either none of the batch (the record is torn: nothing was written to
+the files yet) or all of it (the next owner's replay writes whatever the
+files lack). `sync_also` paths are flushed at the journal's next checkpoint.
 """
 
 from __future__ import annotations
@@ -36,11 +44,12 @@ import contextlib
 import ctypes
 import errno
 import json
+import logging
 import os
 import secrets
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal, Protocol, TypeAlias
 
 from shell.store_format import encode_json_line
 
@@ -49,6 +58,8 @@ __all__ = [
     "CrashAt",
     "FaultInjector",
     "GroupCommit",
+    "Journal",
+    "JournalEntry",
     "SimulatedCrash",
     "SyncMode",
     "append_records",
@@ -58,12 +69,31 @@ __all__ = [
     "fsync_directory",
     "get_fault_injector",
     "remove_stale_temp_files",
+    "replace_unsynced",
     "set_fault_injector",
     "sync_paths",
     "syncfs_available",
+    "write_at",
 ]
 
 SyncMode = Literal["auto", "fsync", "syncfs"]
+
+# One write of a journaled batch: ("append", path, offset, bytes) puts the
+# bytes at that offset; ("replace", path, 0, bytes) is the file's new content.
+JournalEntry: TypeAlias = tuple[Literal["append", "replace"], str, int, bytes]
+
+
+class Journal(Protocol):
+    """Where a journaled batch makes its writes durable (`shell.journal.CommitJournal`)."""
+
+    def write(self, entries: Sequence[JournalEntry]) -> None:
+        """Append one record holding `entries`; durable when this returns."""
+        ...
+
+    def after_commit(self) -> None:
+        """Housekeeping once a batch's files are written (a checkpoint)."""
+        ...
+
 
 # Up to this many files, fsync each one: it costs a few journal commits but
 # does not flush unrelated dirty data on the same filesystem. Beyond it, one
@@ -71,6 +101,8 @@ SyncMode = Literal["auto", "fsync", "syncfs"]
 AUTO_FSYNC_MAX_FILES: Final = 8
 
 _TEMP_SUFFIX: Final = ".tmp"
+
+_log = logging.getLogger(__name__)
 
 
 class SimulatedCrash(BaseException):
@@ -272,6 +304,30 @@ def _write_temp(target: str, data: bytes, *, sync: bool) -> str:
     return temp
 
 
+def replace_unsynced(path: str, data: bytes) -> None:
+    """Replace `path` with `data` atomically (temp file and rename), with no
+    flush: for a write whose content is durable elsewhere (a journal)."""
+    temp = _write_temp(path, data, sync=False)
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        _unlink_quietly(temp)
+        raise
+
+
+def write_at(path: str, offset: int, data: bytes) -> None:
+    """Write `data` at `offset` of `path` (created if missing), with no flush."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(fd, view, offset)
+            view = view[written:]
+            offset += written
+    finally:
+        os.close(fd)
+
+
 def _unlink_quietly(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
@@ -396,8 +452,10 @@ class GroupCommit:
     clean-up, like a real crash.
     """
 
-    def __init__(self, *, sync: SyncMode = "auto") -> None:
+    def __init__(self, *, sync: SyncMode = "auto", journal: Journal | None = None) -> None:
         self._sync_mode: SyncMode = sync
+        self._journal = journal
+        self._on_durable: list[Callable[[], None]] = []
         self._appends: dict[str, _Append] = {}
         self._late_appends: dict[str, _Append] = {}
         self._replaces: dict[str, bytes] = {}
@@ -476,8 +534,15 @@ class GroupCommit:
         self._check_open()
         self._also_sync[os.fspath(path)] = None
 
+    def on_durable(self, callback: Callable[[], None]) -> None:
+        """Run `callback` the moment the whole batch is durable: after the
+        journal's fsync for a journaled batch (before the files are written),
+        otherwise just before the `on_commit` callbacks."""
+        self._check_open()
+        self._on_durable.append(callback)
+
     def on_commit(self, callback: Callable[[], None]) -> None:
-        """Run `callback` after everything in the batch is durable."""
+        """Run `callback` after everything in the batch is durable and written."""
         self._check_open()
         self._on_commit.append(callback)
 
@@ -495,6 +560,9 @@ class GroupCommit:
     def commit(self) -> None:
         """Make every staged write durable, in the documented order."""
         self._check_open()
+        if self._journal is not None:
+            self._commit_journaled(self._journal)
+            return
         temps: dict[str, str] = {}
         basename = os.path.basename
         try:
@@ -542,7 +610,70 @@ class GroupCommit:
             self._run(self._on_abort)
             raise
         self._state = "committed"
+        self._run(self._on_durable)
         self._run(self._on_commit)
+        fault_point("after:commit")
+
+    def _journal_entries(self) -> list[JournalEntry]:
+        """Every write of the batch with its offset, checked against what each
+        file's owner expected; nothing is written yet."""
+        entries: list[JournalEntry] = []
+        for ranked in (self._appends, self._late_appends):
+            for path, entry in ranked.items():
+                try:
+                    size = os.stat(path).st_size
+                except FileNotFoundError:
+                    directory = os.path.dirname(path) or "."
+                    if not os.path.isdir(directory):
+                        raise
+                    size = 0
+                if entry.expect_size is not None and size != entry.expect_size:
+                    raise OSError(
+                        errno.EIO,
+                        f"{path} is {size} bytes but its owner expected {entry.expect_size};"
+                        " it changed under the scheduler",
+                    )
+                entries.append(("append", path, size, b"".join(entry.chunks)))
+        for path, data in self._replaces.items():
+            if not os.path.isdir(os.path.dirname(path) or "."):
+                raise FileNotFoundError(errno.ENOENT, "no such directory", path)
+            entries.append(("replace", path, 0, data))
+        return entries
+
+    def _commit_journaled(self, journal: Journal) -> None:
+        basename = os.path.basename
+        try:
+            fault_point("before:commit")
+            entries = self._journal_entries()
+            if entries:
+                journal.write(entries)
+            self._run(self._on_durable)
+            for kind, path, offset, data in entries:
+                if kind == "append":
+                    fault_point(f"before:apply:{basename(path)}")
+                    write_at(path, offset, data)
+                    fault_point(f"after:apply:{basename(path)}")
+                else:
+                    fault_point(f"before:replace:{basename(path)}")
+                    replace_unsynced(path, data)
+                    fault_point(f"after:replace:{basename(path)}")
+        except SimulatedCrash:
+            self._state = "crashed"
+            raise
+        except BaseException:
+            # Durable or not, the files may lack part of the batch: the owner
+            # replays its journal before it reads them again.
+            self._state = "aborted"
+            self._run(self._on_abort)
+            raise
+        self._state = "committed"
+        self._run(self._on_commit)
+        try:
+            journal.after_commit()
+        except OSError as exc:
+            # The batch is durable in the journal, which keeps its records
+            # until a checkpoint succeeds: the next commit tries again.
+            _log.error("commit journal checkpoint failed (retried later): %s", exc)
         fault_point("after:commit")
 
     def _write_append(self, path: str, entry: _Append, directories: list[str]) -> None:

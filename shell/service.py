@@ -67,6 +67,7 @@ from core.state import SchedulerState, initial_state, schedule_view
 from shell.clock import Clock, SystemClock
 from shell.config import SchedulerServiceConfig
 from shell.durable import GroupCommit
+from shell.journal import CommitJournal, journal_supported
 from shell.lock import SchedulerLock
 from shell.ports import BatchRunHost, HostApi
 from shell.recovery import RuntimeMark, StartupRecovery, lifecycle_event
@@ -114,8 +115,12 @@ class SchedulerService:
         config: SchedulerServiceConfig,
         clock: Clock,
         lock: LockPort | None = None,
+        journal: CommitJournal | None = None,
     ) -> None:
         self._host = host
+        # Group commits go through it when given (see `shell.journal`); it is
+        # replayed after the lock is taken and before anything is read.
+        self._journal = journal
         self._api = schedules
         self._config = config
         self._clock = clock
@@ -171,6 +176,8 @@ class SchedulerService:
         try:
             recovery = await self._recover()
         except BaseException:
+            if self._journal is not None:
+                self._journal.close_file()
             self._lock.release()
             raise
         self._events = recovery + self._events
@@ -206,6 +213,8 @@ class SchedulerService:
         # A clean close publishes the history index checkpoints, so the next
         # start replays nothing.
         self._api.history.close()
+        if self._journal is not None:
+            self._journal.close()
         self._lock.release()
         _log.info("scheduler stopped")
         return still
@@ -481,6 +490,10 @@ class SchedulerService:
         # Marks are found afresh; the other ledgers carry over, and recovery
         # fills them in place, so one that fails part-way leaves what it found.
         self._runtime_marks = {}
+        if self._journal is not None:
+            # Whatever a crash (or a failed round) left in the journal reaches
+            # the files before the recovery below reads them again.
+            self._journal.open()
         recovery = StartupRecovery(
             host=self._host,
             schedules=self._api,
@@ -507,7 +520,7 @@ class SchedulerService:
         unseeded, self._unseeded = self._unseeded, []
         if not unseeded:
             return
-        batch = GroupCommit()
+        batch = GroupCommit(journal=self._journal)
         now = self._clock.now()
         try:
             for schedule_id, created_at in unseeded:
@@ -536,7 +549,7 @@ class SchedulerService:
         passing = [a for a in admits if verdicts[(a.schedule_id, a.instant)] is None]
         run_ids = iter(await self._reserve_run_ids(len(passing)))
         after = _Round()
-        batch = GroupCommit()
+        batch = GroupCommit(journal=self._journal)
         # A schedule whose store refuses a write (a damaged history is frozen)
         # loses the rest of this round's writes, and only it does: it is blocked.
         refused: set[str] = set()
@@ -912,4 +925,5 @@ def build_scheduler_service(
         store_root=server.store_root,
         config=config or SchedulerServiceConfig(enabled=True),
         clock=chosen,
+        journal=CommitJournal(server.store_root) if journal_supported() else None,
     )

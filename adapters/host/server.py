@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import SchedulerUnavailable
+from shell.journal import replay_journal
 from shell.lock import SchedulerLock
 
 from .api import WorkflowApi
@@ -60,12 +61,19 @@ def _timestamp(clock: Callable[[], datetime]) -> Callable[[], str]:
 def _refuse_if_owned(store_root: Path) -> None:
     """Raise SchedulerUnavailable (naming the holder) when a scheduler in
     another process owns the store: the recovery below would declare that
-    process's executing runs abandoned while they still execute."""
+    process's executing runs abandoned while they still execute.
+
+    Otherwise, under the lock, replay what a scheduler that died left in its
+    commit journal (`shell.journal`): the schedule files must hold every
+    durable write before anything reads them."""
     probe = SchedulerLock(store_root)
     if not probe.path.exists():
         return
     probe.acquire()
-    probe.release()
+    try:
+        replay_journal(store_root)
+    finally:
+        probe.release()
 
 
 def build_local_static_workflow_server(

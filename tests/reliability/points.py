@@ -31,7 +31,11 @@ async def record_points(root: Path) -> list[CrashPoint]:
     return injector.seen
 
 
-_EMPTY_COMMIT = ["before:commit", "before:sync", "after:sync", "after:commit"]
+# A group commit with nothing to write, flushing files or through the journal.
+_EMPTY_COMMITS = (
+    ["before:commit", "before:sync", "after:sync", "after:commit"],
+    ["before:commit", "after:commit"],
+)
 
 
 def without_empty_commits(points: list[CrashPoint]) -> tuple[list[CrashPoint], int]:
@@ -42,13 +46,15 @@ def without_empty_commits(points: list[CrashPoint]) -> tuple[list[CrashPoint], i
     dropped = 0
     i = 0
     while i < len(points):
-        window = points[i : i + len(_EMPTY_COMMIT)]
-        if [p.point for p in window] == _EMPTY_COMMIT and len({p.phase for p in window}) == 1:
-            dropped += len(window)
-            i += len(window)
-            continue
-        kept.append(points[i])
-        i += 1
+        for empty in _EMPTY_COMMITS:
+            window = points[i : i + len(empty)]
+            if [p.point for p in window] == empty and len({p.phase for p in window}) == 1:
+                dropped += len(window)
+                i += len(window)
+                break
+        else:
+            kept.append(points[i])
+            i += 1
     return kept, dropped
 
 

@@ -1,0 +1,292 @@
+"""The commit journal: a journaled group commit is all-or-nothing across a
+crash at any of its points, a lost write-back is restored by the replay, and
+the journal is emptied by checkpoints."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from shell.durable import CrashAt, GroupCommit, SimulatedCrash, set_fault_injector
+from shell.journal import JOURNAL_FILE, CommitJournal, journal_supported, replay_journal
+
+pytestmark = pytest.mark.skipif(not journal_supported(), reason="the journal needs syncfs")
+
+
+class Recorder:
+    """A fault injector that only records the points it passes."""
+
+    def __init__(self) -> None:
+        self.points: list[str] = []
+
+    def __call__(self, point: str) -> None:
+        self.points.append(point)
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(root)): path.read_bytes()
+        for path in sorted(root.rglob("*"))
+        if path.is_file() and path.name != JOURNAL_FILE and not path.name.endswith(".tmp")
+    }
+
+
+def _seed(root: Path) -> None:
+    (root / "a").mkdir()
+    (root / "b").mkdir()
+    (root / "a" / "log").write_bytes(b"one\n")
+    (root / "b" / "state").write_bytes(b"old state\n")
+
+
+def _stage(batch: GroupCommit, root: Path) -> None:
+    batch.append_bytes(root / "a" / "log", b"two\n", expect_size=4)
+    batch.append_bytes(root / "a" / "log", b"three\n")
+    batch.append_bytes(root / "b" / "new-log", b"created\n")
+    batch.append_bytes(root / "b" / "late", b"late\n", late=True)
+    batch.replace_bytes(root / "b" / "state", b"new state\n")
+
+
+BEFORE = {"a/log": b"one\n", "b/state": b"old state\n"}
+AFTER = {
+    "a/log": b"one\ntwo\nthree\n",
+    "b/late": b"late\n",
+    "b/new-log": b"created\n",
+    "b/state": b"new state\n",
+}
+
+
+def _commit(root: Path, journal: CommitJournal) -> None:
+    batch = GroupCommit(journal=journal)
+    _stage(batch, root)
+    batch.commit()
+
+
+def test_a_journaled_batch_is_durable_in_the_journal_before_its_files_are_written(
+    store_root: Path,
+) -> None:
+    _seed(store_root)
+    journal = CommitJournal(store_root)
+    journal.open()
+    seen: list[dict[str, bytes]] = []
+    batch = GroupCommit(journal=journal)
+    _stage(batch, store_root)
+    batch.on_durable(lambda: seen.append(_files(store_root)))
+    batch.on_commit(lambda: seen.append(_files(store_root)))
+    batch.commit()
+    assert seen == [BEFORE, AFTER]
+    assert journal.size > 0
+    assert _files(store_root) == AFTER
+    journal.close()
+    assert (store_root / JOURNAL_FILE).stat().st_size == 0
+
+
+def _points_of_one_commit(root: Path) -> list[str]:
+    recorder = Recorder()
+    root.mkdir()
+    _seed(root)
+    journal = CommitJournal(root)
+    journal.open()
+    previous = set_fault_injector(recorder)
+    try:
+        _commit(root, journal)
+    finally:
+        set_fault_injector(previous)
+        journal.close_file()
+    return recorder.points
+
+
+def test_a_crash_at_any_point_of_a_commit_leaves_none_or_all_of_it(tmp_path: Path) -> None:
+    points = _points_of_one_commit(tmp_path / "probe")
+    assert "after:append:commit.journal" in points
+    assert any(p.startswith("before:apply:") for p in points)
+    durable_at = points.index("after:append:commit.journal")
+    for number, point in enumerate(points):
+        root = tmp_path / f"crash-{number}"
+        root.mkdir()
+        _seed(root)
+        journal = CommitJournal(root)
+        journal.open()
+        previous = set_fault_injector(CrashAt(point))
+        try:
+            with pytest.raises(SimulatedCrash):
+                _commit(root, journal)
+        finally:
+            set_fault_injector(previous)
+            journal.close_file()  # the process is dead: no checkpoint
+        replay_journal(root)
+        expected = AFTER if number >= durable_at else BEFORE
+        assert _files(root) == expected, point
+        assert (root / JOURNAL_FILE).stat().st_size == 0
+
+
+def _lose_write_back(root: Path) -> None:
+    """What a power cut can do to writes the kernel had not written back:
+    the files as they were before the batch (the journal was fsynced)."""
+    (root / "a" / "log").write_bytes(b"one\ntw")  # half of the append reached the disk
+    (root / "b" / "new-log").unlink()
+    (root / "b" / "late").write_bytes(b"")
+    (root / "b" / "state").write_bytes(b"old state\n")
+
+
+def test_a_replay_restores_writes_lost_after_the_journal_was_flushed(store_root: Path) -> None:
+    _seed(store_root)
+    journal = CommitJournal(store_root)
+    journal.open()
+    _commit(store_root, journal)
+    journal.close_file()
+    _lose_write_back(store_root)
+    report = replay_journal(store_root)
+    assert _files(store_root) == AFTER
+    assert (report.records, report.appends_written, report.replaces_written) == (1, 3, 1)
+    assert report.problems == []
+    again = replay_journal(store_root)  # emptied by the first replay
+    assert again.records == 0
+    assert _files(store_root) == AFTER
+
+
+def test_a_torn_record_is_dropped_and_nothing_of_it_is_written(store_root: Path) -> None:
+    _seed(store_root)
+    journal = CommitJournal(store_root)
+    journal.open()
+    _commit(store_root, journal)
+    first_record = journal.size
+    batch = GroupCommit(journal=journal)
+    batch.append_bytes(store_root / "a" / "log", b"four\n")
+    batch.commit()
+    journal.close_file()
+    path = store_root / JOURNAL_FILE
+    torn = path.read_bytes()[:-3]
+    path.write_bytes(torn)
+    _lose_write_back(store_root)  # the last batch was never acknowledged
+    report = replay_journal(store_root)
+    assert report.records == 1
+    assert report.torn_bytes == len(torn) - first_record
+    assert _files(store_root) == AFTER
+
+
+def test_appends_before_a_replace_of_the_same_file_are_not_replayed(store_root: Path) -> None:
+    _seed(store_root)
+    target = store_root / "b" / "state"
+    journal = CommitJournal(store_root)
+    journal.open()
+    for data in (b"x" * 50 + b"\n", b"y\n"):
+        batch = GroupCommit(journal=journal)
+        batch.append_bytes(target, data)
+        batch.commit()
+    batch = GroupCommit(journal=journal)
+    batch.replace_bytes(target, b"compacted\n")
+    batch.commit()
+    batch = GroupCommit(journal=journal)
+    batch.append_bytes(target, b"after\n", expect_size=10)
+    batch.commit()
+    journal.close_file()
+    target.write_bytes(b"compacted\n")  # the last append was lost
+    report = replay_journal(store_root)
+    assert target.read_bytes() == b"compacted\nafter\n"
+    assert report.problems == []
+
+
+def test_bytes_lost_before_a_journaled_offset_are_reported_not_papered_over(
+    store_root: Path,
+) -> None:
+    _seed(store_root)
+    journal = CommitJournal(store_root)
+    journal.open()
+    _commit(store_root, journal)
+    journal.close_file()
+    (store_root / "a" / "log").write_bytes(b"on")  # shorter than before the batch: damage
+    report = replay_journal(store_root)
+    assert (store_root / "a" / "log").read_bytes() == b"on"  # no hole written
+    assert len(report.problems) == 1
+    assert "a/log" in report.problems[0] and "offset 4" in report.problems[0]
+
+
+def test_a_file_changed_under_its_owner_fails_the_commit_before_the_journal(
+    store_root: Path,
+) -> None:
+    _seed(store_root)
+    journal = CommitJournal(store_root)
+    journal.open()
+    aborted: list[bool] = []
+    batch = GroupCommit(journal=journal)
+    batch.append_bytes(store_root / "a" / "log", b"two\n", expect_size=3)
+    batch.on_abort(lambda: aborted.append(True))
+    with pytest.raises(OSError) as caught:
+        batch.commit()
+    assert caught.value.errno == errno.EIO
+    assert aborted == [True]
+    assert journal.size == 0
+    assert _files(store_root) == BEFORE
+
+
+def test_a_write_into_a_missing_directory_fails_before_the_journal(store_root: Path) -> None:
+    _seed(store_root)
+    journal = CommitJournal(store_root)
+    journal.open()
+    batch = GroupCommit(journal=journal)
+    batch.append_bytes(store_root / "gone" / "log", b"x\n")
+    with pytest.raises(FileNotFoundError):
+        batch.commit()
+    assert journal.size == 0
+
+
+def test_the_journal_is_checkpointed_once_it_outgrows_its_bound(store_root: Path) -> None:
+    _seed(store_root)
+    journal = CommitJournal(store_root, checkpoint_at_bytes=200)
+    journal.open()
+    sizes: list[int] = []
+    for number in range(6):
+        batch = GroupCommit(journal=journal)
+        batch.append_bytes(store_root / "a" / "log", f"row {number}\n".encode())
+        batch.commit()
+        sizes.append(journal.size)
+    assert 0 in sizes  # emptied at least once
+    assert max(sizes) < 200 + 100
+    assert (store_root / JOURNAL_FILE).stat().st_size == journal.size
+    journal.close()
+    assert (store_root / "a" / "log").read_bytes() == b"one\n" + b"".join(
+        f"row {n}\n".encode() for n in range(6)
+    )
+
+
+def test_opening_replays_what_the_previous_owner_left(store_root: Path) -> None:
+    _seed(store_root)
+    journal = CommitJournal(store_root)
+    journal.open()
+    _commit(store_root, journal)
+    journal.close_file()
+    _lose_write_back(store_root)
+    successor = CommitJournal(store_root)
+    report = successor.open()
+    assert report.records == 1
+    assert _files(store_root) == AFTER
+    assert successor.size == 0
+    successor.close()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda data: b"XXXX" + data[4:],  # bad magic
+        lambda data: data[:20] + bytes([data[20] ^ 0xFF]) + data[21:],  # checksum fails
+    ],
+    ids=["magic", "checksum"],
+)
+def test_a_damaged_record_ends_the_replay(
+    store_root: Path, damage: Callable[[bytes], bytes]
+) -> None:
+    _seed(store_root)
+    journal = CommitJournal(store_root)
+    journal.open()
+    _commit(store_root, journal)
+    journal.close_file()
+    path = store_root / JOURNAL_FILE
+    path.write_bytes(damage(path.read_bytes()))
+    _lose_write_back(store_root)
+    report = replay_journal(store_root)
+    assert report.records == 0 and report.torn_bytes > 0
+    assert os.path.getsize(path) == 0
