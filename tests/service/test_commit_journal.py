@@ -1,0 +1,99 @@
+"""The scheduler's commit journal seen from outside: a wake-up that died after
+its journal record was flushed, before any schedule file was written, is not
+lost, whichever process opens the store next."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shell import ManualClock
+from shell.durable import CrashAt, SimulatedCrash, set_fault_injector
+from shell.journal import JOURNAL_FILE, journal_supported
+from tests.reliability.world import World
+
+from .conftest import CONSTANT_PLAN, START, Harness
+
+pytestmark = pytest.mark.skipif(not journal_supported(), reason="the journal needs syncfs")
+
+MINUTE = timedelta(minutes=1)
+
+
+def _ignore_crashed_tasks(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    if isinstance(context.get("exception"), SimulatedCrash):
+        return
+    loop.default_exception_handler(context)
+
+
+async def _die_after_the_journal_flush(harness: Harness, count: int) -> None:
+    """Create `count` every-minute schedules, then let the service reach the
+    next minute and die right after its journal record is durable."""
+    await harness.boot()
+    await harness.deploy("report.default", CONSTANT_PLAN)
+    for number in range(count):
+        await harness.schedules.create_schedule(
+            schedule_id=f"s{number}",
+            deployment_id="report.default",
+            trigger={"kind": "cron", "expression": "* * * * *", "timezone": "UTC"},
+            inputs={"when": {"$bind": "occurrence.instant"}},
+        )
+    assert harness.service is not None
+    await harness.service.settle()  # their first runtime records are written
+    asyncio.get_running_loop().set_exception_handler(_ignore_crashed_tasks)
+    previous = set_fault_injector(CrashAt("after:append:commit.journal"))
+    try:
+        service = harness.service
+        assert service is not None and service._task is not None
+        await harness.clock.set(START + MINUTE)
+        # The loop task is the "process": it dies of the crash, nobody stops it.
+        with pytest.raises(SimulatedCrash):
+            await asyncio.wait_for(service._task, timeout=30)
+    finally:
+        set_fault_injector(previous)
+    await World.abandon(harness)  # type: ignore[arg-type]  # the process is gone: its lock too
+    # The dead process wrote its record and nothing else.
+    assert (harness.root / JOURNAL_FILE).stat().st_size > 0
+    for number in range(count):
+        history = harness.root / "schedules" / f"s{number}" / "history.jsonl"
+        assert not history.exists() or history.stat().st_size == 0
+
+
+async def test_a_server_without_the_scheduler_replays_the_dead_schedulers_journal(
+    tmp_path: Path,
+) -> None:
+    harness = Harness(tmp_path / "store", _clock())
+    await _die_after_the_journal_flush(harness, 3)
+    survivor = Harness(harness.root, harness.clock)
+    server = survivor.build_server()  # no scheduler: the host opens the store
+    for number in range(3):
+        rows = await survivor.occurrences(f"s{number}")
+        assert [(r["instant"], r["status"]) for r in rows] == [
+            ("2026-03-02T09:31:00Z", "admitted")
+        ]
+    assert (harness.root / JOURNAL_FILE).stat().st_size == 0
+    await server.api.cancel_executing()
+
+
+async def test_the_next_scheduler_replays_it_and_runs_what_was_admitted(tmp_path: Path) -> None:
+    harness = Harness(tmp_path / "store", _clock())
+    await _die_after_the_journal_flush(harness, 2)
+    successor = Harness(harness.root, harness.clock)
+    try:
+        await successor.boot()
+        for number in range(2):
+            rows = await successor.occurrences(f"s{number}")
+            assert [(r["instant"], r["status"]) for r in rows] == [
+                ("2026-03-02T09:31:00Z", "completed")
+            ]
+            run = await successor.api.inspect_run(rows[0]["run_id"])
+            assert run["output"] == {"result": "report for 2026-03-02T09:31:00Z"}
+    finally:
+        await successor.shutdown()
+
+
+def _clock() -> ManualClock:
+    return ManualClock(START)
