@@ -428,20 +428,53 @@ def _apply_decision(state: _State, row: dict[str, Any], seq: int, offset: int, l
         snapshot = _check_snapshot(row.get("snapshot"), seq)
     elif row.get("snapshot") is not None:
         raise _Bad("only an admitted row carries a snapshot", seq)
+    _enter_decision(
+        state,
+        seq,
+        offset,
+        length,
+        status=status,
+        instant=instant,
+        instant_text=_canonical_text(row["instant"], instant),
+        first=first,
+        recorded_text=_canonical_text(row["recorded_at"], recorded_at),
+        run_id=run_id,
+        reason=reason,
+        revision=revision,
+        snapshot=snapshot,
+    )
+
+
+def _enter_decision(
+    state: _State,
+    seq: int,
+    offset: int,
+    length: int,
+    *,
+    status: str,
+    instant: datetime,
+    instant_text: str,
+    first: datetime,
+    recorded_text: str,
+    run_id: str | None,
+    reason: str | None,
+    revision: int | None,
+    snapshot: dict[str, Any] | None,
+) -> None:
+    """Enter a well-formed decision row (seq == state.count) into `state`, or
+    raise `_Bad` when it is not after the previous decision."""
     if state.last_decided is not None and first <= state.last_decided:
         raise _Bad(
-            f"decision for {row['instant']} is not after the previous decision"
+            f"decision for {instant_text} is not after the previous decision"
             f" {state.last_decided_text} (duplicate or out of order)",
             seq,
         )
-    instant_text = _canonical_text(row["instant"], instant)
     state.count += 1
     state.last_decided = instant
     state.last_decided_text = instant_text
     entry = _Entry(offset, length, offset, length, status)
     state.touched[seq] = entry
     if status == "admitted":
-        recorded_text = _canonical_text(row["recorded_at"], recorded_at)
         state.open[seq] = _Open(
             seq=seq,
             instant=instant_text,
@@ -1006,8 +1039,14 @@ class HistoryStore:
         return log
 
     def _stage(
-        self, log: _Log, batch: GroupCommit | None, build: Callable[[_State], dict[str, Any]]
+        self,
+        log: _Log,
+        batch: GroupCommit | None,
+        build: Callable[[_State], dict[str, Any]],
+        enter: Callable[[_State, dict[str, Any], int, int], None] | None = None,
     ) -> int:
+        """Stage the row `build` makes; `enter` (default: parse it back like a
+        row read from disk) applies it to the pending state."""
         if log.problems:
             raise StoreDamaged(log.problems[0])
         own_batch = batch is None
@@ -1034,7 +1073,10 @@ class HistoryStore:
                 ],
             ) from None
         try:
-            _apply_row(shadow, row, shadow.size, len(line), _unknown)
+            if enter is None:
+                _apply_row(shadow, row, shadow.size, len(line), _unknown)
+            else:
+                enter(shadow, row, shadow.size, len(line))
         except _Bad as bad:
             raise InvalidState(
                 f"history of {log.files.schedule_id!r} refuses the row: {bad.reason}",
@@ -1132,6 +1174,15 @@ class HistoryStore:
             problems.append(
                 Problem(field="first_instant", reason="count > 1 needs first and last instants")
             )
+        elif count > 1 and instant_text is not None and first_text and last_text:
+            first_at, last_at = parse_instant(first_text), parse_instant(last_text)
+            if not first_at < last_at or last_at != parse_instant(instant_text):
+                problems.append(
+                    Problem(
+                        field="first_instant",
+                        reason="a coalesced row needs first_instant < last_instant == instant",
+                    )
+                )
         elif count == 1 and (first_text is not None or last_text is not None):
             problems.append(
                 Problem(field="first_instant", reason="only a row with count > 1 has them")
@@ -1175,7 +1226,30 @@ class HistoryStore:
                 row.update(count=count, first_instant=first_text, last_instant=last_text)
             return row
 
-        return self._stage(self._owned(schedule_id), batch, build)
+        # Every field is checked above: entering the row needs no second parse.
+        assert instant_text is not None and recorded_text is not None
+        instant_at = parse_instant(instant_text)
+        first_at = parse_instant(first_text) if first_text is not None else instant_at
+        entered_snapshot = dict(snapshot) if snapshot is not None else None
+
+        def enter(state: _State, row: dict[str, Any], offset: int, length: int) -> None:
+            _enter_decision(
+                state,
+                row["seq"],
+                offset,
+                length,
+                status=status,
+                instant=instant_at,
+                instant_text=instant_text,
+                first=first_at,
+                recorded_text=recorded_text,
+                run_id=run_id,
+                reason=reason,
+                revision=revision,
+                snapshot=entered_snapshot,
+            )
+
+        return self._stage(self._owned(schedule_id), batch, build, enter)
 
     def append_transition(
         self,

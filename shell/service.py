@@ -734,7 +734,9 @@ class SchedulerService:
             try:
                 key: tuple[str, str] | None = (
                     admit.deployment_id,
-                    json.dumps(admit.inputs, sort_keys=True, allow_nan=False),
+                    json.dumps(admit.inputs, sort_keys=True, allow_nan=False)
+                    if admit.inputs
+                    else "{}",
                 )
             except (TypeError, ValueError):
                 key = None

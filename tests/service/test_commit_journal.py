@@ -71,9 +71,7 @@ async def test_a_server_without_the_scheduler_replays_the_dead_schedulers_journa
     server = survivor.build_server()  # no scheduler: the host opens the store
     for number in range(3):
         rows = await survivor.occurrences(f"s{number}")
-        assert [(r["instant"], r["status"]) for r in rows] == [
-            ("2026-03-02T09:31:00Z", "admitted")
-        ]
+        assert [(r["instant"], r["status"]) for r in rows] == [("2026-03-02T09:31:00Z", "admitted")]
     assert (harness.root / JOURNAL_FILE).stat().st_size == 0
     await server.api.cancel_executing()
 

@@ -290,3 +290,20 @@ def test_a_damaged_record_ends_the_replay(
     report = replay_journal(store_root)
     assert report.records == 0 and report.torn_bytes > 0
     assert os.path.getsize(path) == 0
+
+
+def test_a_file_outside_the_store_root_is_refused_before_anything_is_written(
+    store_root: Path, tmp_path: Path
+) -> None:
+    _seed(store_root)
+    journal = CommitJournal(store_root)
+    journal.open()
+    outside = tmp_path / "elsewhere.log"
+    batch = GroupCommit(journal=journal)
+    batch.append_bytes(store_root / "a" / "log", b"two\n")
+    batch.append_bytes(outside, b"x\n")
+    with pytest.raises(ValueError, match="not under the store root"):
+        batch.commit()
+    assert journal.size == 0
+    assert not outside.exists()
+    assert _files(store_root) == BEFORE
