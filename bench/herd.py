@@ -5,7 +5,9 @@ flushed), and until every run is created and launched?
 The scheduler runs on a ManualClock so that the herd instant is reached by
 moving the clock, not by waiting for a minute boundary; everything else is
 real: the host, the stores in a temp dir, fsync/syncfs, the run tasks.
-Durable = the group commit holding the row returned (see AdmissionProbe).
+Durable = the flush of the group commit holding the row returned: the
+commit journal's fsync (see AdmissionProbe and docs/storage.md); the schedule
+files are written after it, inside the same commit.
 
 Two herds are measured, one minute apart: the *first* instant the schedules
 ever fire (every history and runtime file is created in that commit), and
@@ -37,6 +39,7 @@ from typing import Any
 import harness
 
 import shell.durable
+import shell.journal
 import shell.service
 from adapters.collector import freeze_startup_objects, tune_collector
 from shell import ManualClock, SchedulerServiceConfig, build_scheduler_service
@@ -54,7 +57,8 @@ def _timers(api: Any) -> harness.Timers:
     timers.wrap(api.schedules.history, "append_decision", "history append_decision")
     timers.wrap(api.schedules.history, "append_transition", "history append_transition")
     timers.wrap(api.schedules.runtime, "stage", "runtime stage")
-    timers.wrap(shell.durable.GroupCommit, "commit", "group commit (write + flush)")
+    timers.wrap(shell.durable.GroupCommit, "commit", "group commit (whole)")
+    timers.wrap(shell.journal.CommitJournal, "write", "  of which journal append + fsync")
     for name in ("admit_run", "launch_run", "admit_runs", "launch_runs"):
         if hasattr(api, name):
             timers.wrap(api, name, f"host {name}")

@@ -7,8 +7,9 @@ whole minutes:
 
 - ours: the real scheduler service and host on real stores in a temp dir,
   SystemClock, `max_concurrent_runs` = N and overlap `parallel` (neither
-  binds). Lateness = the instant the `admitted` history row is durable (its
-  group commit returned) - the occurrence instant.
+  binds). Lateness = the instant the `admitted` history row is durable (the
+  flush of its group commit returned: the commit journal's fsync) - the
+  occurrence instant.
 - APScheduler 3.x: AsyncIOScheduler, MemoryJobStore, CronTrigger, a trivial
   async job. Lateness = the instant the job starts - its scheduled run time.
 

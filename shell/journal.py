@@ -33,8 +33,9 @@ it was acted on and none of its writes was applied.
 A **checkpoint** flushes the whole filesystem (`syncfs`: every applied write
 is then durable in its own file) and empties the journal. It runs after a
 replay, at a clean close, and after a commit once the journal has grown past
-`CHECKPOINT_AT_BYTES` (then off the decision's path: the batch is already
-durable and acknowledged). A crash between the flush and the truncation only
+`CHECKPOINT_AT_BYTES` and its oldest record is `CHECKPOINT_AFTER_S` old, or
+past `CHECKPOINT_LIMIT_BYTES` (then off the decision's path: the batch is
+already durable and acknowledged). A crash between the flush and the truncation only
 replays writes that are already in place.
 
 Only appends and whole-file replaces made through a journaled batch are
@@ -49,8 +50,9 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
@@ -65,7 +67,9 @@ from shell.durable import (
 )
 
 __all__ = [
+    "CHECKPOINT_AFTER_S",
     "CHECKPOINT_AT_BYTES",
+    "CHECKPOINT_LIMIT_BYTES",
     "JOURNAL_FILE",
     "CommitJournal",
     "ReplayReport",
@@ -76,9 +80,17 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 JOURNAL_FILE: Final = "commit.journal"
-# Past this size a commit checkpoints after it returns. A replay reads at most
-# about this much (plus one batch); 10,000 admissions are about 3 MiB.
+# Past this size, a commit checkpoints after it returns once the journal's
+# oldest record is CHECKPOINT_AFTER_S old: by then the kernel has written most
+# of those files back on its own (dirty pages expire after 30 s by default),
+# so the checkpoint's syncfs finds little to do. Right after a herd it would
+# flush everything the herd dirtied, seconds of I/O on a cold filesystem.
+# 10,000 admissions are about 3 MiB of records.
 CHECKPOINT_AT_BYTES: Final = 16 << 20
+CHECKPOINT_AFTER_S: Final = 35.0
+# Past this size a commit checkpoints whatever the age: it bounds what a
+# replay reads.
+CHECKPOINT_LIMIT_BYTES: Final = 64 << 20
 
 _MAGIC: Final = b"WFJ1"
 _HEADER: Final = struct.Struct("<4sIQ")  # magic, crc32(payload), len(payload)
@@ -303,13 +315,21 @@ class CommitJournal:
         store_root: str | os.PathLike[str],
         *,
         checkpoint_at_bytes: int = CHECKPOINT_AT_BYTES,
+        checkpoint_after_s: float = CHECKPOINT_AFTER_S,
+        checkpoint_limit_bytes: int = CHECKPOINT_LIMIT_BYTES,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store_root = Path(store_root)
         self.path = self.store_root / JOURNAL_FILE
         self._root_text = str(self.store_root)
         self._checkpoint_at = checkpoint_at_bytes
+        self._checkpoint_after = checkpoint_after_s
+        self._checkpoint_limit = max(checkpoint_limit_bytes, checkpoint_at_bytes)
+        self._monotonic = monotonic
         self._fd: int | None = None
         self._size = 0
+        # When the oldest record since the last checkpoint was written.
+        self._oldest: float | None = None
 
     @property
     def size(self) -> int:
@@ -343,11 +363,18 @@ class CommitJournal:
             view = view[written:]
         os.fsync(self._fd)
         self._size += len(record)
+        if self._oldest is None:
+            self._oldest = self._monotonic()
         fault_point(f"after:append:{JOURNAL_FILE}")
 
     def after_commit(self) -> None:
-        """Checkpoint once the journal has grown past its bound."""
-        if self._size >= self._checkpoint_at:
+        """Checkpoint once the journal is past its size bound and its oldest
+        record has aged (or past its hard limit)."""
+        if self._size >= self._checkpoint_limit or (
+            self._size >= self._checkpoint_at
+            and self._oldest is not None
+            and self._monotonic() - self._oldest >= self._checkpoint_after
+        ):
             self.checkpoint()
 
     def checkpoint(self) -> None:
@@ -356,6 +383,7 @@ class CommitJournal:
             return
         _checkpoint(self.store_root, self.path)
         self._size = 0
+        self._oldest = None
 
     def close(self) -> None:
         """Checkpoint and close (a clean stop leaves an empty journal)."""
@@ -372,3 +400,4 @@ class CommitJournal:
             os.close(self._fd)
             self._fd = None
             self._size = 0
+            self._oldest = None

@@ -236,7 +236,7 @@ def test_a_write_into_a_missing_directory_fails_before_the_journal(store_root: P
 
 def test_the_journal_is_checkpointed_once_it_outgrows_its_bound(store_root: Path) -> None:
     _seed(store_root)
-    journal = CommitJournal(store_root, checkpoint_at_bytes=200)
+    journal = CommitJournal(store_root, checkpoint_at_bytes=200, checkpoint_after_s=0.0)
     journal.open()
     sizes: list[int] = []
     for number in range(6):
@@ -307,3 +307,63 @@ def test_a_file_outside_the_store_root_is_refused_before_anything_is_written(
     assert journal.size == 0
     assert not outside.exists()
     assert _files(store_root) == BEFORE
+
+
+def test_a_file_write_failing_after_the_record_is_durable_fails_the_commit_and_the_replay(
+    store_root: Path,
+) -> None:
+    _seed(store_root)
+    blocker = store_root / "a" / "blocked"
+    blocker.mkdir()  # a directory where a file is expected: every write to it fails
+    journal = CommitJournal(store_root)
+    journal.open()
+    aborted: list[bool] = []
+    durable: list[bool] = []
+    batch = GroupCommit(journal=journal)
+    batch.append_bytes(store_root / "a" / "log", b"two\n")
+    batch.append_bytes(blocker, b"x\n")
+    batch.on_durable(lambda: durable.append(True))
+    batch.on_abort(lambda: aborted.append(True))
+    with pytest.raises(IsADirectoryError):
+        batch.commit()
+    assert durable == [True] and aborted == [True] and batch.state == "aborted"
+    journal.close_file()
+    # The next owner cannot make the write either: it refuses to go on.
+    with pytest.raises(IsADirectoryError):
+        replay_journal(store_root)
+    assert (store_root / JOURNAL_FILE).stat().st_size > 0  # kept for after the repair
+    blocker.rmdir()
+    blocker.write_bytes(b"")
+    replay_journal(store_root)
+    assert (store_root / "a" / "log").read_bytes() == b"one\ntwo\n"
+
+
+def test_a_young_journal_waits_for_its_records_to_age_up_to_a_hard_limit(
+    store_root: Path,
+) -> None:
+    _seed(store_root)
+    now = [100.0]
+    journal = CommitJournal(
+        store_root,
+        checkpoint_at_bytes=100,
+        checkpoint_after_s=30.0,
+        checkpoint_limit_bytes=1000,
+        monotonic=lambda: now[0],
+    )
+    journal.open()
+
+    def commit(row: bytes) -> int:
+        batch = GroupCommit(journal=journal)
+        batch.append_bytes(store_root / "a" / "log", row)
+        batch.commit()
+        return journal.size
+
+    assert commit(b"x" * 200 + b"\n") > 100  # past the size bound, but young
+    now[0] += 29.0
+    assert commit(b"y\n") > 100
+    now[0] += 1.0  # the oldest record is 30 s old
+    assert commit(b"z\n") == 0
+    sizes = [commit(b"w" * 300 + b"\n") for _ in range(4)]  # young, until the hard limit
+    assert sizes[:2] == sorted(sizes[:2]) and sizes[1] > 0
+    assert 0 in sizes
+    journal.close()
