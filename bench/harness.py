@@ -128,11 +128,12 @@ def fast_setup() -> Iterator[None]:
 class AdmissionProbe:
     """Records when admitted history rows become durable.
 
-    Wraps the history store's `append_decision` on one instance: every
-    `admitted` row staged in a group commit registers an `on_durable` callback,
-    which runs right after the batch's flush returns (the commit journal's
-    fsync, or the flush of the files without a journal), i.e. at the instant
-    the row is durable. Lateness = that wall-clock instant - the occurrence instant.
+    Wraps the history store's `append_decision` and `stage_admitted` on one
+    instance: every `admitted` row staged in a group commit registers an
+    `on_durable` callback, which runs right after the batch's flush returns
+    (the commit journal's fsync, or the flush of the files without a
+    journal), i.e. at the instant the row is durable. Lateness = that
+    wall-clock instant - the occurrence instant.
     Rows of any other status are counted as decided too (the herd measure).
     """
 
@@ -146,20 +147,31 @@ class AdmissionProbe:
         self.commits = 0
         self._history = history
         self._original = history.append_decision
+        self._original_admitted = history.stage_admitted
         # Per open batch: (occurrence instant or None for a non-admission, instants).
         self._pending: dict[int, list[tuple[float | None, int]]] = {}
         history.append_decision = self._append_decision
+        history.stage_admitted = self._stage_admitted
+
+    def _stage_admitted(self, schedule_id: str, **kwargs: Any) -> Any:
+        result = self._original_admitted(schedule_id, **kwargs)
+        self._note(kwargs["batch"], kwargs["instant"], 1, admitted=True)
+        return result
 
     def _append_decision(self, schedule_id: str, **kwargs: Any) -> Any:
         result = self._original(schedule_id, **kwargs)
-        batch: GroupCommit | None = kwargs.get("batch")
-        instant: datetime = kwargs["instant"]
         count = int(kwargs.get("count") or 1)
         admitted = kwargs.get("status") == "admitted"
+        self._note(kwargs.get("batch"), kwargs["instant"], count, admitted=admitted)
+        return result
+
+    def _note(
+        self, batch: GroupCommit | None, instant: datetime, count: int, *, admitted: bool
+    ) -> None:
         row = (instant.timestamp() if admitted else None, count)
         if batch is None:
             self._durable([row])
-            return result
+            return
         key = id(batch)
         pending = self._pending.get(key)
         if pending is None:
@@ -168,7 +180,6 @@ class AdmissionProbe:
             batch.on_durable(lambda: self._commit(key))
             batch.on_abort(lambda: self._pending.pop(key, None))
         pending.append(row)
-        return result
 
     def _commit(self, key: int) -> None:
         self.commits += 1
@@ -191,6 +202,7 @@ class AdmissionProbe:
 
     def restore(self) -> None:
         self._history.append_decision = self._original
+        self._history.stage_admitted = self._original_admitted
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -55,6 +55,7 @@ def _timers(api: Any) -> harness.Timers:
     timers.wrap(api, "preflight", "host preflight")
     timers.wrap(api, "reserve_run_ids", "host reserve_run_ids")
     timers.wrap(api.schedules.history, "append_decision", "history append_decision")
+    timers.wrap(api.schedules.history, "stage_admitted", "history stage_admitted")
     timers.wrap(api.schedules.history, "append_transition", "history append_transition")
     timers.wrap(api.schedules.runtime, "stage", "runtime stage")
     timers.wrap(shell.durable.GroupCommit, "commit", "group commit (whole)")

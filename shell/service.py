@@ -629,12 +629,10 @@ class SchedulerService:
                 "max_steps": command.max_steps,
                 "revision": command.revision,
             }
-            history.append_decision(
+            history.stage_admitted(
                 command.schedule_id,
                 instant=command.instant,
-                status="admitted",
                 run_id=run_id,
-                revision=command.revision,
                 snapshot=snapshot,
                 recorded_at=now,
                 batch=batch,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -105,6 +106,17 @@ class HistoryPort(Protocol):
         revision: int | None = None,
         snapshot: Mapping[str, Any] | None = None,
         batch: GroupCommit | None = None,
+    ) -> int: ...
+
+    def stage_admitted(
+        self,
+        schedule_id: str,
+        *,
+        instant: datetime,
+        run_id: str,
+        snapshot: Mapping[str, Any],
+        recorded_at: datetime,
+        batch: GroupCommit,
     ) -> int: ...
 
     def append_transition(

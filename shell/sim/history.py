@@ -433,6 +433,30 @@ class MemoryHistoryStore:
             row.update(count=count, first_instant=first_text, last_instant=last_text)
         return self._stage(log, batch, row)
 
+    def stage_admitted(
+        self,
+        schedule_id: str,
+        *,
+        instant: datetime,
+        run_id: str,
+        snapshot: Mapping[str, Any],
+        recorded_at: datetime,
+        batch: GroupCommit,
+    ) -> int:
+        """The `admitted` row of `instant`, as `append_decision` stages it (the
+        file store's fast path for a herd; here there is nothing to speed up)."""
+        revision = snapshot.get("revision") if isinstance(snapshot, Mapping) else None
+        return self.append_decision(
+            schedule_id,
+            instant=instant,
+            status="admitted",
+            recorded_at=recorded_at,
+            run_id=run_id,
+            revision=revision,
+            snapshot=snapshot,
+            batch=batch,
+        )
+
     def append_transition(
         self,
         schedule_id: str,
