@@ -1144,7 +1144,7 @@ class HistoryStore:
         The scheduler's path for a herd of admissions: the row is the one
         `append_decision(status="admitted", revision=snapshot["revision"], ...)`
         would write, byte for byte, built without the general row machinery
-        (half the cost per row). The same errors: `InvalidInput` for a naive
+        (no row dict to encode, no parse back). The same errors: `InvalidInput` for a naive
         instant, a run id that is not a string or a malformed snapshot,
         `InvalidState` for an instant not after the last decision,
         `StoreDamaged`, `NotFound`.
