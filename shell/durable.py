@@ -73,7 +73,6 @@ __all__ = [
     "set_fault_injector",
     "sync_paths",
     "syncfs_available",
-    "write_at",
 ]
 
 SyncMode = Literal["auto", "fsync", "syncfs"]
@@ -315,7 +314,7 @@ def replace_unsynced(path: str, data: bytes) -> None:
         raise
 
 
-def write_at(path: str, offset: int, data: bytes) -> None:
+def _write_at(path: str, offset: int, data: bytes) -> None:
     """Write `data` at `offset` of `path` (created if missing), with no flush."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
@@ -651,7 +650,7 @@ class GroupCommit:
             for kind, path, offset, data in entries:
                 if kind == "append":
                     fault_point(f"before:apply:{basename(path)}")
-                    write_at(path, offset, data)
+                    _write_at(path, offset, data)
                     fault_point(f"after:apply:{basename(path)}")
                 else:
                     fault_point(f"before:replace:{basename(path)}")

@@ -114,10 +114,6 @@ class ReplayReport:
     # Files written by the replay (flushed one by one where syncfs is missing).
     written: list[str] = field(default_factory=list)
 
-    @property
-    def changed_files(self) -> bool:
-        return bool(self.appends_written or self.replaces_written)
-
 
 def _relative(path: str, prefix: str, root: str) -> bytes:
     # Every journaled file lies under the root; slicing off the prefix costs
@@ -335,10 +331,6 @@ class CommitJournal:
     def size(self) -> int:
         """Bytes of records written since the last checkpoint."""
         return self._size
-
-    @property
-    def is_open(self) -> bool:
-        return self._fd is not None
 
     def open(self) -> ReplayReport:
         """Replay what a previous owner left, then open for appends."""

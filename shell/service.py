@@ -212,10 +212,14 @@ class SchedulerService:
             )
         # A clean close publishes the history index checkpoints, so the next
         # start replays nothing.
-        self._api.history.close()
-        if self._journal is not None:
-            self._journal.close()
-        self._lock.release()
+        try:
+            self._api.history.close()
+            if self._journal is not None:
+                # Empties the journal (a checkpoint); if that fails, its
+                # records stay for the next owner's replay.
+                self._journal.close()
+        finally:
+            self._lock.release()
         _log.info("scheduler stopped")
         return still
 
