@@ -67,6 +67,15 @@ def _commit(root: Path, journal: CommitJournal) -> None:
     batch.commit()
 
 
+def _died_after_one_commit(root: Path) -> None:
+    """A process that committed the batch of `_stage` and died: no checkpoint."""
+    _seed(root)
+    journal = CommitJournal(root)
+    journal.open()
+    _commit(root, journal)
+    journal.close_file()
+
+
 def test_a_journaled_batch_is_durable_in_the_journal_before_its_files_are_written(
     store_root: Path,
 ) -> None:
@@ -135,11 +144,7 @@ def _lose_write_back(root: Path) -> None:
 
 
 def test_a_replay_restores_writes_lost_after_the_journal_was_flushed(store_root: Path) -> None:
-    _seed(store_root)
-    journal = CommitJournal(store_root)
-    journal.open()
-    _commit(store_root, journal)
-    journal.close_file()
+    _died_after_one_commit(store_root)
     _lose_write_back(store_root)
     report = replay_journal(store_root)
     assert _files(store_root) == AFTER
@@ -195,11 +200,7 @@ def test_appends_before_a_replace_of_the_same_file_are_not_replayed(store_root: 
 def test_bytes_lost_before_a_journaled_offset_are_reported_not_papered_over(
     store_root: Path,
 ) -> None:
-    _seed(store_root)
-    journal = CommitJournal(store_root)
-    journal.open()
-    _commit(store_root, journal)
-    journal.close_file()
+    _died_after_one_commit(store_root)
     (store_root / "a" / "log").write_bytes(b"on")  # shorter than before the batch: damage
     report = replay_journal(store_root)
     assert (store_root / "a" / "log").read_bytes() == b"on"  # no hole written
@@ -256,11 +257,7 @@ def test_the_journal_is_checkpointed_once_it_outgrows_its_bound(store_root: Path
 
 
 def test_opening_replays_what_the_previous_owner_left(store_root: Path) -> None:
-    _seed(store_root)
-    journal = CommitJournal(store_root)
-    journal.open()
-    _commit(store_root, journal)
-    journal.close_file()
+    _died_after_one_commit(store_root)
     _lose_write_back(store_root)
     successor = CommitJournal(store_root)
     report = successor.open()
@@ -281,11 +278,7 @@ def test_opening_replays_what_the_previous_owner_left(store_root: Path) -> None:
 def test_a_damaged_record_ends_the_replay(
     store_root: Path, damage: Callable[[bytes], bytes]
 ) -> None:
-    _seed(store_root)
-    journal = CommitJournal(store_root)
-    journal.open()
-    _commit(store_root, journal)
-    journal.close_file()
+    _died_after_one_commit(store_root)
     path = store_root / JOURNAL_FILE
     path.write_bytes(damage(path.read_bytes()))
     _lose_write_back(store_root)
