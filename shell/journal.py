@@ -39,10 +39,12 @@ already durable and acknowledged). A crash between the flush and the truncation 
 replays writes that are already in place.
 
 Only appends and whole-file replaces made through a journaled batch are
-journaled. Other writers of the same files may append (a replay skips
-offsets that are already written) but must not shorten or replace them while
-the journal holds records for them: every such writer in this code base
-runs during recovery, after the replay.
+journaled. Until the next checkpoint, another writer may append to a file
+the journal only appends to (a replay skips offsets already written), but
+must not shorten or replace it, nor write at all to a file the journal holds
+a replace for (the replay rewrites it). In this code base, while the
+scheduler runs only its batches write histories and runtime logs; torn-tail
+repairs and index rebuilds run during recovery, after the replay.
 """
 
 from __future__ import annotations
