@@ -634,7 +634,8 @@ class _Call:
             s = self.peek(sid)
             if s is None or s.due != due:
                 continue
-            w = self.touch(sid)
+            # `s` is the schedule already: adopting it saves a second map lookup.
+            w = s if isinstance(s, _Work) else self._adopt(s)
             w.due = None
             self.due_live -= 1
             self.settle(w, now)
