@@ -18,6 +18,9 @@ benchmarks so that they measure what runs:
   startup does not create garbage cycles worth reclaiming.
 
 Nothing here changes what the server does, only when the collector runs.
+The scheduler service also pauses the collector for the part of each round
+that decides and commits (`shell.service`), so a herd's rows are durable
+before the collection of what deciding them allocated.
 """
 
 from __future__ import annotations
