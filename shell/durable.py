@@ -43,7 +43,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import json
 import logging
 import os
 import secrets
@@ -51,7 +50,7 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, Protocol, TypeAlias
 
-from shell.store_format import encode_json_line
+from shell.store_format import canonical_json, encode_json_line
 
 __all__ = [
     "AUTO_FSYNC_MAX_FILES",
@@ -68,11 +67,13 @@ __all__ = [
     "fault_point",
     "fsync_directory",
     "get_fault_injector",
+    "pwrite_all",
     "remove_stale_temp_files",
     "replace_unsynced",
     "set_fault_injector",
     "sync_paths",
     "syncfs_available",
+    "write_all",
 ]
 
 SyncMode = Literal["auto", "fsync", "syncfs"]
@@ -168,11 +169,21 @@ class CrashAt:
 # --- low-level helpers ---------------------------------------------------------
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` at the descriptor's position (a short write resumes)."""
     view = memoryview(data)
     while view:
         written = os.write(fd, view)
         view = view[written:]
+
+
+def pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    """Write all of `data` at `offset` of the descriptor (a short write resumes)."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view = view[written:]
+        offset += written
 
 
 def fsync_directory(directory: str | os.PathLike[str]) -> None:
@@ -292,7 +303,7 @@ def _write_temp(target: str, data: bytes, *, sync: bool) -> str:
     temp = _temp_path(target)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
-        _write_all(fd, data)
+        write_all(fd, data)
         if sync:
             os.fsync(fd)
     except BaseException:
@@ -318,11 +329,7 @@ def _write_at(path: str, offset: int, data: bytes) -> None:
     """Write `data` at `offset` of `path` (created if missing), with no flush."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            written = os.pwrite(fd, view, offset)
-            view = view[written:]
-            offset += written
+        pwrite_all(fd, data, offset)
     finally:
         os.close(fd)
 
@@ -351,8 +358,7 @@ def remove_stale_temp_files(directory: str | os.PathLike[str]) -> list[str]:
 
 
 def _json_bytes(obj: Any) -> bytes:
-    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return text.encode("ascii") + b"\n"
+    return canonical_json(obj) + b"\n"
 
 
 # --- single durable writes ------------------------------------------------------
@@ -413,7 +419,7 @@ def append_records(
     fd, created = _open_append(target)
     try:
         offset = os.fstat(fd).st_size
-        _write_all(fd, data)
+        write_all(fd, data)
         if sync:
             os.fsync(fd)
     finally:
@@ -686,7 +692,7 @@ class GroupCommit:
                         f"{path} is {size} bytes but its owner expected {entry.expect_size};"
                         " it changed under the scheduler",
                     )
-            _write_all(fd, b"".join(entry.chunks))
+            write_all(fd, b"".join(entry.chunks))
         finally:
             os.close(fd)
         if created:

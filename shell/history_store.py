@@ -77,6 +77,7 @@ from shell.store_format import (
     StoreDamaged,
     StoreProblem,
     canonical_instant,
+    canonical_json,
     encode_json_line,
     format_instant,
     parse_instant,
@@ -382,21 +383,9 @@ _ADMITTED_LINE: Final = (
 )
 
 
-def _canonical_json(value: object) -> bytes:
-    """`value` as `encode_json_line` writes it, without the newline."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False).encode("ascii")
-
-
-def _snapshot_not_json() -> InvalidInput:
-    return InvalidInput.from_problems(
-        "history row",
-        [
-            Problem(
-                field="snapshot",
-                reason="must be JSON {deployment_id, inputs, max_steps, revision}",
-            )
-        ],
-    )
+_SNAPSHOT_PROBLEM: Final = Problem(
+    field="snapshot", reason="must be JSON {deployment_id, inputs, max_steps, revision}"
+)
 
 
 def _apply_row(
@@ -1079,7 +1068,7 @@ class HistoryStore:
         except (TypeError, ValueError):
             # Every other field is checked to be a string, an integer or an
             # instant; only a snapshot's inputs can hold what JSON cannot.
-            raise _snapshot_not_json() from None
+            raise InvalidInput.from_problems("history row", [_SNAPSHOT_PROBLEM]) from None
         seq = int(row["seq"])
         if enter is None:
             self._enter(log, lambda: _apply_row(shadow, row, shadow.size, len(line), _unknown))
@@ -1150,33 +1139,27 @@ class HistoryStore:
         `StoreDamaged`, `NotFound`.
         """
         problems: list[Problem] = []
-        instant_text = recorded_text = ""
-        for name, value in (("instant", instant), ("recorded_at", recorded_at)):
+
+        def aware(value: datetime, name: str) -> str:
             try:
-                text = format_instant(value)
+                return format_instant(value)
             except (AttributeError, TypeError, ValueError) as exc:
                 problems.append(Problem(field=name, reason=f"must be an aware instant: {exc}"))
-                continue
-            if name == "instant":
-                instant_text = text
-            else:
-                recorded_text = text
+                return ""
+
+        instant_text = aware(instant, "instant")
+        recorded_text = aware(recorded_at, "recorded_at")
         if not isinstance(run_id, str):
             problems.append(Problem(field="run_id", reason="must be a string"))
         entered: dict[str, Any] | None = None
         try:
             entered = _check_snapshot(dict(snapshot), 0)
-            snapshot_json = _canonical_json(entered)
+            snapshot_json = canonical_json(entered)
             revision = entered["revision"]
             if revision < 1:
                 raise _Bad("revision must be positive")
         except (_Bad, TypeError, ValueError):
-            problems.append(
-                Problem(
-                    field="snapshot",
-                    reason="must be JSON {deployment_id, inputs, max_steps, revision}",
-                )
-            )
+            problems.append(_SNAPSHOT_PROBLEM)
         if problems:
             raise InvalidInput.from_problems("history row", problems)
         assert entered is not None
@@ -1187,7 +1170,7 @@ class HistoryStore:
             instant_text.encode(),
             recorded_text.encode(),
             revision,
-            _canonical_json(run_id),
+            canonical_json(run_id),
             seq,
             snapshot_json,
         )
@@ -1307,12 +1290,7 @@ class HistoryStore:
             try:
                 _check_snapshot(dict(snapshot), 0)
             except _Bad:
-                problems.append(
-                    Problem(
-                        field="snapshot",
-                        reason="must be JSON {deployment_id, inputs, max_steps, revision}",
-                    )
-                )
+                problems.append(_SNAPSHOT_PROBLEM)
         for name, value in (("run_id", run_id), ("reason", reason)):
             if value is not None and not isinstance(value, str):
                 problems.append(Problem(field=name, reason="must be a string"))

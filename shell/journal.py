@@ -63,9 +63,11 @@ from shell.durable import (
     JournalEntry,
     fault_point,
     fsync_directory,
+    pwrite_all,
     replace_unsynced,
     sync_paths,
     syncfs_available,
+    write_all,
 )
 
 __all__ = [
@@ -206,12 +208,7 @@ def _apply_append(path: str, offset: int, data: bytes, report: ReplayReport) -> 
                 " the file lost bytes that no journal record holds; not written"
             )
             return
-        view = memoryview(data)
-        position = offset
-        while view:
-            written = os.pwrite(fd, view, position)
-            view = view[written:]
-            position += written
+        pwrite_all(fd, data, offset)
         report.appends_written += 1
         report.written.append(path)
     finally:
@@ -351,10 +348,7 @@ class CommitJournal:
             raise RuntimeError(f"commit journal {self.path} is not open")
         record = _encode(self._root_text, entries)
         fault_point(f"before:append:{JOURNAL_FILE}")
-        view = memoryview(record)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
+        write_all(self._fd, record)
         os.fsync(self._fd)
         self._size += len(record)
         if self._oldest is None:

@@ -44,6 +44,7 @@ __all__ = [
     "StoreDamaged",
     "StoreProblem",
     "canonical_instant",
+    "canonical_json",
     "check_schedule_id",
     "encode_json_line",
     "format_instant",
@@ -241,11 +242,19 @@ def canonical_instant(value: Instant) -> str:
     return format_instant(parse_instant(value))
 
 
+def canonical_json(value: object) -> bytes:
+    """`value` as canonical JSON: ASCII, sorted keys, compact, no NaN.
+
+    Raises `TypeError` or `ValueError` for what JSON cannot hold.
+    """
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return text.encode("ascii")
+
+
 def encode_json_line(record: Mapping[str, Any]) -> bytes:
-    """One canonical JSON line (ASCII, sorted keys, compact, newline-terminated).
+    """One canonical JSON line (`canonical_json`, newline-terminated).
 
     ASCII output means a line never contains a raw newline or a Unicode line
     separator, so `\\n` is an exact record boundary.
     """
-    text = json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return text.encode("ascii") + b"\n"
+    return canonical_json(record) + b"\n"
