@@ -14,9 +14,15 @@ the host's own start costs per run record.
 The measured process is a child: `python bench/restart.py --child STORE`
 imports everything, builds the host server (loads run records), builds the
 scheduler service, starts it (lock, recovery of every schedule) and reports
-when its first `decide` call returns. The parent times from just before it
-spawns the child. Repeated `--repeat` times; the files were just written,
-so the page cache is warm for all of them.
+when its first `decide` call returns; then it stops cleanly (timed too). The
+parent times from just before it spawns the child. The files were just
+written, so the page cache is warm for all of them.
+
+The first child finds no startup checkpoint (`shell/startup_checkpoint.py`):
+its start reads every schedule's files, as any start after a crash does.
+Each child's clean stop writes a checkpoint, so the `--repeat` children
+after it measure a restart after a clean stop. `--no-checkpoint` deletes
+the checkpoint before each of them instead (every start reads everything).
 
     uv run --frozen --group bench python bench/restart.py
     uv run --frozen --group bench python bench/restart.py --schedules 1000 --rows 100000
@@ -135,6 +141,7 @@ async def child(root: Path) -> dict[str, float]:
     stamps["first_decision"] = await first
     stamps["schedules"] = float(len(service.state.schedules))
     await service.stop()
+    stamps["stopped"] = time.time()
     return stamps
 
 
@@ -155,6 +162,7 @@ def _phases(stamps: dict[str, float]) -> dict[str, float]:
         "host_s": stamps["host_built"] - stamps["imported"],
         "recovery_s": stamps["started"] - stamps["host_built"],
         "first_round_s": stamps["first_decision"] - stamps["started"],
+        "stop_s": stamps["stopped"] - stamps["first_decision"],
         "schedules": stamps["schedules"],
     }
 
@@ -167,7 +175,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--schedules", type=int, default=10_000)
     parser.add_argument("--rows", type=int, default=1_000_000, help="history rows in all")
     parser.add_argument("--runs", type=int, default=0, help="completed run records on disk")
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3, help="restarts after a clean stop")
+    parser.add_argument(
+        "--no-checkpoint",
+        action="store_true",
+        help="delete the startup checkpoint before each restart",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", metavar="STORE", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -178,8 +191,13 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="wf-bench-restart-") as tmp:
         root = Path(tmp) / "store"
         setup = asyncio.run(generate(root, args.schedules, args.rows, args.runs))
-        runs = [_phases(_spawn(root)) for _ in range(max(args.repeat, 1))]
-    result = {**setup, "restarts": runs}
+        first = _phases(_spawn(root))
+        runs = []
+        for _ in range(max(args.repeat, 1)):
+            if args.no_checkpoint:
+                (root / "startup.checkpoint").unlink(missing_ok=True)
+            runs.append(_phases(_spawn(root)))
+    result = {**setup, "first_start": first, "restarts": runs}
     if args.json:
         print(json.dumps(result))
         return
@@ -190,14 +208,15 @@ def main(argv: list[str] | None = None) -> None:
     import harness
 
     print(f"  load average at the end: {harness.loadavg()}")
-    for index, phases in enumerate(runs):
-        label = f"start #{index + 1}"
+    after = "no checkpoint" if args.no_checkpoint else "clean stop"
+    labelled = [("no checkpoint", first)] + [(f"#{i + 1}, {after}", r) for i, r in enumerate(runs)]
+    for label, phases in labelled:
         print(
-            f"  {label:13} process start -> first decision {phases['total_s']:6.3f} s"
+            f"  {label:18} process start -> first decision {phases['total_s']:6.3f} s"
             f"  (target <= 2 s): interpreter {phases['interpreter_s']:.3f},"
             f" imports {phases['imports_s']:.3f}, host {phases['host_s']:.3f},"
             f" recovery {phases['recovery_s']:.3f}, first round {phases['first_round_s']:.3f};"
-            f" {phases['schedules']:,.0f} schedules live"
+            f" {phases['schedules']:,.0f} schedules live; clean stop {phases['stop_s']:.3f} s"
         )
 
 

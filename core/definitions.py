@@ -94,6 +94,10 @@ def _aware_utc(value: datetime) -> datetime:
         raise _fail("instant_range", "is outside the range of instants") from None
 
 
+# Every start validates every schedule's definition again, and schedules share
+# a handful of expressions: each is checked once (a bad one raises, which
+# lru_cache does not remember).
+@lru_cache(maxsize=4096)
 def _check_cron_expression(value: str) -> str:
     fields = value.split()
     if len(fields) != len(_CRON_FIELDS):

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal, TypeGuard, get_args
@@ -286,11 +286,13 @@ class DefinitionStore:
         """True when the id is taken (its directory exists, complete or not)."""
         return os.path.isdir(self._files(schedule_id).directory)
 
-    def list_ids(self) -> list[str]:
+    def list_ids(self, *, present: Container[str] = ()) -> list[str]:
         """Sorted ids of every schedule ever created (deleted ones included).
 
         Directories holding neither a lifecycle log nor a snapshot (a create
-        interrupted right after making the directory) are left out.
+        interrupted right after making the directory) are left out; those
+        named in `present` are taken without that check (a caller about to
+        check their files itself).
         """
         root = os.path.join(self.store_root, SCHEDULES_DIR)
         try:
@@ -304,7 +306,11 @@ class DefinitionStore:
             except InvalidInput:
                 _log.warning("ignoring %s: not a schedule id", os.path.join(root, name))
                 continue
-            if os.path.exists(files.lifecycle) or os.path.exists(files.definition):
+            if (
+                name in present
+                or os.path.exists(files.lifecycle)
+                or os.path.exists(files.definition)
+            ):
                 ids.append(name)
         return sorted(ids)
 

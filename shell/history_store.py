@@ -60,7 +60,7 @@ import logging
 import os
 import struct
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -753,6 +753,99 @@ class HistoryStore:
             index_rebuilt=loaded.rebuilt,
             tail_rows=loaded.tail_rows,
             tail_bytes=loaded.tail_bytes,
+        )
+
+    def export_state(self, schedule_id: str) -> list[Any] | None:
+        """A clean, fully published recovered history as JSON-able values, for
+        the startup checkpoint (`shell/startup_checkpoint.py`); None when there
+        is none to give: not loaded, staged writes, problems, or an index
+        checkpoint not published yet (the next load would replay a tail)."""
+        log = self._logs.get(schedule_id)
+        if (
+            log is None
+            or log.pending is not None
+            or log.problems
+            or log.overlay
+            or log.checkpoint_next is not None
+            or log.needs_sync
+        ):
+            return None
+        state = log.state
+        return [
+            state.size,
+            state.count,
+            state.lines,
+            state.last_decided_text,
+            [
+                [
+                    o.seq,
+                    o.instant,
+                    o.status,
+                    o.run_id,
+                    o.reason,
+                    o.decision_off,
+                    o.decision_len,
+                    o.latest_off,
+                    o.latest_len,
+                    o.snapshot,
+                    o.revision,
+                    o.decided_at,
+                    o.updated_at,
+                ]
+                for o in (state.open[seq] for seq in sorted(state.open))
+            ],
+        ]
+
+    def published_checkpoint_matches(self, schedule_id: str) -> bool:
+        """Whether the index file's header is the checkpoint of the state held
+        for `schedule_id` (so a load from the files would replay no tail)."""
+        log = self._logs.get(schedule_id)
+        if log is None:
+            return False
+        expected = log.state.checkpoint()
+        if expected == _EMPTY_CHECKPOINT:
+            # A load of an absent log finds the empty state and writes nothing.
+            files = log.files
+            return not os.path.exists(files.history) and not os.path.exists(files.history_index)
+        try:
+            fd = os.open(log.files.history_index, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            return os.pread(fd, _HEADER_SIZE, 0) == expected.pack()
+        finally:
+            os.close(fd)
+
+    def adopt_state(self, schedule_id: str, exported: Sequence[Any]) -> HistoryRecovery:
+        """Take a history exported by `export_state` as this store's recovered
+        state, without reading the files; the caller has established that the
+        files are the ones it was exported from. Returns what `recover()` would
+        have. Raises `ValueError` or `TypeError` for a malformed export,
+        leaving nothing adopted."""
+        size, count, lines, last_text, open_rows = exported
+        if not (_is_int(size) and _is_int(count) and _is_int(lines)) or min(size, count) < 0:
+            raise ValueError(f"malformed history export for {schedule_id!r}")
+        state = _State(size=size, count=count, lines=lines)
+        if last_text is not None:
+            state.last_decided = parse_instant(last_text)
+            state.last_decided_text = last_text
+        for row in open_rows:
+            occurrence = _Open(*row)
+            if not _is_int(occurrence.seq) or not 0 <= occurrence.seq < count:
+                raise ValueError(f"malformed history export for {schedule_id!r}")
+            state.open[occurrence.seq] = occurrence
+            state.by_instant[occurrence.instant] = occurrence.seq
+        existing = self._logs.get(schedule_id)
+        if existing is not None and existing.pending is not None:
+            raise RuntimeError(f"history of {schedule_id!r} has writes staged in an open batch")
+        self._logs[schedule_id] = _Log(
+            files=self._files(schedule_id), state=state, problems=(), overlay={}
+        )
+        return HistoryRecovery(
+            schedule_id=schedule_id,
+            occurrences=count,
+            last_decided_instant=last_text,
+            open_occurrences=tuple(state.open[s].public() for s in sorted(state.open)),
         )
 
     def sync_recovered(self) -> None:
@@ -1601,7 +1694,7 @@ class HistoryStore:
 
     # --- shutdown ------------------------------------------------------------------------------
 
-    def close(self) -> None:
+    def publish(self) -> None:
         """Publish every index checkpoint durably, so the next start replays
         nothing: one flush of all index files, the headers, one more flush."""
         logs = [
@@ -1616,6 +1709,10 @@ class HistoryStore:
                 log.needs_sync = False
                 self._publish_checkpoint(log)
             sync_paths([log.files.history_index for log in logs], mode="auto")
+
+    def close(self) -> None:
+        """`publish()`, then forget every log without staged writes."""
+        self.publish()
         self._logs = {k: v for k, v in self._logs.items() if v.pending is not None}
 
     def forget(self, schedule_ids: Iterable[str] | None = None) -> None:

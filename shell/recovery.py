@@ -19,8 +19,11 @@ start and must read them the same way.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -43,9 +46,19 @@ from core.events import (
 from core.occurrences import TERMINAL_RUN_STATUSES
 from shell.definition_store import DefinitionStore
 from shell.durable import remove_stale_temp_files
-from shell.history_store import HistoryRecovery, OpenOccurrence
+from shell.history_store import HistoryRecovery, HistoryStore, OpenOccurrence
 from shell.ports import HostApi
+from shell.runtime_store import RuntimeLoad
 from shell.schedules_api import SchedulesApi
+from shell.startup_checkpoint import (
+    OTHERS,
+    CachedSchedule,
+    clean_definition_read,
+    current_identities_text,
+    file_identities,
+    identities_text,
+    settled,
+)
 from shell.store_format import (
     ScheduleFiles,
     StoreDamaged,
@@ -154,6 +167,17 @@ def _missed_reports(
     ]
 
 
+class _Inputs(NamedTuple):
+    """What a schedule's recovery reads from its files."""
+
+    records: tuple[dict[str, Any], ...]
+    runtime: RuntimeLoad
+    recovered: HistoryRecovery
+    load_problems: tuple[StoreProblem, ...]
+    # The block definition.json records, if any.
+    stored_block: Mapping[str, Any] | None
+
+
 class _Claim(NamedTuple):
     """A run whose origin names a schedule occurrence."""
 
@@ -241,6 +265,8 @@ class StartupRecovery:
         consumed_now: set[str],
         unseeded: list[tuple[str, str]],
         runtime_marks: dict[str, RuntimeMark],
+        checkpoint: dict[str, CachedSchedule] | None = None,
+        captured: dict[str, CachedSchedule] | None = None,
     ) -> None:
         self._host = host
         self._api = schedules
@@ -250,6 +276,12 @@ class StartupRecovery:
         self._consumed_now = consumed_now
         self._unseeded = unseeded
         self._runtime_marks = runtime_marks
+        # The last clean stop's entries, taken instead of reading a schedule's
+        # files when they have not changed; and, when given, where to keep
+        # what this recovery read for the next stop's checkpoint.
+        self._checkpoint = checkpoint if checkpoint is not None else {}
+        self._captured = captured
+        self._root = os.fspath(schedules.definitions.store_root)
         # Run ids that admitted rows name but no run record holds: their runs
         # are created next, so the run-id counter is moved past them.
         self._orphans: list[str] = []
@@ -258,7 +290,11 @@ class StartupRecovery:
         """The events that rebuild every schedule, in schedule order."""
         events: list[Event] = []
         definitions = self._api.definitions
-        ids = definitions.list_ids()
+        if isinstance(definitions, DefinitionStore):
+            # A checkpointed schedule's files are checked one by one next.
+            ids = definitions.list_ids(present=self._checkpoint.keys())
+        else:
+            ids = definitions.list_ids()
         claims = await self._run_claims(set(ids))
         for schedule_id in ids:
             events.extend(await self._recover_schedule(schedule_id, claims.get(schedule_id, [])))
@@ -311,31 +347,90 @@ class StartupRecovery:
             if cursor is None:
                 return claims
 
-    async def _recover_schedule(self, schedule_id: str, claims: Sequence[_Claim]) -> list[Event]:
+    def _read_inputs(self, schedule_id: str, files: ScheduleFiles) -> _Inputs | None:
+        """Read the schedule's files; None when there is nothing to recover
+        (the schedule is gone, incomplete, or blocked as unknown here)."""
         definitions = self._api.definitions
+        capturing = self._captured is not None and isinstance(definitions, DefinitionStore)
+        examined_ns = time.time_ns()
+        before = file_identities(files, others_only=True) if capturing else None
         if isinstance(definitions, DefinitionStore):
             # Temp files of atomic writes a crash interrupted are never the truth.
-            remove_stale_temp_files(ScheduleFiles.of(definitions.store_root, schedule_id).directory)
+            remove_stale_temp_files(files.directory)
         try:
             records = definitions.records_after(schedule_id, 0)
         except StoreDamaged as exc:
             self._block_unknown(schedule_id, exc.problem)
-            return []
+            return None
         except NotFound:
-            return []
+            return None
         if not records:
-            return []
+            return None
         runtime = self._api.runtime.load(schedule_id)
-        if runtime.record is not None and runtime.problem is None:
-            self._runtime_marks[schedule_id] = _runtime_mark(runtime.record)
         recovered = self._api.history.recover(schedule_id)
         # The snapshot is a cache of the log, but damage to it blocks all the same;
         # loading as the owner drops a torn final lifecycle line, with a warning.
         loaded = definitions.load(schedule_id, repair=True)
-        problems = [*loaded.problems, *recovered.problems]
+        stored = loaded.snapshot.get("blocked") if loaded.snapshot is not None else None
+        if (
+            before is not None
+            and self._captured is not None
+            and runtime.problem is None
+            and clean_definition_read(loaded)
+        ):
+            after = file_identities(files)
+            if before == tuple(after[p] for p in OTHERS) and settled(after, examined_ns):
+                # The history part is taken at the stop, from the history store.
+                self._captured[schedule_id] = CachedSchedule(
+                    identities_text(after),
+                    json.dumps(list(records), sort_keys=True),
+                    json.dumps(runtime.record, sort_keys=True),
+                    "null",
+                )
+        return _Inputs(records, runtime, recovered, loaded.problems, stored)
+
+    def _cached_inputs(self, schedule_id: str, files: ScheduleFiles) -> _Inputs | None:
+        """The inputs as the last clean stop left them, if none of the
+        schedule's files changed since (see `shell/startup_checkpoint.py`)."""
+        entry = self._checkpoint.pop(schedule_id, None)
+        definitions, history_store = self._api.definitions, self._api.history
+        if (
+            entry is None
+            or not isinstance(definitions, DefinitionStore)
+            or not isinstance(history_store, HistoryStore)
+        ):
+            return None
+        if current_identities_text(files) != entry.identities_text:
+            return None
+        try:
+            records, runtime, history = entry.parts()
+            if not records:
+                return None
+            recovered = history_store.adopt_state(schedule_id, history)
+        except (ValueError, TypeError) as exc:
+            _log.warning(
+                "schedule %s: its startup checkpoint entry is unusable (%s); reading its files",
+                schedule_id,
+                exc,
+            )
+            return None
+        if self._captured is not None:
+            self._captured[schedule_id] = entry
+        return _Inputs(
+            records, RuntimeLoad(schedule_id=schedule_id, record=runtime), recovered, (), None
+        )
+
+    async def _recover_schedule(self, schedule_id: str, claims: Sequence[_Claim]) -> list[Event]:
+        files = ScheduleFiles.of(self._root, schedule_id)
+        inputs = self._cached_inputs(schedule_id, files) or self._read_inputs(schedule_id, files)
+        if inputs is None:
+            return []
+        records, runtime, recovered, load_problems, stored = inputs
+        if runtime.record is not None and runtime.problem is None:
+            self._runtime_marks[schedule_id] = _runtime_mark(runtime.record)
+        problems = [*load_problems, *recovered.problems]
         if runtime.problem is not None:
             problems.append(runtime.problem)
-        files = ScheduleFiles.of(definitions.store_root, schedule_id)
         consumed = runtime.record["lifecycle_seq"] if runtime.record else 0
         if consumed > len(records):
             problems.append(
@@ -443,7 +538,6 @@ class StartupRecovery:
             )
         if consumed == 0 and replay and not problems:
             self._unseeded.append((schedule_id, replay[0]["at"]))
-        stored = loaded.snapshot.get("blocked") if loaded.snapshot is not None else None
         if stored is not None and not any(isinstance(e, RecordsContradicted) for e in events):
             events.extend(self._lift_block(schedule_id, stored, files))
         return events

@@ -68,12 +68,21 @@ from core.occurrences import RUN_STATUSES
 from core.state import SchedulerState, initial_state, schedule_view
 from shell.clock import Clock, SystemClock
 from shell.config import SchedulerServiceConfig
+from shell.definition_store import DefinitionStore
 from shell.durable import GroupCommit
+from shell.history_store import HistoryStore
 from shell.journal import CommitJournal, journal_supported
 from shell.lock import SchedulerLock
 from shell.ports import BatchRunHost, HostApi
 from shell.recovery import RuntimeMark, StartupRecovery, lifecycle_event
+from shell.runtime_store import RuntimeStore
 from shell.schedules_api import LiveScheduleView, SchedulesApi
+from shell.startup_checkpoint import (
+    CachedSchedule,
+    entries_at_stop,
+    read_startup_checkpoint,
+    write_startup_checkpoint,
+)
 from shell.store_format import (
     ScheduleFiles,
     StoreDamaged,
@@ -174,6 +183,9 @@ class SchedulerService:
         # This round's RecordsContradicted events: a BlockSchedule carries only
         # decide's text, the stored diagnostic keeps file, record and reason.
         self._contradicted: list[RecordsContradicted] = []
+        # What this process's recoveries read of each schedule's files, for
+        # the startup checkpoint its clean stop writes.
+        self._captured: dict[str, CachedSchedule] = {}
 
     # --- public ---------------------------------------------------------------------
 
@@ -234,12 +246,17 @@ class SchedulerService:
             )
         # A clean close publishes the history index checkpoints, so the next
         # start replays nothing.
+        stores = self._file_stores()
         try:
-            self._api.history.close()
+            if stores is not None:
+                stores[2].publish()
             if self._journal is not None:
                 # Empties the journal (a checkpoint); if that fails, its
                 # records stay for the next owner's replay.
                 self._journal.close()
+            if stores is not None:
+                self._write_startup_checkpoint(*stores)
+            self._api.history.close()
         finally:
             self._lock.release()
         _log.info("scheduler stopped")
@@ -519,6 +536,34 @@ class SchedulerService:
 
     # --- recovery ---------------------------------------------------------------------
 
+    def _file_stores(self) -> tuple[DefinitionStore, RuntimeStore, HistoryStore] | None:
+        api = self._api
+        definitions, runtime, history = api.definitions, api.runtime, api.history
+        if (
+            isinstance(definitions, DefinitionStore)
+            and isinstance(runtime, RuntimeStore)
+            and isinstance(history, HistoryStore)
+        ):
+            return definitions, runtime, history
+        return None
+
+    def _write_startup_checkpoint(
+        self, definitions: DefinitionStore, runtime: RuntimeStore, history: HistoryStore
+    ) -> None:
+        """What this process knows of every schedule's files, for the next
+        start to `stat` instead of read (`shell/startup_checkpoint.py`). Only
+        a stop whose state matches the stores writes one; failing to write it
+        costs the next start time, never correctness."""
+        if self._resync or self._fenced:
+            return
+        try:
+            entries = entries_at_stop(
+                self._captured, definitions=definitions, runtime=runtime, history=history
+            )
+            write_startup_checkpoint(definitions.store_root, entries)
+        except (OSError, SchedulingError) as exc:
+            _log.warning("could not write the startup checkpoint: %s", exc)
+
     async def _recover(self) -> list[Event]:
         # Marks are found afresh; the other ledgers carry over, and recovery
         # fills them in place, so one that fails part-way leaves what it found.
@@ -527,6 +572,13 @@ class SchedulerService:
             # Whatever a crash (or a failed round) left in the journal reaches
             # the files before the recovery below reads them again.
             self._journal.open()
+        checkpoint: dict[str, CachedSchedule] = {}
+        stores = self._file_stores()
+        if not self._running and stores is not None:
+            # A start (not a rebuild after a failed round) takes the last
+            # clean stop's checkpoint, which reading consumes.
+            checkpoint = read_startup_checkpoint(stores[0].store_root)
+            self._captured = {}
         recovery = StartupRecovery(
             host=self._host,
             schedules=self._api,
@@ -536,6 +588,8 @@ class SchedulerService:
             consumed_now=self._consumed_now,
             unseeded=self._unseeded,
             runtime_marks=self._runtime_marks,
+            checkpoint=checkpoint,
+            captured=self._captured if stores is not None else None,
         )
         events = await recovery.recover()
         self._seed_runtimes()

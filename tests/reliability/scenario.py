@@ -7,14 +7,17 @@ one-shot whose run is still executing when the process dies in `restart`).
 `gated` and `napper` are created before any service runs (the first start
 consumes them), `hourly` with the service running. The phases cover a first
 start, create, admission, run start and stop, a run resume, update, pause,
-resume-schedule, delete, and recovery after a death with a run in flight.
+resume-schedule, delete, recovery after a death with a run in flight, and
+a clean stop followed by a start from the startup checkpoint it wrote.
 The clock is fixed within each phase, so a crash at any point of a phase has
 a known `now` (`clock_during`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import json
 import shutil
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -25,6 +28,7 @@ from typing import Any
 
 from shell import ManualClock
 from shell.durable import set_fault_injector
+from shell.startup_checkpoint import CHECKPOINT_FILE
 from tests.service.conftest import CONSTANT_PLAN, GATE_PLAN, START, sleep_plan
 
 from .world import PhasedCrash, World
@@ -109,6 +113,21 @@ async def _resume_schedule(world: World) -> None:
     await world.settle()
 
 
+async def _stop_and_start(world: World) -> None:
+    """A clean stop, which writes the startup checkpoint, and a start that
+    takes the schedules from it."""
+    # The lifecycle logs were written moments ago; the checkpoint trusts the
+    # files other servers write only once they are 0.1 s old
+    # (`startup_checkpoint._SETTLE_NS`), and this phase is meant to use it.
+    await asyncio.sleep(0.15)
+    assert world.service is not None and world.server is not None
+    await world.guard(world.service.stop())
+    await world.guard(world.server.api.cancel_executing())
+    header = (world.root / CHECKPOINT_FILE).read_bytes().split(b"\n", 1)[0]
+    assert json.loads(header)["schedules"] == 3, "every schedule is in the checkpoint"
+    await world.boot()
+
+
 async def _delete(world: World) -> None:
     await world.schedules.delete_schedule(schedule_id="hourly")
     await world.settle()
@@ -126,6 +145,7 @@ PHASES: tuple[Phase, ...] = (
     Phase("resume-schedule", hour(11) + timedelta(minutes=10), _resume_schedule),
     Phase("delete", hour(11) + timedelta(minutes=20), _delete),
     Phase("admission-12", hour(12), _settle),
+    Phase("stop-start", hour(12) + timedelta(minutes=10), _stop_and_start),
 )
 
 

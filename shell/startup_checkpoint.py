@@ -1,0 +1,344 @@
+"""The startup checkpoint: what a clean stop knew of each schedule's files, so
+that the next start can `stat` them instead of reading and parsing them.
+
+A start recovers every schedule from its files (lifecycle log, definition
+snapshot, runtime record, history and its index): at 10,000 schedules that
+is 50,000 files opened and parsed, seconds of work, although after a clean
+stop nothing in them has changed. So a clean stop writes, while it still
+holds the store lock, one file, `<store_root>/startup.checkpoint`, holding
+per schedule the identity of each file (inode, size, modification and
+change times, in nanoseconds) and what recovery read from them: the
+lifecycle records, the runtime record, and the history store's recovered
+state. The next start takes a schedule's entry only if every identity is
+still the same, and reads the files of every other schedule as before.
+
+Why an identity is enough: every writer of these files but the lock holder
+appends to them or replaces them by a rename, so any write changes a size
+or an inode, and the change time, which no user can set, moves too. Two
+rules close the remaining gaps. Files that processes other than the scheduler write (the
+lifecycle log and the snapshot, written by any server's schedule API) are
+taken only if their change time is 0.1 s older than the moment they were
+examined, so an edit in place racing the examination within one tick of
+the file system's clock cannot go unseen. Files only the lock holder writes
+(runtime record, history, index) are examined while the lock is held and
+the next holder reads the checkpoint before writing any of them.
+
+A checkpoint is consumed: the start that reads it removes it, and only a
+clean stop writes the next one. After a crash there is none, and the start
+reads everything, which also sweeps the temp files of interrupted writes (a
+schedule taken from the checkpoint is not swept: a stray temp file is never
+read as the truth, and the next start that reads the schedule removes it). The
+file is checked whole (format, checksum); a damaged or unknown one is
+ignored with a warning, never trusted. What is not in the files, the run
+records, is cross-checked at every start as before.
+
+The rule a change to any store must keep: what a store reads from a file
+must depend only on the file's bytes, and `_FORMAT` must change whenever
+what a store makes of those bytes does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import time
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from core.errors import SchedulingError
+from shell.definition_store import DefinitionStore
+from shell.durable import atomic_write_bytes
+from shell.history_store import HistoryStore
+from shell.runtime_store import RuntimeStore
+from shell.store_format import ScheduleFiles
+
+__all__ = [
+    "CHECKPOINT_FILE",
+    "OTHERS",
+    "CachedSchedule",
+    "FileIdentity",
+    "Identities",
+    "clean_definition_read",
+    "current_identities_text",
+    "entries_at_stop",
+    "file_identities",
+    "identities_text",
+    "read_startup_checkpoint",
+    "settled",
+    "write_startup_checkpoint",
+]
+
+_log = logging.getLogger(__name__)
+
+CHECKPOINT_FILE: Final = "startup.checkpoint"
+_FORMAT: Final = "wf-startup-checkpoint/1"
+# A file others write is trusted only once its change time is this much older
+# than the examination: file times come from a clock that ticks every 1-10 ms,
+# so a write landing in the tick of the examination could leave a time (and,
+# written in place, a size) unchanged; the margin also absorbs small clock
+# adjustments. A file changed more recently is read by the next start.
+_SETTLE_NS: Final = 100_000_000
+
+# (inode, size, mtime_ns, ctime_ns)
+FileIdentity = tuple[int, int, int, int]
+# One per file of `_paths`, None for a file that does not exist.
+Identities = tuple[FileIdentity | None, ...]
+
+# Positions in `Identities`.
+_LIFECYCLE, _DEFINITION, _RUNTIME, _HISTORY, _INDEX = range(5)
+# Those of the files processes other than the scheduler write.
+OTHERS: Final = (_LIFECYCLE, _DEFINITION)
+
+
+def _paths(files: ScheduleFiles) -> tuple[str, ...]:
+    return (
+        files.lifecycle,
+        files.definition,
+        files.runtime,
+        files.history,
+        files.history_index,
+    )
+
+
+def file_identities(files: ScheduleFiles, *, others_only: bool = False) -> Identities:
+    """The identity of each file a recovery reads (`others_only`: of those
+    processes other than the scheduler write, in `OTHERS` order)."""
+    paths = _paths(files)
+    result: list[FileIdentity | None] = []
+    for path in [paths[p] for p in OTHERS] if others_only else paths:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            result.append(None)
+        else:
+            result.append((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(result)
+
+
+def current_identities_text(files: ScheduleFiles) -> str:
+    """`identities_text(file_identities(files))`, without the tuples: a start
+    computes it for every schedule."""
+    parts: list[str] = []
+    for path in _paths(files):
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            parts.append("-")
+        else:
+            parts.append(f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}")
+    return ",".join(parts)
+
+
+def identities_text(identities: Identities) -> str:
+    """The form an entry stores identities in, compared as text at a start
+    (parsing 10,000 of them would cost more than the `stat` calls)."""
+    return ",".join("-" if i is None else ":".join(map(str, i)) for i in identities)
+
+
+def settled(identities: Identities, examined_ns: int) -> bool:
+    """Whether the files others write were last changed a margin before
+    `examined_ns` (a `time.time_ns()` taken before they were examined)."""
+    for position in OTHERS:
+        identity = identities[position]
+        if identity is not None and max(identity[2], identity[3]) > examined_ns - _SETTLE_NS:
+            return False
+    return True
+
+
+def clean_definition_read(loaded: Any) -> bool:
+    """Whether a `DefinitionLoad` is one a start may skip next time: nothing
+    damaged, repaired, missing or blocked (those go through the full read,
+    which reports or lifts them)."""
+    snapshot = loaded.snapshot
+    return (
+        not loaded.problems
+        and not loaded.repairs
+        and not loaded.incomplete
+        and loaded.snapshot_file_ok
+        and snapshot is not None
+        and snapshot.get("blocked") is None
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CachedSchedule:
+    """One schedule's entry. The parts are kept as their JSON text: a process
+    holds 10,000 of them from its start to its stop, and a stop writes the
+    unchanged ones back as they are."""
+
+    identities_text: str
+    records_json: str
+    runtime_json: str
+    history_json: str
+
+    def identities(self) -> Identities:
+        """Raises `ValueError` for a malformed text."""
+        return _parse_identities(self.identities_text)
+
+    def parts(self) -> tuple[tuple[dict[str, Any], ...], dict[str, Any] | None, list[Any]]:
+        """The lifecycle records, the runtime record and the history state,
+        decoded in one call (a start decodes 10,000 entries). Raises
+        `ValueError` for a malformed entry."""
+        records, runtime, history = json.loads(
+            f"[{self.records_json},{self.runtime_json},{self.history_json}]"
+        )
+        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+            raise ValueError("lifecycle records are not a list of objects")
+        if runtime is not None and not isinstance(runtime, dict):
+            raise ValueError("runtime record is not an object")
+        if not isinstance(history, list):
+            raise ValueError("history state is not a list")
+        return tuple(records), runtime, history
+
+
+def _parse_identities(text: str) -> Identities:
+    result: list[FileIdentity | None] = []
+    for item in text.split(","):
+        if item == "-":
+            result.append(None)
+            continue
+        values = tuple(int(v) for v in item.split(":"))
+        if len(values) != 4:
+            raise ValueError("a file identity is not four integers")
+        result.append((values[0], values[1], values[2], values[3]))
+    if len(result) != len(OTHERS) + 3:
+        raise ValueError("identities are not one per file")
+    return tuple(result)
+
+
+def write_startup_checkpoint(
+    store_root: str | os.PathLike[str], entries: Mapping[str, CachedSchedule]
+) -> None:
+    """Write the checkpoint atomically and durably (one line per schedule
+    after a header holding the format and the body's checksum)."""
+    body = "".join(
+        f"{schedule_id}\t{entry.identities_text}\t{entry.records_json}"
+        f"\t{entry.runtime_json}\t{entry.history_json}\n"
+        for schedule_id, entry in sorted(entries.items())
+    ).encode()
+    header = json.dumps(
+        {
+            "format": _FORMAT,
+            "schedules": len(entries),
+            "crc32": zlib.crc32(body),
+            "written_at_ns": time.time_ns(),
+        },
+        sort_keys=True,
+    ).encode()
+    atomic_write_bytes(os.path.join(store_root, CHECKPOINT_FILE), header + b"\n" + body)
+
+
+def read_startup_checkpoint(store_root: str | os.PathLike[str]) -> dict[str, CachedSchedule]:
+    """The entries of the last clean stop's checkpoint, and the file removed
+    (it is consumed); empty when there is none or it cannot be trusted."""
+    path = os.path.join(store_root, CHECKPOINT_FILE)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        return {}
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    try:
+        return _parse(data)
+    except (ValueError, UnicodeDecodeError) as exc:
+        _log.warning("ignoring the startup checkpoint %s: %s; reading every schedule", path, exc)
+        return {}
+
+
+def _parse(data: bytes) -> dict[str, CachedSchedule]:
+    header_line, newline, body = data.partition(b"\n")
+    if not newline:
+        raise ValueError("no header line")
+    header = json.loads(header_line)
+    if not isinstance(header, dict) or header.get("format") != _FORMAT:
+        raise ValueError(f"unknown format (this version reads {_FORMAT})")
+    if zlib.crc32(body) != header.get("crc32"):
+        raise ValueError("its body fails its checksum")
+    entries: dict[str, CachedSchedule] = {}
+    for line in body.decode().splitlines():
+        parts = line.split("\t")
+        if len(parts) != 5:
+            raise ValueError("a line does not have five fields")
+        schedule_id, identities, records, runtime, history = parts
+        entries[schedule_id] = CachedSchedule(identities, records, runtime, history)
+    if len(entries) != header.get("schedules"):
+        raise ValueError("it does not hold the number of schedules its header says")
+    return entries
+
+
+def entries_at_stop(
+    captured: Mapping[str, CachedSchedule],
+    *,
+    definitions: DefinitionStore,
+    runtime: RuntimeStore,
+    history: HistoryStore,
+) -> dict[str, CachedSchedule]:
+    """The checkpoint's entries at a clean stop, after the history indexes
+    were published and the commit journal emptied, with the lock held.
+
+    `captured` holds what this process's start read; a part whose files
+    changed since is read again (the history state comes from the history
+    store, which alone writes it). A schedule whose files are damaged,
+    blocked, or changed under the examination is left out:
+    the next start reads it.
+    """
+    entries: dict[str, CachedSchedule] = {}
+    for schedule_id in definitions.list_ids():
+        exported = history.export_state(schedule_id)
+        if exported is None or not history.published_checkpoint_matches(schedule_id):
+            continue
+        files = ScheduleFiles.of(definitions.store_root, schedule_id)
+        examined_ns = time.time_ns()
+        now = file_identities(files)
+        history_file = now[_HISTORY]
+        history_size = history_file[1] if history_file is not None else 0
+        if now[_LIFECYCLE] is None or exported[0] != history_size:
+            # The held history must be the whole log on disk.
+            continue
+        before = captured.get(schedule_id)
+        try:
+            was = before.identities() if before is not None else None
+        except ValueError:
+            was = None
+        if before is None or was is None:
+            was, runtime_json, records_json = (None,) * len(now), None, None
+        else:
+            runtime_json, records_json = before.runtime_json, before.records_json
+        if runtime_json is None or was[_RUNTIME] != now[_RUNTIME]:
+            loaded_runtime = runtime.load(schedule_id)
+            if loaded_runtime.problem is not None:
+                continue
+            runtime_json = json.dumps(loaded_runtime.record, sort_keys=True)
+        if records_json is None or any(was[p] != now[p] for p in OTHERS):
+            records_json = _definitions_json(definitions, schedule_id, files, now)
+            if records_json is None:
+                continue
+        if not settled(now, examined_ns):
+            continue
+        entries[schedule_id] = CachedSchedule(
+            identities_text(now), records_json, runtime_json, json.dumps(exported, sort_keys=True)
+        )
+    return entries
+
+
+def _definitions_json(
+    definitions: DefinitionStore, schedule_id: str, files: ScheduleFiles, now: Identities
+) -> str | None:
+    """The lifecycle records as the recovery reads them, if they are clean and
+    their files did not change while they were read."""
+    try:
+        records = definitions.records_after(schedule_id, 0)
+        loaded = definitions.load(schedule_id)
+    except SchedulingError:
+        return None
+    if not records or not clean_definition_read(loaded):
+        return None
+    after = file_identities(files)
+    if any(after[p] != now[p] for p in OTHERS):
+        return None
+    return json.dumps(list(records), sort_keys=True)

@@ -1,0 +1,289 @@
+"""The startup checkpoint seen from the scheduler: a start after a clean stop
+takes each unchanged schedule from the checkpoint instead of its files, and
+ends up with exactly the state a start reading every file would build; any
+change made while the scheduler was stopped is seen; a damaged checkpoint is
+ignored; a crash leaves none behind."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+import shell.startup_checkpoint as startup_checkpoint
+from core.state import schedule_ids, schedule_view, slots_in_use
+from shell.definition_store import DefinitionStore
+from shell.history_store import HistoryStore
+from shell.runtime_store import RuntimeStore
+from shell.startup_checkpoint import CHECKPOINT_FILE
+from shell.store_format import ScheduleFiles
+from tests.reliability.world import World
+
+from .conftest import CONSTANT_PLAN, GATE_PLAN, START, Harness
+
+MINUTE = timedelta(minutes=1)
+
+
+@pytest.fixture(autouse=True)
+def no_settle_margin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The files of these tests were all written within the last second, which
+    the checkpoint's margin for files other processes write would leave out;
+    `test_a_file_changed_within_the_margin_is_read` keeps the margin."""
+    monkeypatch.setattr(startup_checkpoint, "_SETTLE_NS", 0)
+
+
+class FileReads:
+    """Which schedules' lifecycle logs a start read (every full read of a
+    schedule's files starts with its lifecycle records)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.schedules: list[str] = []
+        real = DefinitionStore.records_after
+
+        def spy(store: DefinitionStore, schedule_id: str, seq: int) -> Any:
+            self.schedules.append(schedule_id)
+            return real(store, schedule_id, seq)
+
+        monkeypatch.setattr(DefinitionStore, "records_after", spy)
+
+
+def views(harness: Harness) -> dict[str, Any]:
+    assert harness.service is not None
+    state = harness.service.state
+    return {
+        "schedules": {sid: schedule_view(state, sid) for sid in schedule_ids(state)},
+        "slots": slots_in_use(state),
+    }
+
+
+def assert_checkpoint_says_what_the_files_say(harness: Harness) -> None:
+    """Each entry of the checkpoint holds what reading its schedule's files
+    gives, and their identities as they are."""
+    root = harness.root
+    entries = startup_checkpoint._parse((root / CHECKPOINT_FILE).read_bytes())
+    assert entries
+    definitions, runtime, history = DefinitionStore(root), RuntimeStore(root), HistoryStore(root)
+    for schedule_id, entry in entries.items():
+        files = ScheduleFiles.of(root, schedule_id)
+        assert entry.identities_text == startup_checkpoint.current_identities_text(files)
+        records, record, state = entry.parts()
+        assert records == definitions.records_after(schedule_id, 0)
+        assert record == runtime.load(schedule_id).record
+        history.recover(schedule_id)
+        assert state == history.export_state(schedule_id)
+
+
+async def populate(harness: Harness) -> None:
+    """Schedules in most shapes a store holds: runs completed, a run waiting
+    on an interrupt (an open occurrence), paused, edited, deleted, never fired."""
+    await harness.boot(max_concurrent_runs=4)
+    await harness.deploy("report.default", CONSTANT_PLAN)
+    await harness.deploy("gate.default", GATE_PLAN)
+    api = harness.schedules
+    every_minute = {"kind": "cron", "expression": "* * * * *", "timezone": "UTC"}
+    for schedule_id in ("every", "paused", "edited", "deleted"):
+        await api.create_schedule(
+            schedule_id=schedule_id,
+            deployment_id="report.default",
+            trigger=every_minute,
+            inputs={"when": {"$bind": "occurrence.instant"}},
+        )
+    await api.create_schedule(
+        schedule_id="gated",
+        deployment_id="gate.default",
+        trigger={"kind": "cron", "expression": "*/5 * * * *", "timezone": "Europe/Berlin"},
+        overlap="skip",
+    )
+    await api.create_schedule(
+        schedule_id="later",
+        deployment_id="report.default",
+        trigger={"kind": "oneshot", "at": "2027-01-01T00:00:00Z"},
+        inputs={"when": "new year"},
+    )
+    for minute in range(1, 7):  # "gated" fires at 09:35 and waits on its interrupt
+        await harness.at(START + minute * MINUTE)
+    await api.pause_schedule(schedule_id="paused")
+    await api.update_schedule(
+        schedule_id="edited",
+        trigger={"kind": "cron", "expression": "*/2 * * * *", "timezone": "UTC"},
+        expected_revision=1,
+    )
+    await api.delete_schedule(schedule_id="deleted")
+    await harness.at(START + 7 * MINUTE)
+
+
+async def restart(harness: Harness) -> None:
+    await harness.shutdown()
+    await harness.boot(max_concurrent_runs=4)
+
+
+async def test_a_start_after_a_clean_stop_reads_no_schedule_file_and_builds_the_same_state(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await populate(harness)
+    reads = FileReads(monkeypatch)
+    await harness.shutdown()
+    checkpoint = harness.root / CHECKPOINT_FILE
+    header = json.loads(checkpoint.read_bytes().split(b"\n", 1)[0])
+    assert header["schedules"] == 6
+    assert_checkpoint_says_what_the_files_say(harness)
+
+    reads.schedules.clear()
+    await harness.boot(max_concurrent_runs=4)
+    assert reads.schedules == []  # every schedule came from the checkpoint
+    assert not checkpoint.exists()  # a start consumes it
+    # A scheduler started from the checkpoint runs, so its stop must write
+    # what changed since (runtime records, histories), not what it started from.
+    await harness.schedules.pause_schedule(schedule_id="edited")
+    await harness.at(START + 8 * MINUTE)
+    await harness.schedules.resume_schedule(schedule_id="edited")
+    await harness.at(START + 8 * MINUTE + timedelta(seconds=1))
+    await harness.shutdown()
+    assert_checkpoint_says_what_the_files_say(harness)
+
+    reads.schedules.clear()
+    await harness.boot(max_concurrent_runs=4)
+    assert reads.schedules == []
+    from_checkpoint = views(harness)
+    assert from_checkpoint["schedules"]["gated"].active  # the run waiting on its interrupt
+
+    await harness.shutdown()
+    checkpoint.unlink()
+    reads.schedules.clear()
+    await harness.boot(max_concurrent_runs=4)
+    assert sorted(set(reads.schedules)) == [
+        "deleted",
+        "edited",
+        "every",
+        "gated",
+        "later",
+        "paused",
+    ]
+    assert views(harness) == from_checkpoint
+
+    # And the scheduler goes on from there as it would have.
+    await harness.at(START + 9 * MINUTE)
+    statuses = await harness.statuses("every")
+    assert statuses[-1] == ("09:39", "completed")
+    assert [s for _, s in statuses].count("completed") == len(statuses)
+
+
+async def test_changes_made_while_the_scheduler_was_stopped_are_seen(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await populate(harness)
+    await harness.shutdown()
+    # Another server (no scheduler) edits schedules while the scheduler is down.
+    harness.build_server()
+    api = harness.schedules
+    await api.pause_schedule(schedule_id="every")
+    await api.resume_schedule(schedule_id="paused")
+    await api.update_schedule(
+        schedule_id="later",
+        trigger={"kind": "oneshot", "at": "2027-06-01T00:00:00Z"},
+        expected_revision=1,
+    )
+    await api.create_schedule(
+        schedule_id="fresh",
+        deployment_id="report.default",
+        trigger={"kind": "cron", "expression": "0 * * * *", "timezone": "UTC"},
+        inputs={"when": "hourly"},
+    )
+    reads = FileReads(monkeypatch)
+    await harness.boot(max_concurrent_runs=4)
+    assert sorted(set(reads.schedules)) == ["every", "fresh", "later", "paused"]
+    seen = views(harness)["schedules"]
+    assert seen["every"].paused
+    assert not seen["paused"].paused
+    assert seen["later"].revision == 2
+    assert seen["later"].next_instant is not None
+    assert seen["later"].next_instant.isoformat() == "2027-06-01T00:00:00+00:00"
+    assert "fresh" in seen
+
+
+async def test_history_damaged_while_stopped_blocks_the_schedule_as_without_a_checkpoint(
+    harness: Harness,
+) -> None:
+    await populate(harness)
+    await harness.shutdown()
+    history = harness.root / "schedules" / "every" / "history.jsonl"
+    with history.open("ab") as handle:
+        handle.write(b'{"not": "a history row"}\n')
+    await harness.boot(max_concurrent_runs=4)
+    blocked = views(harness)["schedules"]["every"].blocked
+    assert blocked is not None and "history.jsonl" in blocked
+    assert views(harness)["schedules"]["edited"].blocked is None
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(lambda data: data[:-40], id="truncated"),
+        pytest.param(lambda data: data[:-3] + b"XYZ", id="bytes changed"),
+        pytest.param(lambda data: b'{"format": "other"}\n' + data.split(b"\n", 1)[1], id="format"),
+        pytest.param(lambda data: b"", id="empty"),
+    ],
+)
+async def test_a_damaged_checkpoint_is_ignored_and_every_schedule_read(
+    harness: Harness,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    damage: Any,
+) -> None:
+    await populate(harness)
+    await harness.shutdown()
+    checkpoint = harness.root / CHECKPOINT_FILE
+    checkpoint.write_bytes(damage(checkpoint.read_bytes()))
+    reads = FileReads(monkeypatch)
+    caplog.set_level(logging.WARNING, logger="shell.startup_checkpoint")
+    await harness.boot(max_concurrent_runs=4)
+    assert len(set(reads.schedules)) == 6
+    assert any("ignoring the startup checkpoint" in r.getMessage() for r in caplog.records)
+    assert not checkpoint.exists()
+    assert views(harness)["schedules"]["paused"].paused
+
+
+async def test_an_entry_that_does_not_decode_is_read_from_the_files(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await populate(harness)
+    await harness.shutdown()
+    checkpoint = harness.root / CHECKPOINT_FILE
+    entries = startup_checkpoint._parse(checkpoint.read_bytes())
+    broken = entries["every"]
+    entries["every"] = startup_checkpoint.CachedSchedule(
+        broken.identities_text, broken.records_json, broken.runtime_json, "[1, 2]"
+    )
+    startup_checkpoint.write_startup_checkpoint(harness.root, entries)
+    reads = FileReads(monkeypatch)
+    await harness.boot(max_concurrent_runs=4)
+    assert reads.schedules == ["every"]
+    assert views(harness)["schedules"]["every"].blocked is None
+
+
+async def test_a_crashed_scheduler_leaves_no_checkpoint(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await populate(harness)
+    await harness.shutdown()
+    await harness.boot(max_concurrent_runs=4)  # consumes the checkpoint
+    await harness.at(START + 8 * MINUTE)
+    await World.abandon(harness)  # type: ignore[arg-type]  # dies without stopping
+    assert not (harness.root / CHECKPOINT_FILE).exists()
+    reads = FileReads(monkeypatch)
+    await harness.boot(max_concurrent_runs=4)
+    assert len(set(reads.schedules)) == 6
+
+
+async def test_a_file_changed_within_the_margin_is_read(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(startup_checkpoint, "_SETTLE_NS", 3600 * 10**9)
+    await populate(harness)
+    await harness.shutdown()
+    # Every lifecycle log was written within the hour: none is trusted.
+    entries = startup_checkpoint._parse((harness.root / CHECKPOINT_FILE).read_bytes())
+    assert entries == {}
