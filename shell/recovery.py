@@ -383,8 +383,8 @@ class StartupRecovery:
                 # The history part is taken at the stop, from the history store.
                 self._captured[schedule_id] = CachedSchedule(
                     identities_text(after),
-                    json.dumps(list(records), sort_keys=True),
-                    json.dumps(runtime.record, sort_keys=True),
+                    json.dumps(list(records)),
+                    json.dumps(runtime.record),
                     "null",
                 )
         return _Inputs(records, runtime, recovered, loaded.problems, stored)

@@ -313,7 +313,7 @@ def entries_at_stop(
             loaded_runtime = runtime.load(schedule_id)
             if loaded_runtime.problem is not None:
                 continue
-            runtime_json = json.dumps(loaded_runtime.record, sort_keys=True)
+            runtime_json = json.dumps(loaded_runtime.record)
         if records_json is None or any(was[p] != now[p] for p in OTHERS):
             records_json = _definitions_json(definitions, schedule_id, files, now)
             if records_json is None:
@@ -321,7 +321,7 @@ def entries_at_stop(
         if not settled(now, examined_ns):
             continue
         entries[schedule_id] = CachedSchedule(
-            identities_text(now), records_json, runtime_json, json.dumps(exported, sort_keys=True)
+            identities_text(now), records_json, runtime_json, json.dumps(exported)
         )
     return entries
 
@@ -341,4 +341,4 @@ def _definitions_json(
     after = file_identities(files)
     if any(after[p] != now[p] for p in OTHERS):
         return None
-    return json.dumps(list(records), sort_keys=True)
+    return json.dumps(list(records))
