@@ -65,7 +65,7 @@ def test_identities_change_with_a_write_and_round_trip_as_text(tmp_path: Path) -
 def test_files_others_write_are_trusted_only_once_settled() -> None:
     now = time.time_ns()
     old = (1, 10, now - 5 * SECOND, now - 5 * SECOND)
-    fresh = (1, 10, now - 5 * SECOND, now - SECOND // 2)  # metadata changed just now
+    fresh = (1, 10, now - 5 * SECOND, now - SECOND // 100)  # metadata changed 10 ms ago
     assert settled((old, old, fresh, fresh, fresh), now)  # only the first two are others'
     assert settled((None, old, None, None, None), now)
     assert not settled((fresh, old, old, old, old), now)
