@@ -19,11 +19,9 @@ start and must read them the same way.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -50,15 +48,7 @@ from shell.history_store import HistoryRecovery, HistoryStore, OpenOccurrence
 from shell.ports import HostApi
 from shell.runtime_store import RuntimeLoad
 from shell.schedules_api import SchedulesApi
-from shell.startup_checkpoint import (
-    OTHERS,
-    CachedSchedule,
-    clean_definition_read,
-    current_identities_text,
-    file_identities,
-    identities_text,
-    settled,
-)
+from shell.startup_checkpoint import CachedSchedule, current_identities_text
 from shell.store_format import (
     ScheduleFiles,
     StoreDamaged,
@@ -278,7 +268,7 @@ class StartupRecovery:
         self._runtime_marks = runtime_marks
         # The last clean stop's entries, taken instead of reading a schedule's
         # files when they have not changed; and, when given, where to keep
-        # what this recovery read for the next stop's checkpoint.
+        # the entries taken, for the next stop's checkpoint.
         self._checkpoint = checkpoint if checkpoint is not None else {}
         self._captured = captured
         self._root = os.fspath(schedules.definitions.store_root)
@@ -351,9 +341,6 @@ class StartupRecovery:
         """Read the schedule's files; None when there is nothing to recover
         (the schedule is gone, incomplete, or blocked as unknown here)."""
         definitions = self._api.definitions
-        capturing = self._captured is not None and isinstance(definitions, DefinitionStore)
-        examined_ns = time.time_ns()
-        before = file_identities(files, others_only=True) if capturing else None
         if isinstance(definitions, DefinitionStore):
             # Temp files of atomic writes a crash interrupted are never the truth.
             remove_stale_temp_files(files.directory)
@@ -372,21 +359,8 @@ class StartupRecovery:
         # loading as the owner drops a torn final lifecycle line, with a warning.
         loaded = definitions.load(schedule_id, repair=True)
         stored = loaded.snapshot.get("blocked") if loaded.snapshot is not None else None
-        if (
-            before is not None
-            and self._captured is not None
-            and runtime.problem is None
-            and clean_definition_read(loaded)
-        ):
-            after = file_identities(files)
-            if before == tuple(after[p] for p in OTHERS) and settled(after, examined_ns):
-                # The history part is taken at the stop, from the history store.
-                self._captured[schedule_id] = CachedSchedule(
-                    identities_text(after),
-                    json.dumps(list(records)),
-                    json.dumps(runtime.record),
-                    "null",
-                )
+        # Nothing is kept for the stop's checkpoint: after a crash the start
+        # must be quick, and the stop reads what it needs (`entries_at_stop`).
         return _Inputs(records, runtime, recovered, loaded.problems, stored)
 
     def _cached_inputs(self, schedule_id: str, files: ScheduleFiles) -> _Inputs | None:

@@ -281,11 +281,12 @@ def entries_at_stop(
     """The checkpoint's entries at a clean stop, after the history indexes
     were published and the commit journal emptied, with the lock held.
 
-    `captured` holds what this process's start read; a part whose files
-    changed since is read again (the history state comes from the history
-    store, which alone writes it). A schedule whose files are damaged,
-    blocked, or changed under the examination is left out:
-    the next start reads it.
+    `captured` holds the entries this process's start took from the last
+    checkpoint; a part whose files changed since, and every part of a
+    schedule the start read from its files, is read now (the history state
+    always comes from the history store, which alone writes it). A schedule
+    whose files are damaged, blocked, or changed under the examination is
+    left out: the next start reads it.
     """
     entries: dict[str, CachedSchedule] = {}
     for schedule_id in definitions.list_ids():
