@@ -328,6 +328,40 @@ class DefinitionStore:
             raise NotFound(
                 f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
             )
+        return self._load(files, read_lines(files.lifecycle), repair=repair, parsed=None)
+
+    def read_for_recovery(
+        self, schedule_id: str, *, repair: bool = False
+    ) -> tuple[tuple[dict[str, Any], ...], DefinitionLoad | None]:
+        """`records_after(schedule_id, 0)` and then `load(schedule_id,
+        repair=repair)`, reading and parsing the lifecycle log once: what a
+        scheduler's start reads of every schedule. The load is None when the
+        log holds no record (nothing to recover). Raises as `records_after`
+        does, before anything is repaired."""
+        files = self._files(schedule_id)
+        read = read_lines(files.lifecycle)
+        if read is None:
+            if not os.path.isdir(files.directory):
+                raise NotFound(
+                    f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
+                )
+            return (), None
+        records = self._checked_records(files, read[0])
+        if not records:
+            return (), None
+        return tuple(records), self._load(files, read, repair=repair, parsed=records)
+
+    def _load(
+        self,
+        files: ScheduleFiles,
+        read: tuple[list[bytes], bytes] | None,
+        *,
+        repair: bool,
+        parsed: list[dict[str, Any]] | None,
+    ) -> DefinitionLoad:
+        """`load` of the lifecycle lines already `read`; `parsed` holds every
+        line's record when the caller has checked them all already."""
+        schedule_id = files.schedule_id
         repairs: list[str] = []
         problems: list[StoreProblem] = []
 
@@ -338,7 +372,9 @@ class DefinitionStore:
                 )
             )
 
-        read = read_lines(files.lifecycle)
+        def record_at(seq: int) -> dict[str, Any]:
+            return parsed[seq - 1] if parsed is not None else _parse_record(lines[seq - 1], seq)
+
         lines, torn = read if read is not None else ([], b"")
         if torn:
             if repair:
@@ -405,7 +441,7 @@ class DefinitionStore:
         try:
             if base is not None:
                 # The record the snapshot claims to reflect must agree with it.
-                anchor = _parse_record(lines[start - 1], start)
+                anchor = record_at(start)
                 if anchor["revision"] != base["revision"]:
                     raise _Bad(
                         f"line {start} (seq {start})",
@@ -414,7 +450,7 @@ class DefinitionStore:
                     )
             current = base
             for seq in range(start + 1, last_seq + 1):
-                current = _apply(current, _parse_record(lines[seq - 1], seq), schedule_id)
+                current = _apply(current, record_at(seq), schedule_id)
         except _Bad as bad:
             problem(files.lifecycle, bad.record, bad.reason)
             return DefinitionLoad(
@@ -497,7 +533,12 @@ class DefinitionStore:
                     f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
                 )
             return ()
-        lines, _torn = read
+        return tuple(self._checked_records(files, read[0])[seq:])
+
+    @staticmethod
+    def _checked_records(files: ScheduleFiles, lines: list[bytes]) -> list[dict[str, Any]]:
+        """Every record of the log, each checked against the ones before it;
+        raises `StoreDamaged` at the first that does not parse or contradicts."""
         records: list[dict[str, Any]] = []
         snapshot: dict[str, Any] | None = None
         try:
@@ -506,19 +547,18 @@ class DefinitionStore:
             # one record per edit, so this stays cheap.
             for index, line in enumerate(lines):
                 record = _parse_record(line, index + 1)
-                snapshot = _apply(snapshot, record, schedule_id)
-                if index >= seq:
-                    records.append(record)
+                snapshot = _apply(snapshot, record, files.schedule_id)
+                records.append(record)
         except _Bad as bad:
             raise StoreDamaged(
                 StoreProblem(
-                    schedule_id=schedule_id,
+                    schedule_id=files.schedule_id,
                     file=files.relative(files.lifecycle),
                     record=bad.record,
                     reason=bad.reason,
                 )
             ) from None
-        return tuple(records)
+        return records
 
     # --- changes ------------------------------------------------------------------
 

@@ -344,20 +344,24 @@ class StartupRecovery:
         if isinstance(definitions, DefinitionStore):
             # Temp files of atomic writes a crash interrupted are never the truth.
             remove_stale_temp_files(files.directory)
+        # The snapshot is a cache of the log, but damage to it blocks all the same;
+        # loading as the owner drops a torn final lifecycle line, with a warning.
         try:
-            records = definitions.records_after(schedule_id, 0)
+            if isinstance(definitions, DefinitionStore):
+                records, found = definitions.read_for_recovery(schedule_id, repair=True)
+            else:
+                records = definitions.records_after(schedule_id, 0)
+                found = definitions.load(schedule_id, repair=True) if records else None
         except StoreDamaged as exc:
             self._block_unknown(schedule_id, exc.problem)
             return None
         except NotFound:
             return None
-        if not records:
+        if not records or found is None:
             return None
+        loaded = found
         runtime = self._api.runtime.load(schedule_id)
         recovered = self._api.history.recover(schedule_id)
-        # The snapshot is a cache of the log, but damage to it blocks all the same;
-        # loading as the owner drops a torn final lifecycle line, with a warning.
-        loaded = definitions.load(schedule_id, repair=True)
         stored = loaded.snapshot.get("blocked") if loaded.snapshot is not None else None
         # Nothing is kept for the stop's checkpoint: after a crash the start
         # must be quick, and the stop reads what it needs (`entries_at_stop`).

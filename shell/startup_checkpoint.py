@@ -333,11 +333,10 @@ def _definitions_json(
     """The lifecycle records as the recovery reads them, if they are clean and
     their files did not change while they were read."""
     try:
-        records = definitions.records_after(schedule_id, 0)
-        loaded = definitions.load(schedule_id)
+        records, loaded = definitions.read_for_recovery(schedule_id)
     except SchedulingError:
         return None
-    if not records or not clean_definition_read(loaded):
+    if loaded is None or not clean_definition_read(loaded):
         return None
     after = file_identities(files)
     if any(after[p] != now[p] for p in OTHERS):

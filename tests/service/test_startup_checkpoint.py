@@ -36,18 +36,18 @@ def no_settle_margin(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 class FileReads:
-    """Which schedules' lifecycle logs a start read (every full read of a
-    schedule's files starts with its lifecycle records)."""
+    """Which schedules' files a start read (a full read of a schedule's files
+    starts with its lifecycle log)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.schedules: list[str] = []
-        real = DefinitionStore.records_after
+        real = DefinitionStore.read_for_recovery
 
-        def spy(store: DefinitionStore, schedule_id: str, seq: int) -> Any:
+        def spy(store: DefinitionStore, schedule_id: str, **kwargs: Any) -> Any:
             self.schedules.append(schedule_id)
-            return real(store, schedule_id, seq)
+            return real(store, schedule_id, **kwargs)
 
-        monkeypatch.setattr(DefinitionStore, "records_after", spy)
+        monkeypatch.setattr(DefinitionStore, "read_for_recovery", spy)
 
 
 def views(harness: Harness) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 from pathlib import Path
 
 import pytest
@@ -324,3 +325,62 @@ def test_set_blocked_persists_and_clears(store_root: Path) -> None:
     with pytest.raises(InvalidInput) as caught:
         store.set_blocked("s1", {"file": "f"})
     assert [p.field for p in caught.value.problems] == ["blocked.record", "blocked.reason"]
+
+
+def _twin_stores(store_root: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """The same schedule files in two roots: one read the separate way, one
+    through `read_for_recovery`."""
+    other = tmp_path / "twin"
+    shutil.copytree(store_root, other)
+    return store_root, other
+
+
+@pytest.mark.parametrize(
+    "shape",
+    ["clean", "snapshot behind", "snapshot missing", "torn line", "snapshot revision differs"],
+)
+def test_read_for_recovery_is_records_after_then_load(
+    store_root: Path, tmp_path: Path, shape: str
+) -> None:
+    store = DefinitionStore(store_root)
+    store.create("s1", DEFN, at=T0)
+    store.apply_change("s1", "paused", at=T1)
+    store.apply_change("s1", "updated", at=T2, definition=DEFN, expected_revision=1)
+    files = SchedulePaths(store_root, "s1")
+    if shape == "snapshot behind":
+        snapshot = json.loads(files.definition.read_bytes())
+        files.definition.write_text(json.dumps(dict(snapshot, lifecycle_seq=2, revision=1)))
+    elif shape == "snapshot missing":
+        files.definition.unlink()
+    elif shape == "torn line":
+        with files.lifecycle.open("ab") as handle:
+            handle.write(b'{"seq":4,"kind":"res')
+    elif shape == "snapshot revision differs":
+        snapshot = json.loads(files.definition.read_bytes())
+        files.definition.write_text(json.dumps(dict(snapshot, revision=5)))
+    separate_root, together_root = _twin_stores(store_root, tmp_path)
+    separate = DefinitionStore(separate_root)
+    expected = (separate.records_after("s1", 0), separate.load("s1", repair=True))
+    together = DefinitionStore(together_root)
+    assert together.read_for_recovery("s1", repair=True) == expected
+    for name in ("lifecycle", "definition"):
+        left = getattr(SchedulePaths(separate_root, "s1"), name)
+        right = getattr(SchedulePaths(together_root, "s1"), name)
+        assert left.exists() == right.exists()
+        assert not left.exists() or left.read_bytes() == right.read_bytes()
+
+
+def test_read_for_recovery_raises_for_a_damaged_log_before_repairing_anything(
+    store_root: Path,
+) -> None:
+    store = DefinitionStore(store_root)
+    store.create("s1", DEFN, at=T0)
+    files = SchedulePaths(store_root, "s1")
+    damaged = files.lifecycle.read_bytes() + LIFECYCLE_DAMAGE[0][0] + b'{"seq":3,"ki'
+    files.lifecycle.write_bytes(damaged)
+    with pytest.raises(StoreDamaged) as caught:
+        store.read_for_recovery("s1", repair=True)
+    assert caught.value.data["file"] == "schedules/s1/lifecycle.jsonl"
+    assert files.lifecycle.read_bytes() == damaged  # the torn line is still there
+    with pytest.raises(NotFound):
+        store.read_for_recovery("nope")
