@@ -183,8 +183,9 @@ class SchedulerService:
         # This round's RecordsContradicted events: a BlockSchedule carries only
         # decide's text, the stored diagnostic keeps file, record and reason.
         self._contradicted: list[RecordsContradicted] = []
-        # What this process's recoveries read of each schedule's files, for
-        # the startup checkpoint its clean stop writes.
+        # The entries this process's start took from the startup checkpoint,
+        # which its clean stop writes again where the files have not changed
+        # (a schedule the start read from its files is read again then).
         self._captured: dict[str, CachedSchedule] = {}
 
     # --- public ---------------------------------------------------------------------
@@ -208,7 +209,10 @@ class SchedulerService:
             return
         self._lock.acquire()
         try:
-            recovery = await self._recover()
+            # Recovery builds every schedule's events and state at once: no
+            # collection inside it either (see `_collector_paused`).
+            with _collector_paused():
+                recovery = await self._recover()
         except BaseException:
             if self._journal is not None:
                 self._journal.close_file()
