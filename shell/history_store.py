@@ -759,7 +759,8 @@ class HistoryStore:
         """A clean, fully published recovered history as JSON-able values, for
         the startup checkpoint (`shell/startup_checkpoint.py`); None when there
         is none to give: not loaded, staged writes, problems, or an index
-        checkpoint not published yet (the next load would replay a tail)."""
+        header on disk that is not the held state's checkpoint (the next load
+        would replay a tail, or another writer touched the index)."""
         log = self._logs.get(schedule_id)
         if (
             log is None
@@ -768,6 +769,7 @@ class HistoryStore:
             or log.overlay
             or log.checkpoint_next is not None
             or log.needs_sync
+            or not self._header_matches(log)
         ):
             return None
         state = log.state
@@ -796,12 +798,10 @@ class HistoryStore:
             ],
         ]
 
-    def published_checkpoint_matches(self, schedule_id: str) -> bool:
+    @staticmethod
+    def _header_matches(log: _Log) -> bool:
         """Whether the index file's header is the checkpoint of the state held
-        for `schedule_id` (so a load from the files would replay no tail)."""
-        log = self._logs.get(schedule_id)
-        if log is None:
-            return False
+        for the log (so a load from the files would replay no tail)."""
         expected = log.state.checkpoint()
         if expected == _EMPTY_CHECKPOINT:
             # A load of an absent log finds the empty state and writes nothing.

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from core.errors import SchedulingError
-from shell.definition_store import DefinitionStore
+from shell.definition_store import DefinitionLoad, DefinitionStore
 from shell.durable import atomic_write_bytes
 from shell.history_store import HistoryStore
 from shell.runtime_store import RuntimeStore
@@ -58,11 +58,9 @@ from shell.store_format import ScheduleFiles
 
 __all__ = [
     "CHECKPOINT_FILE",
-    "OTHERS",
     "CachedSchedule",
     "FileIdentity",
     "Identities",
-    "clean_definition_read",
     "current_identities_text",
     "entries_at_stop",
     "file_identities",
@@ -91,7 +89,7 @@ Identities = tuple[FileIdentity | None, ...]
 # Positions in `Identities`.
 _LIFECYCLE, _DEFINITION, _RUNTIME, _HISTORY, _INDEX = range(5)
 # Those of the files processes other than the scheduler write.
-OTHERS: Final = (_LIFECYCLE, _DEFINITION)
+_OTHERS: Final = (_LIFECYCLE, _DEFINITION)
 
 
 def _paths(files: ScheduleFiles) -> tuple[str, ...]:
@@ -104,12 +102,10 @@ def _paths(files: ScheduleFiles) -> tuple[str, ...]:
     )
 
 
-def file_identities(files: ScheduleFiles, *, others_only: bool = False) -> Identities:
-    """The identity of each file a recovery reads (`others_only`: of those
-    processes other than the scheduler write, in `OTHERS` order)."""
-    paths = _paths(files)
+def file_identities(files: ScheduleFiles) -> Identities:
+    """The identity of each file a recovery reads."""
     result: list[FileIdentity | None] = []
-    for path in [paths[p] for p in OTHERS] if others_only else paths:
+    for path in _paths(files):
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -142,14 +138,14 @@ def identities_text(identities: Identities) -> str:
 def settled(identities: Identities, examined_ns: int) -> bool:
     """Whether the files others write were last changed a margin before
     `examined_ns` (a `time.time_ns()` taken before they were examined)."""
-    for position in OTHERS:
+    for position in _OTHERS:
         identity = identities[position]
         if identity is not None and max(identity[2], identity[3]) > examined_ns - _SETTLE_NS:
             return False
     return True
 
 
-def clean_definition_read(loaded: Any) -> bool:
+def _clean_definition_read(loaded: DefinitionLoad) -> bool:
     """Whether a `DefinitionLoad` is one a start may skip next time: nothing
     damaged, repaired, missing or blocked (those go through the full read,
     which reports or lifts them)."""
@@ -205,7 +201,7 @@ def _parse_identities(text: str) -> Identities:
         if len(values) != 4:
             raise ValueError("a file identity is not four integers")
         result.append((values[0], values[1], values[2], values[3]))
-    if len(result) != len(OTHERS) + 3:
+    if len(result) != len(_OTHERS) + 3:
         raise ValueError("identities are not one per file")
     return tuple(result)
 
@@ -291,7 +287,7 @@ def entries_at_stop(
     entries: dict[str, CachedSchedule] = {}
     for schedule_id in definitions.list_ids():
         exported = history.export_state(schedule_id)
-        if exported is None or not history.published_checkpoint_matches(schedule_id):
+        if exported is None:
             continue
         files = ScheduleFiles.of(definitions.store_root, schedule_id)
         examined_ns = time.time_ns()
@@ -315,7 +311,7 @@ def entries_at_stop(
             if loaded_runtime.problem is not None:
                 continue
             runtime_json = json.dumps(loaded_runtime.record)
-        if records_json is None or any(was[p] != now[p] for p in OTHERS):
+        if records_json is None or any(was[p] != now[p] for p in _OTHERS):
             records_json = _definitions_json(definitions, schedule_id, files, now)
             if records_json is None:
                 continue
@@ -336,9 +332,9 @@ def _definitions_json(
         records, loaded = definitions.read_for_recovery(schedule_id)
     except SchedulingError:
         return None
-    if loaded is None or not clean_definition_read(loaded):
+    if loaded is None or not _clean_definition_read(loaded):
         return None
     after = file_identities(files)
-    if any(after[p] != now[p] for p in OTHERS):
+    if any(after[p] != now[p] for p in _OTHERS):
         return None
     return json.dumps(list(records))
