@@ -317,7 +317,13 @@ def _write_temp(target: str, data: bytes, *, sync: bool) -> str:
 def replace_unsynced(path: str, data: bytes) -> None:
     """Replace `path` with `data` atomically (temp file and rename), with no
     flush: for a write whose content is durable elsewhere (a journal)."""
-    temp = _write_temp(path, data, sync=False)
+    _replace_with_temp(path, data, sync=False)
+
+
+def _replace_with_temp(path: str, data: bytes, *, sync: bool) -> None:
+    """Write `data` to a temp file beside `path` (flushed when `sync`) and
+    rename it over `path`; the temp file is removed if the rename fails."""
+    temp = _write_temp(path, data, sync=sync)
     try:
         os.replace(temp, path)
     except BaseException:
@@ -374,12 +380,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     target = os.fspath(path)
     name = os.path.basename(target)
     fault_point(f"before:replace:{name}")
-    temp = _write_temp(target, data, sync=True)
-    try:
-        os.replace(temp, target)
-    except BaseException:
-        _unlink_quietly(temp)
-        raise
+    _replace_with_temp(target, data, sync=True)
     fsync_directory(os.path.dirname(target) or ".")
     fault_point(f"after:replace:{name}")
 
