@@ -18,7 +18,15 @@ when its first `decide` call returns; then it stops cleanly (timed too). The
 parent times from just before it spawns the child. The files were just
 written, so the page cache is warm for all of them.
 
-The first child finds no startup checkpoint (`shell/startup_checkpoint.py`):
+Each child runs with Python's bytecode cache, as an installed server does
+from its second start on (`uv sync --compile-bytecode`, or the cache Python
+writes at the first import): the bench points `PYTHONPYCACHEPREFIX` at a
+directory of its own and fills it with one child that only imports, before
+the measured ones. Machines that set `PYTHONDONTWRITEBYTECODE` (this one
+does, for every process) compile every module at every start, about 0.35 s
+more here; `--no-bytecode-cache` measures that.
+
+The first measured child finds no startup checkpoint (`shell/startup_checkpoint.py`):
 its start reads every schedule's files, as any start after a crash does.
 Each child's clean stop writes a checkpoint, so the `--repeat` children
 after it measure a restart after a clean stop. `--no-checkpoint` deletes
@@ -39,6 +47,7 @@ _T_PROCESS = time.time()
 import argparse  # noqa: E402
 import asyncio  # noqa: E402
 import json  # noqa: E402
+import os  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -145,10 +154,26 @@ async def child(root: Path) -> dict[str, float]:
     return stamps
 
 
-def _spawn(root: Path) -> dict[str, float]:
+def _child_environment(pycache: Path | None) -> dict[str, str]:
+    """The children's environment: with `pycache`, Python reads and writes
+    bytecode there; without, as this process was started."""
+    environment = dict(os.environ)
+    if pycache is not None:
+        environment.pop("PYTHONDONTWRITEBYTECODE", None)
+        environment["PYTHONPYCACHEPREFIX"] = str(pycache)
+    return environment
+
+
+def _warm_bytecode_cache(environment: dict[str, str]) -> None:
+    """Compile every module a child imports into the cache, unmeasured."""
+    command = [sys.executable, str(Path(__file__)), "--warm-up"]
+    subprocess.run(command, check=True, capture_output=True, env=environment)
+
+
+def _spawn(root: Path, environment: dict[str, str]) -> dict[str, float]:
     began = time.time()
     command = [sys.executable, str(Path(__file__)), "--child", str(root)]
-    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    done = subprocess.run(command, check=True, capture_output=True, text=True, env=environment)
     stamps = dict(json.loads(done.stdout.strip().splitlines()[-1]))
     stamps["spawned"] = began
     return stamps
@@ -181,23 +206,43 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="delete the startup checkpoint before each restart",
     )
+    parser.add_argument(
+        "--no-bytecode-cache",
+        action="store_true",
+        help="children compile every module at start, as under PYTHONDONTWRITEBYTECODE",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", metavar="STORE", help=argparse.SUPPRESS)
+    parser.add_argument("--warm-up", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     sys.path.insert(0, str(Path(__file__).resolve().parent))
+    if args.warm_up:
+        import harness
+
+        import shell.service  # noqa: F401
+
+        return
     if args.child is not None:
         print(json.dumps(asyncio.run(child(Path(args.child)))))
         return
     with tempfile.TemporaryDirectory(prefix="wf-bench-restart-") as tmp:
         root = Path(tmp) / "store"
         setup = asyncio.run(generate(root, args.schedules, args.rows, args.runs))
-        first = _phases(_spawn(root))
+        environment = _child_environment(None if args.no_bytecode_cache else Path(tmp) / "pyc")
+        if not args.no_bytecode_cache:
+            _warm_bytecode_cache(environment)
+        first = _phases(_spawn(root, environment))
         runs = []
         for _ in range(max(args.repeat, 1)):
             if args.no_checkpoint:
                 (root / "startup.checkpoint").unlink(missing_ok=True)
-            runs.append(_phases(_spawn(root)))
-    result = {**setup, "first_start": first, "restarts": runs}
+            runs.append(_phases(_spawn(root, environment)))
+    result = {
+        **setup,
+        "bytecode_cache": not args.no_bytecode_cache,
+        "first_start": first,
+        "restarts": runs,
+    }
     if args.json:
         print(json.dumps(result))
         return
@@ -208,6 +253,8 @@ def main(argv: list[str] | None = None) -> None:
     import harness
 
     print(f"  load average at the end: {harness.loadavg()}")
+    cache = "compiled at every start" if args.no_bytecode_cache else "from the bytecode cache"
+    print(f"  modules {cache}")
     after = "no checkpoint" if args.no_checkpoint else "clean stop"
     labelled = [("no checkpoint", first)] + [(f"#{i + 1}, {after}", r) for i, r in enumerate(runs)]
     for label, phases in labelled:
