@@ -21,6 +21,10 @@ class SchedulerServiceConfig(BaseModel):
     poll_interval_s: float = Field(default=1.0, gt=0, le=3600, allow_inf_nan=False)
     max_concurrent_runs: int = Field(default=4, ge=1, le=100_000)
     drain_grace_s: float = Field(default=30.0, ge=0, le=86_400, allow_inf_nan=False)
+    # How often a running scheduler rewrites the startup checkpoint, so that a
+    # start after a crash reads only the schedules changed since; 0 leaves it
+    # to the clean stop alone (see `shell.startup_checkpoint`).
+    checkpoint_interval_s: float = Field(default=300.0, ge=0, le=86_400, allow_inf_nan=False)
 
 
 def parse_scheduler_config(

@@ -363,8 +363,8 @@ class StartupRecovery:
         runtime = self._api.runtime.load(schedule_id)
         recovered = self._api.history.recover(schedule_id)
         stored = loaded.snapshot.get("blocked") if loaded.snapshot is not None else None
-        # Nothing is kept for the stop's checkpoint: after a crash the start
-        # must be quick, and the stop reads what it needs (`entries_at_stop`).
+        # Nothing is kept for the next checkpoint: the start must be quick,
+        # and the checkpoint reads what it needs (`checkpoint_entries`).
         return _Inputs(records, runtime, recovered, loaded.problems, stored)
 
     def _cached_inputs(self, schedule_id: str, files: ScheduleFiles) -> _Inputs | None:

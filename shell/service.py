@@ -16,7 +16,10 @@ its stores (lifecycle log, runtime record, history) into events (see
    row is staged, run ids for all admissions are reserved with one counter
    write, then everything is flushed together; only after that are runs
    created and launched (admitted row -> run record -> executing mark);
-4. sleeps until `next_wakeup(state)`, never longer than `poll_interval_s`,
+4. when nothing is pending and nothing is due for a while, rewrites the
+   startup checkpoint if `checkpoint_interval_s` has passed since the last
+   (`shell/startup_checkpoint.py`: what a start after a crash need not read);
+5. sleeps until `next_wakeup(state)`, never longer than `poll_interval_s`,
    or until the API or the host wakes it.
 
 `stop()` stops admitting first (no more rounds), then drains executing runs
@@ -79,7 +82,7 @@ from shell.runtime_store import RuntimeStore
 from shell.schedules_api import LiveScheduleView, SchedulesApi
 from shell.startup_checkpoint import (
     CachedSchedule,
-    entries_at_stop,
+    checkpoint_entries,
     read_startup_checkpoint,
     write_startup_checkpoint,
 )
@@ -98,6 +101,9 @@ _log = logging.getLogger(__name__)
 
 # Run ids reserved per host call (the host accepts 1 to 1000).
 _RESERVE_CHUNK = 1000
+# A running scheduler writes the startup checkpoint only when nothing is due
+# for this long, comfortably more than writing it takes at 10,000 schedules.
+_CHECKPOINT_QUIET = timedelta(seconds=10)
 
 
 @dataclass(slots=True)
@@ -184,9 +190,13 @@ class SchedulerService:
         # decide's text, the stored diagnostic keeps file, record and reason.
         self._contradicted: list[RecordsContradicted] = []
         # The entries this process's start took from the startup checkpoint,
-        # which its clean stop writes again where the files have not changed
-        # (a schedule the start read from its files is read again then).
+        # or those of the last checkpoint it wrote: the next checkpoint keeps
+        # what is unchanged and reads the rest (a schedule the start read from
+        # its files is read again then).
         self._captured: dict[str, CachedSchedule] = {}
+        # When this process last wrote the startup checkpoint (None: not since
+        # its start), on the service's clock.
+        self._checkpointed_at: datetime | None = None
 
     # --- public ---------------------------------------------------------------------
 
@@ -360,6 +370,8 @@ class SchedulerService:
                 if self._resync:
                     await self._resynchronize()
                 await self._round()
+                if not (self._events or self._dirty):
+                    self._checkpoint_if_quiet()
             except Exception:
                 _log.exception(
                     "scheduler round failed; its state is rebuilt from the stores before"
@@ -555,18 +567,48 @@ class SchedulerService:
         self, definitions: DefinitionStore, runtime: RuntimeStore, history: HistoryStore
     ) -> None:
         """What this process knows of every schedule's files, for the next
-        start to `stat` instead of read (`shell/startup_checkpoint.py`). Only
-        a stop whose state matches the stores writes one; failing to write it
-        costs the next start time, never correctness."""
+        start to `stat` instead of read (`shell/startup_checkpoint.py`). The
+        history indexes are published and the journal emptied before.
+        Only a scheduler whose state matches the stores writes one; failing
+        to write it costs the next start time, never correctness."""
         if self._resync or self._fenced:
             return
         try:
-            entries = entries_at_stop(
+            entries = checkpoint_entries(
                 self._captured, definitions=definitions, runtime=runtime, history=history
             )
             write_startup_checkpoint(definitions.store_root, entries)
         except (OSError, SchedulingError) as exc:
             _log.warning("could not write the startup checkpoint: %s", exc)
+            return
+        self._captured = entries
+
+    def _checkpoint_if_quiet(self) -> None:
+        """Write the startup checkpoint while running, so that a start after a
+        crash reads only what changed since: at the first quiet moment after
+        the start, then every `checkpoint_interval_s`. Quiet means nothing is
+        due for `_CHECKPOINT_QUIET`: at 10,000 schedules the checkpoint holds
+        the loop for about half a second."""
+        interval = self._config.checkpoint_interval_s
+        stores = self._file_stores()
+        if not self._running or interval == 0 or stores is None or self._resync or self._fenced:
+            return
+        now = self._clock.now()
+        last = self._checkpointed_at
+        if last is not None and last <= now < last + timedelta(seconds=interval):
+            return
+        due = next_wakeup(self._state)
+        if due is not None and due - now < _CHECKPOINT_QUIET:
+            return
+        self._checkpointed_at = now
+        definitions, runtime, history = stores
+        # A failure to publish or to empty the journal is a failed round
+        # (the loop rebuilds from the stores); one to write the checkpoint
+        # only costs the next start time.
+        history.publish()
+        if self._journal is not None:
+            self._journal.checkpoint()
+        self._write_startup_checkpoint(definitions, runtime, history)
 
     async def _recover(self) -> list[Event]:
         # Marks are found afresh; the other ledgers carry over, and recovery
@@ -580,9 +622,10 @@ class SchedulerService:
         stores = self._file_stores()
         if not self._running and stores is not None:
             # A start (not a rebuild after a failed round) takes the last
-            # clean stop's checkpoint, which reading consumes.
+            # checkpoint, which reading consumes.
             checkpoint = read_startup_checkpoint(stores[0].store_root)
             self._captured = {}
+            self._checkpointed_at = None
         recovery = StartupRecovery(
             host=self._host,
             schedules=self._api,

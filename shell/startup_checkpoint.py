@@ -1,36 +1,45 @@
-"""The startup checkpoint: what a clean stop knew of each schedule's files, so
-that the next start can `stat` them instead of reading and parsing them.
+"""The startup checkpoint: what the scheduler knew of each schedule's files,
+so that the next start can `stat` them instead of reading and parsing them.
 
 A start recovers every schedule from its files (lifecycle log, definition
 snapshot, runtime record, history and its index): at 10,000 schedules that
-is 50,000 files opened and parsed, seconds of work, although after a clean
-stop nothing in them has changed. So a clean stop writes, while it still
-holds the store lock, one file, `<store_root>/startup.checkpoint`, holding
-per schedule the identity of each file (inode, size, modification and
-change times, in nanoseconds) and what recovery read from them: the
-lifecycle records, the runtime record, and the history store's recovered
-state. The next start takes a schedule's entry only if every identity is
-still the same, and reads the files of every other schedule as before.
+is 50,000 files opened and parsed, seconds of work, although most of them
+have not changed since the scheduler last looked. So the lock holder writes
+one file, `<store_root>/startup.checkpoint`, holding per schedule the
+identity of each file (inode, size, modification and change times, in
+nanoseconds) and what recovery reads from them: the lifecycle records, the
+runtime record, and the history store's recovered state. The next start
+takes a schedule's entry only if every identity is still the same, and reads
+the files of every other schedule as before.
+
+When it is written: at a clean stop, and while the scheduler runs, at its
+first quiet moment after a start and then every `checkpoint_interval_s`
+(`shell.service`), so that a start after a crash also reads only the
+schedules that changed since. Before writing, the holder publishes every
+history index checkpoint and empties the commit journal, so each entry
+describes files that are durable and need no replay.
 
 Why an identity is enough: every writer of these files but the lock holder
 appends to them or replaces them by a rename, so any write changes a size
-or an inode, and the change time, which no user can set, moves too. Two
-rules close the remaining gaps. Files that processes other than the scheduler write (the
-lifecycle log and the snapshot, written by any server's schedule API) are
-taken only if their change time is 0.1 s older than the moment they were
-examined, so an edit in place racing the examination within one tick of
-the file system's clock cannot go unseen. Files only the lock holder writes
-(runtime record, history, index) are examined while the lock is held and
-the next holder reads the checkpoint before writing any of them.
+or an inode, and the change time, which no user can set, moves too. The
+lock holder writes one file in place, a history index, and only together
+with an append to its history log (whose size then changes) or, when it
+publishes, with the header of a state whose rows are already in that log:
+the entry's history state is taken only with the index header it describes
+(`HistoryStore.export_state`). Files that processes other than the
+scheduler write (the lifecycle log and the snapshot, written by any
+server's schedule API) are taken only if their change time is 0.1 s older
+than the moment they were examined, so an edit in place racing the
+examination within one tick of the file system's clock cannot go unseen.
 
-A checkpoint is consumed: the start that reads it removes it, and only a
-clean stop writes the next one. After a crash there is none, and the start
-reads everything, which also sweeps the temp files of interrupted writes (a
-schedule taken from the checkpoint is not swept: a stray temp file is never
-read as the truth, and the next start that reads the schedule removes it). The
-file is checked whole (format, checksum); a damaged or unknown one is
-ignored with a warning, never trusted. What is not in the files, the run
-records, is cross-checked at every start as before.
+A checkpoint is consumed: the start that reads it removes it, and the
+running scheduler writes the next one. A start after a crash that came
+before any checkpoint reads everything, which also sweeps the temp files of
+interrupted writes (a schedule taken from the checkpoint is not swept: a
+stray temp file is never read as the truth, and the next start that reads
+the schedule removes it). The file is checked whole (format, checksum); a
+damaged or unknown one is ignored with a warning, never trusted. What is not
+in the files, the run records, is cross-checked at every start as before.
 
 The rule a change to any store must keep: what a store reads from a file
 must depend only on the file's bytes, and `_FORMAT` must change whenever
@@ -61,8 +70,8 @@ __all__ = [
     "CachedSchedule",
     "FileIdentity",
     "Identities",
+    "checkpoint_entries",
     "current_identities_text",
-    "entries_at_stop",
     "file_identities",
     "identities_text",
     "read_startup_checkpoint",
@@ -229,7 +238,7 @@ def write_startup_checkpoint(
 
 
 def read_startup_checkpoint(store_root: str | os.PathLike[str]) -> dict[str, CachedSchedule]:
-    """The entries of the last clean stop's checkpoint, and the file removed
+    """The entries of the last checkpoint written, and the file removed
     (it is consumed); empty when there is none or it cannot be trusted."""
     path = os.path.join(store_root, CHECKPOINT_FILE)
     try:
@@ -267,19 +276,21 @@ def _parse(data: bytes) -> dict[str, CachedSchedule]:
     return entries
 
 
-def entries_at_stop(
+def checkpoint_entries(
     captured: Mapping[str, CachedSchedule],
     *,
     definitions: DefinitionStore,
     runtime: RuntimeStore,
     history: HistoryStore,
 ) -> dict[str, CachedSchedule]:
-    """The checkpoint's entries at a clean stop, after the history indexes
-    were published and the commit journal emptied, with the lock held.
+    """The checkpoint's entries now, with the lock held, after the history
+    indexes were published and the commit journal emptied, and with no
+    group commit in progress.
 
-    `captured` holds the entries this process's start took from the last
-    checkpoint; a part whose files changed since, and every part of a
-    schedule the start read from its files, is read now (the history state
+    `captured` holds the entries this process took from the last checkpoint
+    (its start's, or the last one it wrote); a part whose files changed
+    since, and every part of a schedule the start read from its files, is
+    read now (the history state
     always comes from the history store, which alone writes it). A schedule
     whose files are damaged, blocked, or changed under the examination is
     left out: the next start reads it.

@@ -2,7 +2,8 @@
 takes each unchanged schedule from the checkpoint instead of its files, and
 ends up with exactly the state a start reading every file would build; any
 change made while the scheduler was stopped is seen; a damaged checkpoint is
-ignored; a crash leaves none behind."""
+ignored; a running scheduler rewrites it at quiet moments, so a start after
+a crash reads only the schedules changed since."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import shell.startup_checkpoint as startup_checkpoint
 from core.state import schedule_ids, schedule_view, slots_in_use
 from shell.definition_store import DefinitionStore
 from shell.history_store import HistoryStore
+from shell.recovery import StartupRecovery
 from shell.runtime_store import RuntimeStore
 from shell.startup_checkpoint import CHECKPOINT_FILE
 from shell.store_format import ScheduleFiles
@@ -36,18 +38,17 @@ def no_settle_margin(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 class FileReads:
-    """Which schedules' files a start read (a full read of a schedule's files
-    starts with its lifecycle log)."""
+    """Which schedules' files a start read, not taking them from the checkpoint."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.schedules: list[str] = []
-        real = DefinitionStore.read_for_recovery
+        real = StartupRecovery._read_inputs
 
-        def spy(store: DefinitionStore, schedule_id: str, **kwargs: Any) -> Any:
+        def spy(recovery: StartupRecovery, schedule_id: str, files: ScheduleFiles) -> Any:
             self.schedules.append(schedule_id)
-            return real(store, schedule_id, **kwargs)
+            return real(recovery, schedule_id, files)
 
-        monkeypatch.setattr(DefinitionStore, "read_for_recovery", spy)
+        monkeypatch.setattr(StartupRecovery, "_read_inputs", spy)
 
 
 def views(harness: Harness) -> dict[str, Any]:
@@ -132,9 +133,9 @@ async def test_a_start_after_a_clean_stop_reads_no_schedule_file_and_builds_the_
     assert_checkpoint_says_what_the_files_say(harness)
 
     reads.schedules.clear()
-    await harness.boot(max_concurrent_runs=4)
+    await harness.boot(max_concurrent_runs=4, checkpoint_interval_s=0)
     assert reads.schedules == []  # every schedule came from the checkpoint
-    assert not checkpoint.exists()  # a start consumes it
+    assert not checkpoint.exists()  # a start consumes it (and this one writes none while running)
     # A scheduler started from the checkpoint runs, so its stop must write
     # what changed since (runtime records, histories), not what it started from.
     await harness.schedules.pause_schedule(schedule_id="edited")
@@ -242,7 +243,8 @@ async def test_a_damaged_checkpoint_is_ignored_and_every_schedule_read(
     await harness.boot(max_concurrent_runs=4)
     assert len(set(reads.schedules)) == 6
     assert any("ignoring the startup checkpoint" in r.getMessage() for r in caplog.records)
-    assert not checkpoint.exists()
+    # The damaged one is gone; the running scheduler wrote a sound one.
+    assert_checkpoint_says_what_the_files_say(harness)
     assert views(harness)["schedules"]["paused"].paused
 
 
@@ -264,18 +266,76 @@ async def test_an_entry_that_does_not_decode_is_read_from_the_files(
     assert views(harness)["schedules"]["every"].blocked is None
 
 
-async def test_a_crashed_scheduler_leaves_no_checkpoint(
+async def test_a_crash_before_any_checkpoint_leaves_none_and_the_start_reads_everything(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await populate(harness)
     await harness.shutdown()
-    await harness.boot(max_concurrent_runs=4)  # consumes the checkpoint
+    await harness.boot(max_concurrent_runs=4, checkpoint_interval_s=0)  # consumes it
     await harness.at(START + 8 * MINUTE)
     await World.abandon(harness)  # type: ignore[arg-type]  # dies without stopping
     assert not (harness.root / CHECKPOINT_FILE).exists()
     reads = FileReads(monkeypatch)
     await harness.boot(max_concurrent_runs=4)
     assert len(set(reads.schedules)) == 6
+
+
+async def test_a_running_scheduler_checkpoints_so_a_start_after_a_crash_reads_what_changed(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await populate(harness)
+    checkpoint = harness.root / CHECKPOINT_FILE
+    assert checkpoint.exists()  # written at the first quiet moment after populate's boot
+    await harness.shutdown()
+    await harness.boot(max_concurrent_runs=4)
+    # The start consumed the stop's checkpoint and wrote one of its own.
+    assert_checkpoint_says_what_the_files_say(harness)
+    written = checkpoint.stat().st_ino
+    # Changes after it: "every" and "edited" (every two minutes) fire at
+    # 09:38, "paused" is resumed; the other three do not change.
+    await harness.schedules.resume_schedule(schedule_id="paused")
+    await harness.at(START + 8 * MINUTE)
+    assert checkpoint.stat().st_ino == written  # not rewritten before the interval
+    await World.abandon(harness)  # type: ignore[arg-type]  # dies without stopping
+
+    reads = FileReads(monkeypatch)
+    await harness.boot(max_concurrent_runs=4)
+    assert sorted(reads.schedules) == ["edited", "every", "paused"]
+    from_checkpoint = views(harness)
+    assert not from_checkpoint["schedules"]["paused"].paused
+    assert from_checkpoint["schedules"]["gated"].active  # the run waiting on its interrupt
+
+    # A start reading every file builds the same state.
+    await World.abandon(harness)  # type: ignore[arg-type]
+    checkpoint.unlink()
+    await harness.boot(max_concurrent_runs=4)
+    assert views(harness) == from_checkpoint
+    await harness.at(START + 9 * MINUTE)
+    statuses = await harness.statuses("every")
+    assert statuses[-2:] == [("09:38", "completed"), ("09:39", "completed")]
+
+
+async def test_the_running_checkpoint_waits_for_its_interval_and_a_quiet_moment(
+    harness: Harness,
+) -> None:
+    await harness.boot(max_concurrent_runs=4, checkpoint_interval_s=600)
+    await harness.deploy("report.default", CONSTANT_PLAN)
+    checkpoint = harness.root / CHECKPOINT_FILE
+    first = checkpoint.stat().st_ino  # the first quiet moment after the start
+    await harness.schedules.create_schedule(
+        schedule_id="quarter",
+        deployment_id="report.default",
+        trigger={"kind": "cron", "expression": "*/15 * * * *", "timezone": "UTC"},
+        inputs={"when": "quarter"},
+    )
+    await harness.at(START + 9 * MINUTE)
+    assert checkpoint.stat().st_ino == first  # 9 minutes < the interval
+    # Past the interval, but the next instant (09:45) is 5 s away: not quiet.
+    await harness.at(START.replace(minute=44, second=55))
+    assert checkpoint.stat().st_ino == first
+    await harness.at(START.replace(minute=45, second=1))
+    assert checkpoint.stat().st_ino != first
+    assert "quarter" in startup_checkpoint._parse(checkpoint.read_bytes())
 
 
 async def test_a_file_changed_within_the_margin_is_read(
