@@ -27,10 +27,16 @@ does, for every process) compile every module at every start, about 0.35 s
 more here; `--no-bytecode-cache` measures that.
 
 The first measured child finds no startup checkpoint (`shell/startup_checkpoint.py`):
-its start reads every schedule's files, as any start after a crash does.
-Each child's clean stop writes a checkpoint, so the `--repeat` children
-after it measure a restart after a clean stop. `--no-checkpoint` deletes
-the checkpoint before each of them instead (every start reads everything).
+its start reads every schedule's files, as a start after a crash that came
+before any checkpoint does. Each child's clean stop writes a checkpoint, so
+the `--repeat` children after it measure a restart after a clean stop.
+`--crash`: each child instead waits for the checkpoint the running
+scheduler writes at its first quiet moment (timed: "until the checkpoint")
+and exits without stopping, so the children after the first measure a
+start after a crash with nothing changed since the checkpoint (a schedule
+changed since costs what the first child pays per schedule).
+`--no-checkpoint` deletes the checkpoint before each child (every start
+reads everything).
 
     uv run --frozen --group bench python bench/restart.py
     uv run --frozen --group bench python bench/restart.py --schedules 1000 --rows 100000
@@ -121,8 +127,10 @@ async def _completed_runs(api: Any, count: int) -> None:
         count -= len(ids)
 
 
-async def child(root: Path) -> dict[str, float]:
-    """Start the scheduler on `root` and time its phases (POSIX timestamps)."""
+async def child(root: Path, *, crash: bool = False) -> dict[str, float]:
+    """Start the scheduler on `root` and time its phases (POSIX timestamps).
+    With `crash`, wait for the checkpoint the running scheduler writes at its
+    first quiet moment, then die without stopping (the caller exits at once)."""
     stamps: dict[str, float] = {"process": _T_PROCESS}
     import harness
 
@@ -149,6 +157,12 @@ async def child(root: Path) -> dict[str, float]:
     stamps["started"] = time.time()
     stamps["first_decision"] = await first
     stamps["schedules"] = float(len(service.state.schedules))
+    if crash:
+        checkpoint = root / "startup.checkpoint"
+        while not checkpoint.exists():
+            await asyncio.sleep(0.01)
+        stamps["stopped"] = time.time()  # the checkpoint is on disk: die here
+        return stamps
     await service.stop()
     stamps["stopped"] = time.time()
     return stamps
@@ -170,9 +184,11 @@ def _warm_bytecode_cache(environment: dict[str, str]) -> None:
     subprocess.run(command, check=True, capture_output=True, env=environment)
 
 
-def _spawn(root: Path, environment: dict[str, str]) -> dict[str, float]:
+def _spawn(root: Path, environment: dict[str, str], *, crash: bool = False) -> dict[str, float]:
     began = time.time()
     command = [sys.executable, str(Path(__file__)), "--child", str(root)]
+    if crash:
+        command.append("--crash")
     done = subprocess.run(command, check=True, capture_output=True, text=True, env=environment)
     stamps = dict(json.loads(done.stdout.strip().splitlines()[-1]))
     stamps["spawned"] = began
@@ -207,6 +223,11 @@ def main(argv: list[str] | None = None) -> None:
         help="delete the startup checkpoint before each restart",
     )
     parser.add_argument(
+        "--crash",
+        action="store_true",
+        help="children die without stopping, once the running scheduler's checkpoint is written",
+    )
+    parser.add_argument(
         "--no-bytecode-cache",
         action="store_true",
         help="children compile every module at start, as under PYTHONDONTWRITEBYTECODE",
@@ -223,7 +244,9 @@ def main(argv: list[str] | None = None) -> None:
 
         return
     if args.child is not None:
-        print(json.dumps(asyncio.run(child(Path(args.child)))))
+        print(json.dumps(asyncio.run(child(Path(args.child), crash=args.crash))), flush=True)
+        if args.crash:
+            os._exit(0)  # no clean stop, no cleanup: as a killed process leaves the store
         return
     with tempfile.TemporaryDirectory(prefix="wf-bench-restart-") as tmp:
         root = Path(tmp) / "store"
@@ -231,12 +254,12 @@ def main(argv: list[str] | None = None) -> None:
         environment = _child_environment(None if args.no_bytecode_cache else Path(tmp) / "pyc")
         if not args.no_bytecode_cache:
             _warm_bytecode_cache(environment)
-        first = _phases(_spawn(root, environment))
+        first = _phases(_spawn(root, environment, crash=args.crash))
         runs = []
         for _ in range(max(args.repeat, 1)):
             if args.no_checkpoint:
                 (root / "startup.checkpoint").unlink(missing_ok=True)
-            runs.append(_phases(_spawn(root, environment)))
+            runs.append(_phases(_spawn(root, environment, crash=args.crash)))
     result = {
         **setup,
         "bytecode_cache": not args.no_bytecode_cache,
@@ -255,7 +278,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"  load average at the end: {harness.loadavg()}")
     cache = "compiled at every start" if args.no_bytecode_cache else "from the bytecode cache"
     print(f"  modules {cache}")
-    after = "no checkpoint" if args.no_checkpoint else "clean stop"
+    after = "no checkpoint" if args.no_checkpoint else "crash" if args.crash else "clean stop"
     labelled = [("no checkpoint", first)] + [(f"#{i + 1}, {after}", r) for i, r in enumerate(runs)]
     for label, phases in labelled:
         print(
@@ -263,7 +286,8 @@ def main(argv: list[str] | None = None) -> None:
             f"  (target <= 2 s): interpreter {phases['interpreter_s']:.3f},"
             f" imports {phases['imports_s']:.3f}, host {phases['host_s']:.3f},"
             f" recovery {phases['recovery_s']:.3f}, first round {phases['first_round_s']:.3f};"
-            f" {phases['schedules']:,.0f} schedules live; clean stop {phases['stop_s']:.3f} s"
+            f" {phases['schedules']:,.0f} schedules live;"
+            f" {'until the checkpoint' if args.crash else 'clean stop'} {phases['stop_s']:.3f} s"
         )
 
 

@@ -195,8 +195,10 @@ class SchedulerService:
         # its files is read again then).
         self._captured: dict[str, CachedSchedule] = {}
         # When this process last wrote the startup checkpoint (None: not since
-        # its start), on the service's clock.
+        # its start), on the service's clock, and whether a round has had
+        # events or commands since (an idle scheduler rewrites nothing).
         self._checkpointed_at: datetime | None = None
+        self._changed_since_checkpoint = True
 
     # --- public ---------------------------------------------------------------------
 
@@ -417,6 +419,8 @@ class SchedulerService:
         self._contradicted = [e for e in events if isinstance(e, RecordsContradicted)]
         now = self._clock.now()
         self._state, commands = self._decide(now, events)
+        if events or commands:
+            self._changed_since_checkpoint = True
         persisted = {c.schedule_id for c in commands if isinstance(c, PersistRuntime)}
         consumed, self._consumed_now = self._consumed_now, set()
         extra: list[Command] = []
@@ -586,12 +590,19 @@ class SchedulerService:
     def _checkpoint_if_quiet(self) -> None:
         """Write the startup checkpoint while running, so that a start after a
         crash reads only what changed since: at the first quiet moment after
-        the start, then every `checkpoint_interval_s`. Quiet means nothing is
-        due for `_CHECKPOINT_QUIET`: at 10,000 schedules the checkpoint holds
-        the loop for about half a second."""
+        the start, then every `checkpoint_interval_s` if a round had anything
+        to do since. Quiet means nothing is due for `_CHECKPOINT_QUIET`: at
+        10,000 schedules the checkpoint holds the loop for about half a second."""
         interval = self._config.checkpoint_interval_s
         stores = self._file_stores()
-        if not self._running or interval == 0 or stores is None or self._resync or self._fenced:
+        if (
+            not self._running
+            or not self._changed_since_checkpoint
+            or interval == 0
+            or stores is None
+            or self._resync
+            or self._fenced
+        ):
             return
         now = self._clock.now()
         last = self._checkpointed_at
@@ -600,7 +611,7 @@ class SchedulerService:
         due = next_wakeup(self._state)
         if due is not None and due - now < _CHECKPOINT_QUIET:
             return
-        self._checkpointed_at = now
+        self._checkpointed_at, self._changed_since_checkpoint = now, False
         definitions, runtime, history = stores
         # A failure to publish or to empty the journal is a failed round
         # (the loop rebuilds from the stores); one to write the checkpoint
@@ -625,7 +636,7 @@ class SchedulerService:
             # checkpoint, which reading consumes.
             checkpoint = read_startup_checkpoint(stores[0].store_root)
             self._captured = {}
-            self._checkpointed_at = None
+            self._checkpointed_at, self._changed_since_checkpoint = None, True
         recovery = StartupRecovery(
             host=self._host,
             schedules=self._api,

@@ -338,6 +338,27 @@ async def test_the_running_checkpoint_waits_for_its_interval_and_a_quiet_moment(
     assert "quarter" in startup_checkpoint._parse(checkpoint.read_bytes())
 
 
+async def test_an_idle_scheduler_does_not_rewrite_the_checkpoint(harness: Harness) -> None:
+    await harness.boot(max_concurrent_runs=4, checkpoint_interval_s=60)
+    await harness.deploy("report.default", CONSTANT_PLAN)
+    await harness.schedules.create_schedule(
+        schedule_id="later",
+        deployment_id="report.default",
+        trigger={"kind": "oneshot", "at": "2027-01-01T00:00:00Z"},
+        inputs={"when": "new year"},
+    )
+    await harness.at(START + 2 * MINUTE)
+    checkpoint = harness.root / CHECKPOINT_FILE
+    written = checkpoint.stat().st_ino  # the create was a change
+    for minute in range(3, 30, 3):
+        await harness.at(START + minute * MINUTE)
+    assert checkpoint.stat().st_ino == written  # 27 minutes with nothing to do
+    await harness.schedules.pause_schedule(schedule_id="later")
+    await harness.at(START + 31 * MINUTE)
+    assert checkpoint.stat().st_ino != written
+    assert startup_checkpoint._parse(checkpoint.read_bytes()).keys() == {"later"}
+
+
 async def test_a_file_changed_within_the_margin_is_read(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
