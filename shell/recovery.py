@@ -368,8 +368,12 @@ class StartupRecovery:
         return _Inputs(records, runtime, recovered, loaded.problems, stored)
 
     def _cached_inputs(self, schedule_id: str, files: ScheduleFiles) -> _Inputs | None:
-        """The inputs as the last clean stop left them, if none of the
-        schedule's files changed since (see `shell/startup_checkpoint.py`)."""
+        """The inputs as the last checkpoint recorded them, part by part: the
+        lifecycle records if neither the lifecycle log nor the snapshot
+        changed since (else None: the schedule is read whole), and the
+        runtime record and the history state each from the checkpoint if
+        its files did not change, else from the files (a schedule that fired
+        since the checkpoint). See `shell/startup_checkpoint.py`."""
         entry = self._checkpoint.pop(schedule_id, None)
         definitions, history_store = self._api.definitions, self._api.history
         if (
@@ -378,13 +382,24 @@ class StartupRecovery:
             or not isinstance(history_store, HistoryStore)
         ):
             return None
-        if current_identities_text(files) != entry.identities_text:
-            return None
+        now = current_identities_text(files)
+        same: tuple[bool, ...]
+        if now == entry.identities_text:
+            same = (True,) * 5
+        else:
+            # Compared as text, file by file (`identities_text`'s fields).
+            was_fields, now_fields = entry.identities_text.split(","), now.split(",")
+            if len(was_fields) != 5 or len(now_fields) != 5:
+                return None
+            same = tuple(w == n for w, n in zip(was_fields, now_fields, strict=True))
+            if not (same[0] and same[1]):  # the lifecycle log and the snapshot
+                return None
         try:
-            records, runtime, history = entry.parts()
+            records, cached_runtime, history = entry.parts()
             if not records:
                 return None
-            recovered = history_store.adopt_state(schedule_id, history)
+            history_unchanged = same[3] and same[4]  # the history log and its index
+            adopted = history_store.adopt_state(schedule_id, history) if history_unchanged else None
         except (ValueError, TypeError) as exc:
             _log.warning(
                 "schedule %s: its startup checkpoint entry is unusable (%s); reading its files",
@@ -392,11 +407,15 @@ class StartupRecovery:
                 exc,
             )
             return None
+        recovered = adopted if adopted is not None else history_store.recover(schedule_id)
+        if same[2]:
+            runtime = RuntimeLoad(schedule_id=schedule_id, record=cached_runtime)
+        else:
+            runtime = self._api.runtime.load(schedule_id)
         if self._captured is not None:
+            # The next checkpoint reuses the parts whose files are unchanged.
             self._captured[schedule_id] = entry
-        return _Inputs(
-            records, RuntimeLoad(schedule_id=schedule_id, record=runtime), recovered, (), None
-        )
+        return _Inputs(records, runtime, recovered, (), None)
 
     async def _recover_schedule(self, schedule_id: str, claims: Sequence[_Claim]) -> list[Event]:
         files = ScheduleFiles.of(self._root, schedule_id)

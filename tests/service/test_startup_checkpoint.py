@@ -38,17 +38,25 @@ def no_settle_margin(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 class FileReads:
-    """Which schedules' files a start read, not taking them from the checkpoint."""
+    """Which schedules' files a start read whole, not taking them from the
+    checkpoint (`schedules`), and whose history it read from its files
+    (`histories`: those and the ones whose history changed since)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.schedules: list[str] = []
-        real = StartupRecovery._read_inputs
+        self.histories: list[str] = []
+        read_inputs, recover = StartupRecovery._read_inputs, HistoryStore.recover
 
         def spy(recovery: StartupRecovery, schedule_id: str, files: ScheduleFiles) -> Any:
             self.schedules.append(schedule_id)
-            return real(recovery, schedule_id, files)
+            return read_inputs(recovery, schedule_id, files)
+
+        def history_spy(store: HistoryStore, schedule_id: str) -> Any:
+            self.histories.append(schedule_id)
+            return recover(store, schedule_id)
 
         monkeypatch.setattr(StartupRecovery, "_read_inputs", spy)
+        monkeypatch.setattr(HistoryStore, "recover", history_spy)
 
 
 def views(harness: Harness) -> dict[str, Any]:
@@ -219,6 +227,29 @@ async def test_history_damaged_while_stopped_blocks_the_schedule_as_without_a_ch
     assert views(harness)["schedules"]["edited"].blocked is None
 
 
+@pytest.mark.parametrize("damaged", ["runtime.jsonl", "history.jsonl", "history.idx"])
+async def test_a_file_damaged_after_the_checkpoint_gives_what_a_full_read_gives(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, damaged: str
+) -> None:
+    """Only that file's part is read again (the lifecycle records come from
+    the checkpoint); the outcome is the full read's, block or repair."""
+    await populate(harness)
+    await harness.shutdown()
+    path = harness.root / "schedules" / "every" / damaged
+    data = path.read_bytes()
+    path.write_bytes(data[:-7] + b"garbage")
+    reads = FileReads(monkeypatch)
+    await harness.boot(max_concurrent_runs=4)
+    assert reads.schedules == []
+    assert reads.histories == ([] if damaged == "runtime.jsonl" else ["every"])
+    from_checkpoint = views(harness)
+    await harness.shutdown()
+    (harness.root / CHECKPOINT_FILE).unlink()
+    path.write_bytes(data[:-7] + b"garbage")
+    await harness.boot(max_concurrent_runs=4)
+    assert views(harness) == from_checkpoint
+
+
 @pytest.mark.parametrize(
     "damage",
     [
@@ -300,7 +331,11 @@ async def test_a_running_scheduler_checkpoints_so_a_start_after_a_crash_reads_wh
 
     reads = FileReads(monkeypatch)
     await harness.boot(max_concurrent_runs=4)
-    assert sorted(reads.schedules) == ["edited", "every", "paused"]
+    # "paused"'s lifecycle changed: read whole. The two that fired only
+    # changed their runtime records and histories: those are read, their
+    # lifecycle records come from the checkpoint.
+    assert reads.schedules == ["paused"]
+    assert sorted(reads.histories) == ["edited", "every", "paused"]
     from_checkpoint = views(harness)
     assert not from_checkpoint["schedules"]["paused"].paused
     assert from_checkpoint["schedules"]["gated"].active  # the run waiting on its interrupt
