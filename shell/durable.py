@@ -345,11 +345,16 @@ def _unlink_quietly(path: str) -> None:
         os.unlink(path)
 
 
-def remove_stale_temp_files(directory: str | os.PathLike[str]) -> list[str]:
-    """Remove temporary files an interrupted atomic write left in `directory`.
+def remove_stale_temp_files(
+    directory: str | os.PathLike[str], *, older_than_ns: int | None = None
+) -> list[str]:
+    """Remove temporary files an interrupted atomic write left in `directory`:
+    all of them, or with `older_than_ns` only those last modified before it
+    (a wall-clock `time.time_ns()`), which spares the writes other processes
+    have in flight.
 
-    Only call this while owning the store (no write can be in flight).
-    Returns the names removed.
+    Only call this while owning the store, with none of this process's
+    writes in flight. Returns the names removed.
     """
     removed: list[str] = []
     try:
@@ -358,7 +363,14 @@ def remove_stale_temp_files(directory: str | os.PathLike[str]) -> list[str]:
         return removed
     for name in names:
         if name.startswith(".") and name.endswith(_TEMP_SUFFIX):
-            _unlink_quietly(os.path.join(directory, name))
+            path = os.path.join(directory, name)
+            if older_than_ns is not None:
+                try:
+                    if os.stat(path).st_mtime_ns >= older_than_ns:
+                        continue
+                except FileNotFoundError:
+                    continue
+            _unlink_quietly(path)
             removed.append(name)
     return sorted(removed)
 

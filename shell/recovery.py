@@ -43,7 +43,6 @@ from core.events import (
 )
 from core.occurrences import TERMINAL_RUN_STATUSES
 from shell.definition_store import DefinitionStore
-from shell.durable import remove_stale_temp_files
 from shell.history_store import HistoryRecovery, HistoryStore, OpenOccurrence
 from shell.ports import HostApi
 from shell.runtime_store import RuntimeLoad
@@ -341,9 +340,8 @@ class StartupRecovery:
         """Read the schedule's files; None when there is nothing to recover
         (the schedule is gone, incomplete, or blocked as unknown here)."""
         definitions = self._api.definitions
-        if isinstance(definitions, DefinitionStore):
-            # Temp files of atomic writes a crash interrupted are never the truth.
-            remove_stale_temp_files(files.directory)
+        # (Temp files of atomic writes a crash interrupted are never read as
+        # the truth; the service sweeps them once the start is over.)
         # The snapshot is a cache of the log, but damage to it blocks all the same;
         # loading as the owner drops a torn final lifecycle line, with a warning.
         try:

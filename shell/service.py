@@ -16,8 +16,10 @@ its stores (lifecycle log, runtime record, history) into events (see
    row is staged, run ids for all admissions are reserved with one counter
    write, then everything is flushed together; only after that are runs
    created and launched (admitted row -> run record -> executing mark);
-4. when nothing is pending and nothing is due for a while, rewrites the
-   startup checkpoint if `checkpoint_interval_s` has passed since the last
+4. when nothing is pending and nothing is due for a while, does the
+   housekeeping kept off a start's path: the first time after a start it
+   sweeps temp files of interrupted writes, and it rewrites the startup
+   checkpoint if `checkpoint_interval_s` has passed since the last
    (`shell/startup_checkpoint.py`: what a start after a crash need not read);
 5. sleeps until `next_wakeup(state)`, never longer than `poll_interval_s`,
    or until the API or the host wakes it.
@@ -36,6 +38,7 @@ import contextlib
 import gc
 import json
 import logging
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -72,7 +75,7 @@ from core.state import SchedulerState, initial_state, schedule_view
 from shell.clock import Clock, SystemClock
 from shell.config import SchedulerServiceConfig
 from shell.definition_store import DefinitionStore
-from shell.durable import GroupCommit
+from shell.durable import GroupCommit, remove_stale_temp_files
 from shell.history_store import HistoryStore
 from shell.journal import CommitJournal, journal_supported
 from shell.lock import SchedulerLock
@@ -101,9 +104,14 @@ _log = logging.getLogger(__name__)
 
 # Run ids reserved per host call (the host accepts 1 to 1000).
 _RESERVE_CHUNK = 1000
-# A running scheduler writes the startup checkpoint only when nothing is due
-# for this long, comfortably more than writing it takes at 10,000 schedules.
-_CHECKPOINT_QUIET = timedelta(seconds=10)
+# Housekeeping (the startup checkpoint, the sweep of temp files) runs only
+# when nothing is due for this long, comfortably more than it takes at
+# 10,000 schedules.
+_QUIET = timedelta(seconds=10)
+# The sweep after a start removes temp files last modified this long before
+# the start, or earlier: a younger one may be another process's write in
+# flight (file times tick coarsely); the next start removes it if it stays.
+_SWEEP_MARGIN_NS = 1_000_000_000
 
 
 @dataclass(slots=True)
@@ -199,6 +207,10 @@ class SchedulerService:
         # events or commands since (an idle scheduler rewrites nothing).
         self._checkpointed_at: datetime | None = None
         self._changed_since_checkpoint = True
+        # Wall-clock time the last start began (`time.time_ns()`), and
+        # whether the temp files older than it have been swept since.
+        self._started_ns = 0
+        self._swept = True
 
     # --- public ---------------------------------------------------------------------
 
@@ -373,7 +385,7 @@ class SchedulerService:
                     await self._resynchronize()
                 await self._round()
                 if not (self._events or self._dirty):
-                    self._checkpoint_if_quiet()
+                    self._housekeeping_if_quiet()
             except Exception:
                 _log.exception(
                     "scheduler round failed; its state is rebuilt from the stores before"
@@ -587,29 +599,31 @@ class SchedulerService:
             return
         self._captured = entries
 
-    def _checkpoint_if_quiet(self) -> None:
-        """Write the startup checkpoint while running, so that a start after a
-        crash reads only what changed since: at the first quiet moment after
-        the start, then every `checkpoint_interval_s` if a round had anything
-        to do since. Quiet means nothing is due for `_CHECKPOINT_QUIET`: at
-        10,000 schedules the checkpoint holds the loop for about half a second."""
-        interval = self._config.checkpoint_interval_s
+    def _housekeeping_if_quiet(self) -> None:
+        """At a quiet moment (nothing due for `_QUIET`), the work kept off a
+        start's path and off a herd's: the first one after a start sweeps the
+        temp files of interrupted writes, and the startup checkpoint is
+        written then and every `checkpoint_interval_s` after, if a round had
+        anything to do since, so that a start after a crash reads only what
+        changed. At 10,000 schedules each holds the loop for about half a
+        second."""
         stores = self._file_stores()
-        if (
-            not self._running
-            or not self._changed_since_checkpoint
-            or interval == 0
-            or stores is None
-            or self._resync
-            or self._fenced
-        ):
+        if not self._running or stores is None or self._resync or self._fenced:
             return
         now = self._clock.now()
-        last = self._checkpointed_at
-        if last is not None and last <= now < last + timedelta(seconds=interval):
-            return
         due = next_wakeup(self._state)
-        if due is not None and due - now < _CHECKPOINT_QUIET:
+        if due is not None and due - now < _QUIET:
+            return
+        if not self._swept:
+            self._swept = True
+            self._sweep_temp_files(stores[0])
+        interval = self._config.checkpoint_interval_s
+        last = self._checkpointed_at
+        if (
+            interval == 0
+            or not self._changed_since_checkpoint
+            or (last is not None and last <= now < last + timedelta(seconds=interval))
+        ):
             return
         self._checkpointed_at, self._changed_since_checkpoint = now, False
         definitions, runtime, history = stores
@@ -620,6 +634,24 @@ class SchedulerService:
         if self._journal is not None:
             self._journal.checkpoint()
         self._write_startup_checkpoint(definitions, runtime, history)
+
+    def _sweep_temp_files(self, definitions: DefinitionStore) -> None:
+        """Remove the temp files interrupted atomic writes left in every
+        schedule's directory before this start. A start does not look for
+        them (a temp file is never read as the truth, and listing 10,000
+        directories costs about 0.4 s before the first decision): the first
+        quiet moment after it does. Failing costs disk space, nothing else."""
+        before = self._started_ns - _SWEEP_MARGIN_NS
+        try:
+            for schedule_id in definitions.list_ids():
+                directory = ScheduleFiles.of(definitions.store_root, schedule_id).directory
+                removed = remove_stale_temp_files(directory, older_than_ns=before)
+                if removed:
+                    _log.info(
+                        "removed temp files of interrupted writes in %s: %s", directory, removed
+                    )
+        except OSError as exc:
+            _log.warning("could not sweep temp files of interrupted writes: %s", exc)
 
     async def _recover(self) -> list[Event]:
         # Marks are found afresh; the other ledgers carry over, and recovery
@@ -637,6 +669,7 @@ class SchedulerService:
             checkpoint = read_startup_checkpoint(stores[0].store_root)
             self._captured = {}
             self._checkpointed_at, self._changed_since_checkpoint = None, True
+            self._started_ns, self._swept = time.time_ns(), False
         recovery = StartupRecovery(
             host=self._host,
             schedules=self._api,

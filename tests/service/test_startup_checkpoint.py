@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -392,6 +394,41 @@ async def test_an_idle_scheduler_does_not_rewrite_the_checkpoint(harness: Harnes
     await harness.at(START + 31 * MINUTE)
     assert checkpoint.stat().st_ino != written
     assert startup_checkpoint._parse(checkpoint.read_bytes()).keys() == {"later"}
+
+
+@pytest.mark.parametrize("after", ["clean stop", "crash"])
+async def test_temp_files_older_than_the_start_are_swept_at_the_first_quiet_moment(
+    harness: Harness, after: str
+) -> None:
+    """Whether the schedule is taken from the checkpoint or read; a temp file
+    written moments before the start may be another process's write in
+    flight, and is left for the next start."""
+    await populate(harness)
+    await harness.shutdown()
+    await harness.boot(max_concurrent_runs=4)  # writes a running checkpoint
+    if after == "crash":
+        await World.abandon(harness)  # type: ignore[arg-type]
+        (harness.root / CHECKPOINT_FILE).unlink()
+    else:
+        await harness.shutdown()
+    directory = harness.root / "schedules" / "every"
+    stale = directory / ".runtime.jsonl.4242.deadbeef.tmp"
+    recent = directory / ".definition.json.4343.cafe.tmp"
+    stale.write_bytes(b"half a write")
+    recent.write_bytes(b"in flight")
+    an_hour_ago = time.time() - 3600
+    os.utime(stale, (an_hour_ago, an_hour_ago))
+    await harness.boot(max_concurrent_runs=4)
+    assert not stale.exists()
+    assert recent.exists()
+    assert {p.name for p in directory.iterdir()} == {
+        "lifecycle.jsonl",
+        "definition.json",
+        "runtime.jsonl",
+        "history.jsonl",
+        "history.idx",
+        recent.name,
+    }
 
 
 async def test_a_file_changed_within_the_margin_is_read(
