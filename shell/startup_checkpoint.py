@@ -32,14 +32,16 @@ server's schedule API) are taken only if their change time is 0.1 s older
 than the moment they were examined, so an edit in place racing the
 examination within one tick of the file system's clock cannot go unseen.
 
-A checkpoint is consumed: the start that reads it removes it, and the
-running scheduler writes the next one. A start after a crash that came
-before any checkpoint reads everything, which also sweeps the temp files of
-interrupted writes (a schedule taken from the checkpoint is not swept: a
-stray temp file is never read as the truth, and the next start that reads
-the schedule removes it). The file is checked whole (format, checksum); a
-damaged or unknown one is ignored with a warning, never trusted. What is not
-in the files, the run records, is cross-checked at every start as before.
+An entry is used part by part: the lifecycle records only if the
+lifecycle log and the snapshot are unchanged (else the schedule is read
+whole), the runtime record and the history state each if its own files
+are (else that part is read), so a schedule that only fired since costs
+two file reads, not five. A checkpoint is consumed: the start that reads it
+removes it, and the running scheduler writes the next one. A start after a
+crash that came before any checkpoint reads everything. The file is
+checked whole (format, checksum); a damaged or unknown one is ignored with
+a warning, never trusted. What is not in the files, the run records, is
+cross-checked at every start as before.
 
 The rule a change to any store must keep: what a store reads from a file
 must depend only on the file's bytes, and `_FORMAT` must change whenever
