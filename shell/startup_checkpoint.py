@@ -9,8 +9,8 @@ one file, `<store_root>/startup.checkpoint`, holding per schedule the
 identity of each file (inode, size, modification and change times, in
 nanoseconds) and what recovery reads from them: the lifecycle records, the
 runtime record, and the history store's recovered state. The next start
-takes a schedule's entry only if every identity is still the same, and reads
-the files of every other schedule as before.
+takes from a schedule's entry what files with unchanged identities hold
+(see below), and reads the rest as before.
 
 When it is written: at a clean stop, and while the scheduler runs, at its
 first quiet moment after a start and then every `checkpoint_interval_s`
