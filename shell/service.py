@@ -39,7 +39,7 @@ import gc
 import json
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -112,6 +112,17 @@ _QUIET = timedelta(seconds=10)
 # the start, or earlier: a younger one may be another process's write in
 # flight (file times tick coarsely); the next start removes it if it stays.
 _SWEEP_MARGIN_NS = 1_000_000_000
+
+
+def _schedule_ids(events: Sequence[Event], commands: Sequence[Command]) -> Iterator[str]:
+    """The schedules a round's events and commands concern."""
+    for item in (*events, *commands):
+        schedule_id = getattr(item, "schedule_id", None)
+        if schedule_id is None:
+            definition = getattr(item, "definition", None)
+            schedule_id = getattr(definition, "schedule_id", None)
+        if isinstance(schedule_id, str):
+            yield schedule_id
 
 
 @dataclass(slots=True)
@@ -203,10 +214,11 @@ class SchedulerService:
         # its files is read again then).
         self._captured: dict[str, CachedSchedule] = {}
         # When this process last wrote the startup checkpoint (None: not since
-        # its start), on the service's clock, and whether a round has had
-        # events or commands since (an idle scheduler rewrites nothing).
+        # its start), on the service's clock, and the schedules whose events
+        # or commands rounds have had since: the next running checkpoint
+        # examines only those (an idle scheduler rewrites nothing).
         self._checkpointed_at: datetime | None = None
-        self._changed_since_checkpoint = True
+        self._touched: set[str] = set()
         # Wall-clock time the last start began (`time.time_ns()`), and
         # whether the temp files older than it have been swept since.
         self._started_ns = 0
@@ -431,8 +443,7 @@ class SchedulerService:
         self._contradicted = [e for e in events if isinstance(e, RecordsContradicted)]
         now = self._clock.now()
         self._state, commands = self._decide(now, events)
-        if events or commands:
-            self._changed_since_checkpoint = True
+        self._touched.update(_schedule_ids(events, commands))
         persisted = {c.schedule_id for c in commands if isinstance(c, PersistRuntime)}
         consumed, self._consumed_now = self._consumed_now, set()
         extra: list[Command] = []
@@ -580,24 +591,35 @@ class SchedulerService:
         return None
 
     def _write_startup_checkpoint(
-        self, definitions: DefinitionStore, runtime: RuntimeStore, history: HistoryStore
-    ) -> None:
+        self,
+        definitions: DefinitionStore,
+        runtime: RuntimeStore,
+        history: HistoryStore,
+        *,
+        examine: Collection[str] | None = None,
+    ) -> bool:
         """What this process knows of every schedule's files, for the next
-        start to `stat` instead of read (`shell/startup_checkpoint.py`). The
-        history indexes are published and the journal emptied before.
-        Only a scheduler whose state matches the stores writes one; failing
-        to write it costs the next start time, never correctness."""
+        start to `stat` instead of read (`shell/startup_checkpoint.py`); with
+        `examine`, only those schedules are examined again. The history
+        indexes are published and the journal emptied before. Only a
+        scheduler whose state matches the stores writes one; failing to
+        write it costs the next start time, never correctness."""
         if self._resync or self._fenced:
-            return
+            return False
         try:
             entries = checkpoint_entries(
-                self._captured, definitions=definitions, runtime=runtime, history=history
+                self._captured,
+                definitions=definitions,
+                runtime=runtime,
+                history=history,
+                examine=examine,
             )
             write_startup_checkpoint(definitions.store_root, entries)
         except (OSError, SchedulingError) as exc:
             _log.warning("could not write the startup checkpoint: %s", exc)
-            return
+            return False
         self._captured = entries
+        return True
 
     def _housekeeping_if_quiet(self) -> None:
         """At a quiet moment (nothing due for `_QUIET`), the work kept off a
@@ -621,11 +643,11 @@ class SchedulerService:
         last = self._checkpointed_at
         if (
             interval == 0
-            or not self._changed_since_checkpoint
+            or not self._touched
             or (last is not None and last <= now < last + timedelta(seconds=interval))
         ):
             return
-        self._checkpointed_at, self._changed_since_checkpoint = now, False
+        self._checkpointed_at = now
         definitions, runtime, history = stores
         # A failure to publish or to empty the journal is a failed round
         # (the loop rebuilds from the stores); one to write the checkpoint
@@ -633,7 +655,8 @@ class SchedulerService:
         history.publish()
         if self._journal is not None:
             self._journal.checkpoint()
-        self._write_startup_checkpoint(definitions, runtime, history)
+        if self._write_startup_checkpoint(definitions, runtime, history, examine=self._touched):
+            self._touched = set()
 
     def _sweep_temp_files(self, definitions: DefinitionStore) -> None:
         """Remove the temp files interrupted atomic writes left in every
@@ -668,7 +691,7 @@ class SchedulerService:
             # checkpoint, which reading consumes.
             checkpoint = read_startup_checkpoint(stores[0].store_root)
             self._captured = {}
-            self._checkpointed_at, self._changed_since_checkpoint = None, True
+            self._checkpointed_at, self._touched = None, set()
             self._started_ns, self._swept = time.time_ns(), False
         recovery = StartupRecovery(
             host=self._host,

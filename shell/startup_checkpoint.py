@@ -56,7 +56,7 @@ import logging
 import os
 import time
 import zlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -284,6 +284,7 @@ def checkpoint_entries(
     definitions: DefinitionStore,
     runtime: RuntimeStore,
     history: HistoryStore,
+    examine: Collection[str] | None = None,
 ) -> dict[str, CachedSchedule]:
     """The checkpoint's entries now, with the lock held, after the history
     indexes were published and the commit journal emptied, and with no
@@ -296,9 +297,21 @@ def checkpoint_entries(
     always comes from the history store, which alone writes it). A schedule
     whose files are damaged, blocked, or changed under the examination is
     left out: the next start reads it.
+
+    With `examine`, only those schedules (and any not in `captured`) are
+    examined; the entry of every other one is kept as captured, without a
+    `stat`. That is sound whatever happened to its files since: an entry
+    holds the identities its parts were read with, and a start takes only
+    parts whose files still have them. Leaving out a schedule whose files
+    this process changed only costs the next start a read.
     """
     entries: dict[str, CachedSchedule] = {}
     for schedule_id in definitions.list_ids():
+        if examine is not None and schedule_id not in examine:
+            kept = captured.get(schedule_id)
+            if kept is not None:
+                entries[schedule_id] = kept
+                continue
         exported = history.export_state(schedule_id)
         if exported is None:
             continue

@@ -358,13 +358,15 @@ async def test_the_running_checkpoint_waits_for_its_interval_and_a_quiet_moment(
     await harness.boot(max_concurrent_runs=4, checkpoint_interval_s=600)
     await harness.deploy("report.default", CONSTANT_PLAN)
     checkpoint = harness.root / CHECKPOINT_FILE
-    first = checkpoint.stat().st_ino  # the first quiet moment after the start
+    assert not checkpoint.exists()  # no schedule yet: nothing to write
     await harness.schedules.create_schedule(
         schedule_id="quarter",
         deployment_id="report.default",
         trigger={"kind": "cron", "expression": "*/15 * * * *", "timezone": "UTC"},
         inputs={"when": "quarter"},
     )
+    await harness.at(START + MINUTE)
+    first = checkpoint.stat().st_ino  # the first quiet moment after the create
     await harness.at(START + 9 * MINUTE)
     assert checkpoint.stat().st_ino == first  # 9 minutes < the interval
     # Past the interval, but the next instant (09:45) is 5 s away: not quiet.
@@ -373,6 +375,43 @@ async def test_the_running_checkpoint_waits_for_its_interval_and_a_quiet_moment(
     await harness.at(START.replace(minute=45, second=1))
     assert checkpoint.stat().st_ino != first
     assert "quarter" in startup_checkpoint._parse(checkpoint.read_bytes())
+
+
+async def test_the_running_checkpoint_examines_only_what_the_scheduler_touched(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other entries are kept as they were, even when their files
+    changed behind the scheduler's back: the start after it sees that."""
+    await populate(harness)
+    await harness.shutdown()
+    await harness.boot(max_concurrent_runs=4, checkpoint_interval_s=60)
+    checkpoint = harness.root / CHECKPOINT_FILE
+    before = startup_checkpoint._parse(checkpoint.read_bytes())
+    lifecycle = harness.root / "schedules" / "later" / "lifecycle.jsonl"
+    os.utime(lifecycle)  # same bytes, another identity
+    examined: list[str] = []
+    real = startup_checkpoint.file_identities
+
+    def spy(files: ScheduleFiles) -> Any:
+        examined.append(files.schedule_id)
+        return real(files)
+
+    monkeypatch.setattr(startup_checkpoint, "file_identities", spy)
+    await harness.at(START + 9 * MINUTE)  # "every" and "edited" (at 09:38) fire
+    after = startup_checkpoint._parse(checkpoint.read_bytes())
+    assert sorted(set(examined)) == ["edited", "every"]
+    assert after["later"] == before["later"]
+    assert after["every"] != before["every"]
+
+    await World.abandon(harness)  # type: ignore[arg-type]
+    reads = FileReads(monkeypatch)
+    await harness.boot(max_concurrent_runs=4)
+    assert reads.schedules == ["later"]
+    from_checkpoint = views(harness)
+    await World.abandon(harness)  # type: ignore[arg-type]
+    checkpoint.unlink()
+    await harness.boot(max_concurrent_runs=4)
+    assert views(harness) == from_checkpoint
 
 
 async def test_an_idle_scheduler_does_not_rewrite_the_checkpoint(harness: Harness) -> None:
