@@ -306,7 +306,8 @@ def checkpoint_entries(
     this process changed only costs the next start a read.
     """
     entries: dict[str, CachedSchedule] = {}
-    for schedule_id in definitions.list_ids():
+    # A kept entry's files are not looked at, whether they still exist included.
+    for schedule_id in definitions.list_ids(present=captured if examine is not None else ()):
         if examine is not None and schedule_id not in examine:
             kept = captured.get(schedule_id)
             if kept is not None:
