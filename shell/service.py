@@ -627,8 +627,9 @@ class SchedulerService:
         temp files of interrupted writes, and the startup checkpoint is
         written then and every `checkpoint_interval_s` after, if a round had
         anything to do since, so that a start after a crash reads only what
-        changed. At 10,000 schedules each holds the loop for about half a
-        second."""
+        changed. At 10,000 schedules the first after a start holds the loop
+        for about a second, a later checkpoint 0.15-0.6 s (it examines only
+        the schedules rounds touched since the last)."""
         stores = self._file_stores()
         if not self._running or stores is None or self._resync or self._fenced:
             return
