@@ -17,7 +17,11 @@ first quiet moment after a start and then every `checkpoint_interval_s`
 (`shell.service`), so that a start after a crash also reads only the
 schedules that changed since. Before writing, the holder publishes every
 history index checkpoint and empties the commit journal, so each entry
-describes files that are durable and need no replay.
+describes files that are durable and need no replay. A running checkpoint
+examines only the schedules the scheduler's rounds touched since the last
+one and keeps every other entry as it was (`checkpoint_entries`): an entry
+holds the identities its parts were read with, so whatever happened to
+those files since, a start takes only what is still true of them.
 
 Why an identity is enough: every writer of these files but the lock holder
 appends to them or replaces them by a rename, so any write changes a size
