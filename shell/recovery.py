@@ -380,24 +380,14 @@ class StartupRecovery:
             or not isinstance(history_store, HistoryStore)
         ):
             return None
-        now = current_identities_text(files)
-        same: tuple[bool, ...]
-        if now == entry.identities_text:
-            same = (True,) * 5
-        else:
-            # Compared as text, file by file (`identities_text`'s fields).
-            was_fields, now_fields = entry.identities_text.split(","), now.split(",")
-            if len(was_fields) != 5 or len(now_fields) != 5:
-                return None
-            same = tuple(w == n for w, n in zip(was_fields, now_fields, strict=True))
-            if not (same[0] and same[1]):  # the lifecycle log and the snapshot
-                return None
+        unchanged = entry.unchanged(current_identities_text(files))
+        if unchanged is None or not unchanged.lifecycle:
+            return None
         try:
             records, cached_runtime, history = entry.parts()
             if not records:
                 return None
-            history_unchanged = same[3] and same[4]  # the history log and its index
-            adopted = history_store.adopt_state(schedule_id, history) if history_unchanged else None
+            adopted = history_store.adopt_state(schedule_id, history) if unchanged.history else None
         except (ValueError, TypeError) as exc:
             _log.warning(
                 "schedule %s: its startup checkpoint entry is unusable (%s); reading its files",
@@ -406,7 +396,7 @@ class StartupRecovery:
             )
             return None
         recovered = adopted if adopted is not None else history_store.recover(schedule_id)
-        if same[2]:
+        if unchanged.runtime:
             runtime = RuntimeLoad(schedule_id=schedule_id, record=cached_runtime)
         else:
             runtime = self._api.runtime.load(schedule_id)
