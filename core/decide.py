@@ -39,7 +39,9 @@ b. Missed (`now - t > lateness_allowance_s`; exactly equal is on time):
    held candidate, an older held candidate becoming `superseded` (or
    `coalesced` when it was itself missed earlier in this same call). A run of
    consecutive missed instants is decided in one step: one `skipped-misfire`
-   row with a count, or one `coalesced` row for all but the newest.
+   row with a count, or one `coalesced` row for all but the newest; when an
+   on-time instant follows in the same call, the newest missed one is part of
+   that `coalesced` row too (the on-time instant replaces the whole catch-up).
 c. On time, overlap blocks (skip: any active run; parallel: active runs
    `>= max_active_runs`): misfire "skip" records `skipped-overlap`; "latest"
    holds `t` (superseding an older held candidate).
@@ -527,7 +529,10 @@ class _Call:
                 last = found
                 count = _count_between(trigger, w.watermark, missed_upto)
                 after = _next_after(trigger, last)
-            self.missed(w, first, last, count)
+            # Under "latest" a catch-up that reaches an on-time instant in this
+            # call ends there: the on-time instant replaces every missed one.
+            replaced = after is not None and after <= upto
+            self.missed(w, first, last, count, replaced=replaced)
             w.watermark = last
             nxt = after
         while nxt is not None and nxt <= upto:
@@ -547,7 +552,11 @@ class _Call:
         if len(keep) != len(w.waiting):
             w.waiting = tuple(keep)
 
-    def missed(self, w: _Work, first: datetime, last: datetime, count: int) -> None:
+    def missed(
+        self, w: _Work, first: datetime, last: datetime, count: int, *, replaced: bool
+    ) -> None:
+        """Decide the missed instants `first..last` (`count` of them);
+        `replaced`: an on-time instant follows in this same call."""
         sid = w.schedule_id
         if not w.latest:
             self.record_span(sid, first, last, count, "skipped-misfire")
@@ -555,6 +564,12 @@ class _Call:
         if w.held is not None:
             was_missed = self.missed_held.get(sid) == w.held
             self.record(sid, w.held, "coalesced" if was_missed else "superseded")
+            w.held = None
+        if replaced:
+            # The newest missed instant was never a candidate anyone waited
+            # on: it is coalesced with the rest of the catch-up, in one row.
+            self.record_span(sid, first, last, count, "coalesced")
+            return
         if count > 1:
             before_last = _last_at_or_before(w.trigger, last - _TICK)
             assert before_last is not None  # count > 1: first < last
