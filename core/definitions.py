@@ -39,16 +39,19 @@ from core.bindings import binding_problems
 from core.errors import InvalidDefinition, Problem
 
 __all__ = [
+    "PATCHABLE_FIELDS",
     "CronTrigger",
     "OneShotTrigger",
     "ScheduleDefinition",
     "SchedulePatch",
     "Trigger",
     "apply_patch",
+    "apply_update",
     "check_oneshot_in_future",
     "definition_to_payload",
     "parse_definition",
     "parse_patch",
+    "parse_update",
 ]
 
 _TRIGGER_KINDS: Final = ("oneshot", "cron")
@@ -481,3 +484,51 @@ def check_oneshot_in_future(definition: ScheduleDefinition, now: datetime) -> No
                 )
             ],
         )
+
+
+PATCHABLE_FIELDS: Final = (
+    "deployment_id",
+    "trigger",
+    "inputs",
+    "overlap",
+    "max_active_runs",
+    "misfire",
+    "lateness_allowance_s",
+    "max_steps",
+)
+
+
+def parse_update(payload: Mapping[str, Any]) -> SchedulePatch:
+    """`parse_patch`, and the update must patch at least one field.
+
+    This and `apply_update` are the whole of `update_schedule`'s validation of
+    the fields (the deployment and sample inputs aside), shared with anything
+    that replays updates, such as the simulator.
+    """
+    patch = parse_patch(payload)
+    if all(value is None for _, value in patch):
+        raise _invalid(
+            "schedule update",
+            [
+                Problem(
+                    field="(fields)",
+                    reason=f"give at least one of {', '.join(PATCHABLE_FIELDS)}",
+                )
+            ],
+        )
+    return patch
+
+
+def apply_update(
+    definition: ScheduleDefinition, patch: SchedulePatch, now: datetime
+) -> ScheduleDefinition:
+    """`apply_patch`, and a patched one-shot trigger must be after `now`.
+
+    Only an update that sets the trigger is held to the future: changing, say,
+    `max_steps` of a one-shot that already fired is allowed, as it harms
+    nothing (an update never backfills).
+    """
+    updated = apply_patch(definition, patch)
+    if patch.trigger is not None:
+        check_oneshot_in_future(updated, now)
+    return updated

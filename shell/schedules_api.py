@@ -21,11 +21,11 @@ from core.calendar import compile_trigger
 from core.definitions import (
     OneShotTrigger,
     ScheduleDefinition,
-    apply_patch,
+    apply_update,
     check_oneshot_in_future,
     definition_to_payload,
     parse_definition,
-    parse_patch,
+    parse_update,
 )
 from core.errors import InvalidDefinition, InvalidInput, InvalidState, NotFound, Problem
 from shell.clock import Clock, SystemClock
@@ -39,17 +39,6 @@ from shell.store_ports import DefinitionsPort, HistoryPort, RuntimePort
 __all__ = ["LiveScheduleView", "SchedulesApi", "build_schedules_api"]
 
 _log = logging.getLogger(__name__)
-
-_PATCHABLE = (
-    "deployment_id",
-    "trigger",
-    "inputs",
-    "overlap",
-    "max_active_runs",
-    "misfire",
-    "lateness_allowance_s",
-    "max_steps",
-)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -283,13 +272,7 @@ class SchedulesApi:
         problem = _int_problem("expected_revision", expected_revision, low=1)
         if problem is not None:
             raise InvalidDefinition.from_problems("schedule update", [problem])
-        fields = {k: v for k, v in given.items() if v is not None}
-        patch = parse_patch(fields)
-        if not fields:
-            raise InvalidDefinition.from_problems(
-                "schedule update",
-                [Problem(field="(fields)", reason=f"give at least one of {', '.join(_PATCHABLE)}")],
-            )
+        patch = parse_update({k: v for k, v in given.items() if v is not None})
         async with self._write_lock:
             self._check_owner()
             now = self.clock.now()
@@ -299,9 +282,7 @@ class SchedulesApi:
                     f"schedule {schedule_id!r} is deleted", data={"schedule_id": schedule_id}
                 )
             current = parse_definition(snapshot["definition"])
-            updated = apply_patch(current, patch)
-            if "trigger" in fields:
-                check_oneshot_in_future(updated, now)
+            updated = apply_update(current, patch, now)
             await self._check_runnable(updated, snapshot["revision"] + 1, now)
             with self._telling(schedule_id):
                 result = self.definitions.apply_change(

@@ -37,10 +37,10 @@ from pydantic_core import PydanticCustomError
 from adapters.simulation.runmodel import RunModelSpec
 from core.definitions import (
     ScheduleDefinition,
-    apply_patch,
+    apply_update,
     check_oneshot_in_future,
     parse_definition,
-    parse_patch,
+    parse_update,
 )
 from core.errors import InvalidDefinition, InvalidInput, Problem
 
@@ -252,7 +252,7 @@ def _validation_problems(exc: ValidationError, data: object, prefix: str = "") -
 def _join_prefix(prefix: str, field: str) -> str:
     if not prefix:
         return field
-    if not field or field == "(definition)":
+    if not field or field in ("(definition)", "(fields)"):
         return prefix
     return f"{prefix}{field}" if field.startswith("[") else f"{prefix}.{field}"
 
@@ -451,8 +451,8 @@ def _parse_events(
             continue
         definition, revision = current[item.schedule_id]
         try:
-            updated = apply_patch(definition, parse_patch(item.changes))
-            check_oneshot_in_future(updated, item.at)
+            # Exactly update_schedule's rules, at the event's time.
+            updated = apply_update(definition, parse_update(item.changes), item.at)
         except InvalidDefinition as exc:
             problems += _prefixed(f"{where}.changes", exc)
             continue

@@ -282,3 +282,44 @@ def test_deployment_outages() -> None:
     assert scenario.deployment_missing("report.default", later)
     assert scenario.deployment_missing("other", day)
     assert not scenario.deployment_missing("other", later)
+
+
+def _passed_oneshot(changes: dict[str, Any]) -> dict[str, Any]:
+    """A one-shot that fires on the first day, then an update on the second."""
+    data = _schedule(trigger={"kind": "oneshot", "at": "2026-03-02T06:00:00Z"})
+    data["events"] = [
+        {
+            "at": "2026-03-03T00:00:00Z",
+            "action": "update",
+            "schedule_id": "hourly",
+            "changes": changes,
+        }
+    ]
+    return data
+
+
+def test_an_update_that_keeps_the_trigger_of_a_passed_oneshot_is_accepted() -> None:
+    # As update_schedule: only a patched trigger must lie in the future.
+    scenario = parse_scenario(_passed_oneshot({"max_steps": 5}))
+    (event,) = scenario.events
+    assert event.definition is not None
+    assert event.definition.max_steps == 5
+    assert event.revision == 2
+
+
+def test_an_update_that_moves_a_oneshot_into_the_past_is_rejected() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_scenario(
+            _passed_oneshot({"trigger": {"kind": "oneshot", "at": "2026-03-02T12:00:00Z"}})
+        )
+    [problem] = caught.value.problems
+    assert problem.field == "events[0].changes.trigger.at"
+    assert "in the past" in problem.reason
+
+
+def test_an_update_that_changes_nothing_is_rejected_as_update_schedule_does() -> None:
+    with pytest.raises(InvalidInput) as caught:
+        parse_scenario(_passed_oneshot({"max_steps": None}))
+    [problem] = caught.value.problems
+    assert problem.field == "events[0].changes"
+    assert problem.reason.startswith("give at least one of deployment_id, trigger")
