@@ -8,7 +8,8 @@ server and writes nothing but its `--output` and `--plot` files.
 Exit status: 0 on success, 2 for a scenario that cannot be read or is invalid
 (each problem is printed with the path of the field) or an output file that
 cannot be created, 1 when a plot was asked for and matplotlib is missing or a
-file could not be written.
+file could not be written (also, quietly, when the reader of standard output
+closed the pipe).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import contextlib
 import enum
 import json
 import os
+import stat
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -98,6 +100,21 @@ def _choose_format(explicit: OutputFormat | None, output: Path | None) -> Output
     return OutputFormat.table if sys.stdout.isatty() else OutputFormat.json
 
 
+def _output_mode(output: Path) -> int:
+    """The permissions `--output` gets: those of the file it replaces, else
+    what any tool's new file gets (0o666 less the umask)."""
+    try:
+        existing = output.stat()
+    except OSError:
+        existing = None
+    if existing is not None and stat.S_ISREG(existing.st_mode):
+        return stat.S_IMODE(existing.st_mode)
+    # The umask can only be read by setting it; a CLI has one thread here.
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 @contextlib.contextmanager
 def _destination(output: Path | None) -> Iterator[TextIO]:
     """stdout, or `output` written atomically: a temporary file in the same
@@ -114,6 +131,8 @@ def _destination(output: Path | None) -> Iterator[TextIO]:
     except OSError as exc:
         raise _fail(f"cannot write {output}: {exc.strerror or exc}") from None
     try:
+        # mkstemp makes a private 0o600 file; the output is an ordinary file.
+        os.fchmod(handle, _output_mode(output))
         with os.fdopen(handle, "w", encoding="utf-8", newline="") as stream:
             yield stream
             stream.flush()
@@ -188,6 +207,20 @@ def run_simulation(
         plot_timeline(plot, scenario, collected.rows)
 
 
+def _silence_stdout() -> None:
+    """Point standard output at /dev/null, so the interpreter's final flush
+    of what is still buffered does not fail on the closed pipe again."""
+    try:
+        descriptor = sys.stdout.fileno()
+    except (OSError, ValueError):
+        return  # not a real file (a test runner's capture): nothing to flush
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, descriptor)
+    finally:
+        os.close(devnull)
+
+
 def register_simulate_command(app: typer.Typer) -> None:
     """Add the `simulate` command to the `wf-schedule` Typer app."""
 
@@ -248,6 +281,12 @@ def register_simulate_command(app: typer.Typer) -> None:
                 run_simulation(
                     scenario, chosen, stream, plot=plot, terminal=terminal, on_progress=on_progress
                 )
+        except BrokenPipeError:
+            if output is not None:
+                raise
+            # The reader went away (`| head`): stop quietly, as any filter does.
+            _silence_stdout()
+            raise typer.Exit(1) from None
         except OSError as exc:
             where = exc.filename or output or plot or "output"
             raise _fail(f"cannot write {where}: {exc.strerror or exc}", code=1) from None

@@ -5,6 +5,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -133,3 +137,60 @@ def test_plot_draws_a_timeline(tmp_path: Path, suffix: str) -> None:
         assert "<svg" in text and "hourly-report" in text and "paused" in text
     else:
         assert data.startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_a_new_output_file_gets_the_usual_permissions(tmp_path: Path, umask: int) -> None:
+    target = tmp_path / "rows.json"
+    previous = os.umask(umask)
+    try:
+        code, _, err = _invoke(str(SCENARIO), "-o", str(target))
+    finally:
+        os.umask(previous)
+    assert code == 0, err
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666 & ~umask
+
+
+def test_a_replaced_output_file_keeps_its_permissions(tmp_path: Path) -> None:
+    target = tmp_path / "rows.json"
+    target.write_text("old", encoding="utf-8")
+    target.chmod(0o640)
+    code, _, err = _invoke(str(SCENARIO), "-o", str(target))
+    assert code == 0, err
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert target.read_text(encoding="utf-8") == output_path(SCENARIO).read_text(encoding="utf-8")
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    # `wf-schedule simulate big.json | head -1`: far more output than a pipe
+    # buffers, and a reader that leaves after the first line.
+    scenario = {
+        "start": "2026-03-02T00:00:00Z",
+        "end": "2026-03-03T00:00:00Z",
+        "max_concurrent_runs": 20,
+        "schedules": [
+            {
+                "schedule_id": f"minutely-{n}",
+                "deployment_id": "report.default",
+                "trigger": {"kind": "cron", "expression": "* * * * *"},
+                "run": {"duration": 1},
+            }
+            for n in range(10)
+        ],
+    }
+    path = tmp_path / "big.json"
+    path.write_text(json.dumps(scenario), encoding="utf-8")
+    command = Path(sys.executable).with_name("wf-schedule")
+    child = subprocess.Popen(
+        [str(command), "simulate", str(path), "-f", "jsonl"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    first = child.stdout.readline()
+    child.stdout.close()
+    err = child.stderr.read().decode()
+    code = child.wait(timeout=60)
+    assert json.loads(first)["schedule_id"].startswith("minutely-")
+    assert err == ""
+    assert code == 1
