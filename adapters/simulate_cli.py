@@ -6,8 +6,8 @@ a per-schedule summary as a table, JSON, JSON lines or CSV. It needs no
 server and writes nothing but its `--output` and `--plot` files.
 
 Exit status: 0 on success, 2 for a scenario that cannot be read or is invalid
-(each problem is printed with the path of the field) or an output file that
-cannot be created, 1 when a plot was asked for and matplotlib is missing or a
+(each problem is printed with the path of the field), too large to plot, or an
+output file that cannot be created, 1 when a plot was asked for and matplotlib is missing or a
 file could not be written (also, quietly, when the reader of standard output
 closed the pipe).
 """
@@ -39,7 +39,10 @@ from adapters.simulation.output import (
 )
 from adapters.simulation.plot import (
     PLOT_SUFFIXES,
+    PlotTooLarge,
     PlotUnavailable,
+    RunTrace,
+    check_plot_size,
     plot_timeline,
     require_matplotlib,
 )
@@ -198,13 +201,14 @@ def run_simulation(
         sink = TeeSink(streamed, collected)
     else:
         sink = streamed
-    simulate(scenario, sink, on_progress=on_progress)
+    trace = RunTrace() if plot is not None else None
+    simulate(scenario, sink, on_progress=on_progress, on_run_change=trace)
     if chosen is OutputFormat.json:
         stream.write(render_json(header(scenario), collected.rows, collected.summary))
     elif chosen is OutputFormat.table:
         render_table(stream, header(scenario), collected.rows, collected.summary, terminal=terminal)
     if plot is not None:
-        plot_timeline(plot, scenario, collected.rows)
+        plot_timeline(plot, scenario, collected.rows, trace)
 
 
 def _silence_stdout() -> None:
@@ -274,6 +278,11 @@ def register_simulate_command(app: typer.Typer) -> None:
             except PlotUnavailable as exc:
                 raise _fail(str(exc), code=1) from None
         scenario = _read_scenario(scenario_path)
+        if plot is not None:
+            try:
+                check_plot_size(scenario)
+            except PlotTooLarge as exc:
+                raise _fail(str(exc)) from None
         chosen = _choose_format(output_format, output)
         terminal = output is None and sys.stdout.isatty()
         try:

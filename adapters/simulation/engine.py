@@ -61,7 +61,11 @@ from core.events import (
 from core.occurrences import TERMINAL_RUN_STATUSES, RunStatus
 from core.state import SchedulerState, initial_state, schedule_view
 
-__all__ = ["SimulationResult", "header", "simulate"]
+__all__ = ["RunChangeObserver", "SimulationResult", "header", "simulate"]
+
+# Told of every status change of a simulated run: (schedule_id, instant,
+# status, at). The plot uses it to draw interrupted spans, which rows omit.
+RunChangeObserver = Callable[[str, datetime, RunStatus, datetime], None]
 
 # Rows the engine writes itself: runs (it follows its own) and preflight
 # rejections (the shell's row, as in the service).
@@ -203,8 +207,10 @@ class _Engine:
         scenario: Scenario,
         sink: RowSink,
         on_progress: Callable[[float], None] | None,
+        on_run_change: RunChangeObserver | None = None,
     ) -> None:
         self.scenario = scenario
+        self.on_run_change = on_run_change
         self.sink = sink
         self.on_progress = on_progress
         self.presenter = _Presenter(scenario)
@@ -324,6 +330,8 @@ class _Engine:
         """Apply a run's status change at `at`; settle its row when it is final."""
         run = self.open[(sid, instant)]
         run.status = status
+        if self.on_run_change is not None:
+            self.on_run_change(sid, instant, status, at)
         if status in TERMINAL_RUN_STATUSES:
             del self.open[(sid, instant)]
             self.active_by_schedule[sid] -= 1
@@ -433,12 +441,14 @@ def simulate(
     sink: RowSink,
     *,
     on_progress: Callable[[float], None] | None = None,
+    on_run_change: RunChangeObserver | None = None,
 ) -> SimulationResult:
     """Run `scenario` through `decide` on a virtual clock.
 
     Each occurrence's row goes to `sink` as soon as it is settled, then the
     summary (`sink.finish`). `on_progress` is called with the fraction of the
-    horizon done, at most every half percent. Raises CoreMisuse if the core
+    horizon done, at most every half percent; `on_run_change` with every
+    status change of a run (its admission is `run_start` of its row). Raises CoreMisuse if the core
     breaks its protocol (asks to be woken in the past without progress).
     """
-    return _Engine(scenario, sink, on_progress).run()
+    return _Engine(scenario, sink, on_progress, on_run_change).run()
