@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -22,8 +23,8 @@ from adapters.simulation.scenario import Scenario, parse_scenario
 from tests.simulation.regenerate_examples import EXAMPLES
 
 pytest.importorskip("matplotlib")
-from matplotlib import dates  # noqa: E402
-from matplotlib.collections import PathCollection, PolyCollection, QuadMesh  # noqa: E402
+from matplotlib import dates
+from matplotlib.collections import PathCollection, PolyCollection, QuadMesh
 
 
 def _schedule(schedule_id: str, **fields: Any) -> dict[str, Any]:
@@ -84,7 +85,7 @@ def test_parallel_runs_are_drawn_in_separate_lanes() -> None:
     assert len(lanes) == 3  # two for the parallel schedule, one for the other
     for lane in lanes:
         in_lane = sorted((x0, x1) for x0, x1, y in bars if y == lane)
-        assert all(end <= start for (_, end), (start, _) in zip(in_lane, in_lane[1:]))
+        assert all(end <= start for (_, end), (start, _) in itertools.pairwise(in_lane))
     labels = [t.get_text() for t in figure.axes[0].get_yticklabels()]
     assert labels == ["two-at-once", "one-at-a-time"]
 
