@@ -198,7 +198,7 @@ async def _serve_on(sock: socket.socket, settings: ServerSettings) -> int:
         name = signal.Signals(signum).name
         if stopping is None:
             logger.info(
-                "%s: stopping admission, then draining (up to %g s; Ctrl-C again to stop waiting)",
+                "%s: stopping admission, then draining (up to %g s; Ctrl-C stops waiting)",
                 name,
                 grace_s,
             )
