@@ -122,8 +122,13 @@ def settings_from_args(
     )
 
 
-async def serve(settings: ServerSettings) -> int:
-    """Run until SIGTERM/SIGINT; return the exit status."""
+async def serve(settings: ServerSettings, *, exiting: bool = False) -> int:
+    """Run until SIGTERM/SIGINT; return the exit status.
+
+    `exiting`: the process exits once this returns (the CLI). Signals are then
+    ignored from the end of the stop on, instead of going back to their
+    defaults: a late one would kill the process and change its exit status
+    from 0 (uv forwards a second Ctrl-C 200 ms after the terminal's)."""
     try:
         # Bind before touching the store, so a busy port fails fast and changes nothing.
         sock = bind_socket(settings.host, settings.port)
@@ -131,7 +136,7 @@ async def serve(settings: ServerSettings) -> int:
         logger.error("cannot listen on %s:%s: %s", settings.host, settings.port, exc)
         return EXIT_RUNTIME
     try:
-        return await _serve_on(sock, settings)
+        return await _serve_on(sock, settings, exiting=exiting)
     finally:
         sock.close()
 
@@ -147,7 +152,7 @@ def _refuse_if_owned(store_root: Path) -> None:
     probe.release()
 
 
-async def _serve_on(sock: socket.socket, settings: ServerSettings) -> int:
+async def _serve_on(sock: socket.socket, settings: ServerSettings, *, exiting: bool) -> int:
     _refuse_if_owned(settings.store_root)
     server = build_local_static_workflow_server(
         settings.store_root, schedules=settings.scheduler.enabled
@@ -262,6 +267,8 @@ async def _serve_on(sock: socket.socket, settings: ServerSettings) -> int:
             logger.info("drained: no run was executing at exit")
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
+            if exiting:
+                signal.signal(signum, signal.SIG_IGN)
     logger.info("stopped")
     return 0
 
@@ -312,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     tune_collector()
     try:
-        status = asyncio.run(serve(settings))
+        status = asyncio.run(serve(settings, exiting=True))
     except SchedulingError as exc:
         _report(exc)
         status = EXIT_RUNTIME

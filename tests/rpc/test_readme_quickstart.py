@@ -85,8 +85,9 @@ def shell_script(lines: list[str]) -> str:
         if line.endswith("&"):
             # `$!` is job 1's process group: the test's last resort if bash hangs.
             body[-1] = line
-            body.append('echo "$!" > server.pgid')
-    body.append('status=0; wait %1 || status=$?; echo "### server exit status $status"')
+            body.append('server=$!; echo "$server" > server.pgid')
+    # By pid, not %1: bash keeps a reaped child's status, not a reaped job's.
+    body.append('status=0; wait "$server" || status=$?; echo "### server exit status $status"')
     return "\n".join(body) + "\n"
 
 
@@ -235,6 +236,9 @@ async def stop_with_a_run_still_running(
             stdout, _ = await asyncio.wait_for(shell.communicate(), timeout=60)
         finally:
             if shell.returncode is None:
+                # The server holds bash's stdout: end it first, or the wait
+                # for bash (which waits for its pipes) never returns.
+                kill_leftovers(scratch)
                 shell.kill()
                 await shell.wait()
     server_log = log.read_text(encoding="utf-8")
@@ -264,11 +268,20 @@ async def test_kill_percent_1_drains_a_run_still_running(scratch: Path) -> None:
 
 async def test_a_second_ctrl_c_through_uv_cuts_the_drain(scratch: Path) -> None:
     """Ctrl-C twice, as the terminal sends it (to the job's process group;
-    uv forwards only the second), cuts the drain: the server exits 0 at once
-    and the next start says the run was cut off by the stop."""
-    run_id, server_log = await stop_with_a_run_still_running(
-        scratch, ["read -r go", "kill -INT %1", "read -r go", "kill -INT %1"], 600
-    )
+    uv forwards only the second, 200 ms late), cuts the drain: the server
+    exits 0 at once and the next start says the run was cut off by the stop.
+    More Ctrl-C after that, until the job is gone, change nothing either: the
+    exit status stays 0 (a late SIGINT used to kill the exiting process)."""
+    stop_lines = [
+        "read -r go",
+        "kill -INT %1",
+        "read -r go",
+        "kill -INT %1",
+        # Ctrl-C every 10 ms until the job is gone (at most 2 s): some land
+        # while the server exits.
+        "for _ in $(seq 200); do kill -INT %1 2>/dev/null || break; sleep 0.01; done",
+    ]
+    run_id, server_log = await stop_with_a_run_still_running(scratch, stop_lines, 600)
     assert "SIGINT while draining: not waiting for the drain" in server_log, server_log
     reopened = build_local_static_workflow_server(scratch / ".wf_store")
     run = await reopened.api.inspect_run(run_id)
