@@ -12,8 +12,8 @@ relative paths resolve as from the repository root, and `.wf_store` lands in
 the scratch directory), with `UV_PROJECT` naming the repository (so `uv run`
 finds the project from there), `WF_RPC_PORT` moving the server to a free port
 and `WF_SCHEDULER_URL` pointing `wf-schedule` at it; it echoes a marker before
-each line, to attribute the output, and after `kill %1` waits for the job to
-learn its exit status.
+each line, to attribute the output, and after `kill %1` waits for the job's
+process to learn its exit status.
 
 Each `uv run wf-schedule` line is a process paying the interpreter's and the
 CLI's imports (about 1 s), so this file costs some seconds; it is the one
