@@ -8,8 +8,15 @@ refuse a non-loopback address without a token, open and recover the store,
 start the scheduler service (which takes the store's scheduler lock), then
 listen. On SIGTERM or SIGINT: stop admitting (the scheduler stops first, the
 HTTP server stops accepting), drain executing runs within `drain_grace_s`,
-and exit 0. A second signal stops waiting for the drain; runs still executing
-keep their executing marks and the next startup recovers them.
+and exit 0.
+
+SIGTERM never cuts the drain, however many arrive: `kill %1` on a job
+started with `uv run` signals its process group, so the server gets the
+shell's SIGTERM and the one uv forwards, a millisecond apart. A SIGINT that
+arrives while the drain runs (Ctrl-C a second time) cuts it: the server stops
+waiting. Runs still executing when the drain ran out of time or was cut get a
+stop note on their executing marks (`note_stopped`) and are cancelled; the
+next startup fails them as abandoned, saying the server stopped them.
 
 Exit status: 0 clean shutdown; 1 runtime failure (store, lock, port);
 2 invalid settings or an insecure bind.
@@ -30,6 +37,7 @@ from typing import Any, Final
 
 from adapters.collector import freeze_startup_objects, tune_collector
 from adapters.host import build_local_static_workflow_server
+from adapters.host.records import StopCause
 from adapters.rpc.app import create_app
 from adapters.rpc.auth import InsecureBind, check_bind_security
 from adapters.rpc.config import ServerSettings, resolve_settings
@@ -114,8 +122,13 @@ def settings_from_args(
     )
 
 
-async def serve(settings: ServerSettings) -> int:
-    """Run until SIGTERM/SIGINT; return the exit status."""
+async def serve(settings: ServerSettings, *, exiting: bool = False) -> int:
+    """Run until SIGTERM/SIGINT; return the exit status.
+
+    `exiting`: the process exits once this returns (the CLI). Signals are then
+    ignored from the end of the stop on, instead of going back to their
+    defaults: a late one would kill the process and change its exit status
+    from 0 (uv forwards a second Ctrl-C 200 ms after the terminal's)."""
     try:
         # Bind before touching the store, so a busy port fails fast and changes nothing.
         sock = bind_socket(settings.host, settings.port)
@@ -123,7 +136,7 @@ async def serve(settings: ServerSettings) -> int:
         logger.error("cannot listen on %s:%s: %s", settings.host, settings.port, exc)
         return EXIT_RUNTIME
     try:
-        return await _serve_on(sock, settings)
+        return await _serve_on(sock, settings, exiting=exiting)
     finally:
         sock.close()
 
@@ -139,7 +152,7 @@ def _refuse_if_owned(store_root: Path) -> None:
     probe.release()
 
 
-async def _serve_on(sock: socket.socket, settings: ServerSettings) -> int:
+async def _serve_on(sock: socket.socket, settings: ServerSettings, *, exiting: bool) -> int:
     _refuse_if_owned(settings.store_root)
     server = build_local_static_workflow_server(
         settings.store_root, schedules=settings.scheduler.enabled
@@ -189,12 +202,20 @@ async def _serve_on(sock: socket.socket, settings: ServerSettings) -> int:
     def on_signal(signum: int) -> None:
         name = signal.Signals(signum).name
         if stopping is None:
-            logger.info("%s: stopping admission, then draining (up to %.0f s)", name, grace_s)
+            logger.info(
+                "%s: stopping admission, then draining (up to %g s; Ctrl-C stops waiting)",
+                name,
+                grace_s,
+            )
             begin_stop()
-        else:
-            logger.warning("second %s: not waiting for the drain", name)
+        elif signum == signal.SIGINT and not gave_up.is_set():
+            logger.warning("SIGINT while draining: not waiting for the drain")
             http.force_exit = True
             gave_up.set()
+        else:
+            # A repeated SIGTERM is what a process-group kill through `uv run`
+            # delivers; only an explicit second Ctrl-C gives up on the runs.
+            logger.info("%s: already stopping (only a SIGINT cuts the drain)", name)
 
     # Installed before the scheduler starts: from then on runs may be executing,
     # and a signal must drain them rather than kill the process.
@@ -229,13 +250,25 @@ async def _serve_on(sock: socket.socket, settings: ServerSettings) -> int:
         drain = loop.create_task(server.api.drain(remaining))
         if not await _until(drain, gave_up):
             drain.cancel()
+        if server.api.executing_runs():
+            # Before they are cancelled, so that the next start can tell this
+            # stop from a process that died (the scheduler noted its own runs
+            # already if its drain ran out; a note is never overwritten).
+            cause: StopCause = "drain-cut" if gave_up.is_set() else "drain-expired"
+            await server.api.note_stopped(cause, grace_s)
         still = await server.api.cancel_executing()
         if still:
             logger.warning(
-                "runs still executing at exit keep their executing marks: %s", ", ".join(still)
+                "runs still executing at exit were stopped unfinished; the next start fails"
+                " them as abandoned, saying so: %s",
+                ", ".join(still),
             )
+        else:
+            logger.info("drained: no run was executing at exit")
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(signum)
+            if exiting:
+                signal.signal(signum, signal.SIG_IGN)
     logger.info("stopped")
     return 0
 
@@ -286,7 +319,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     tune_collector()
     try:
-        status = asyncio.run(serve(settings))
+        status = asyncio.run(serve(settings, exiting=True))
     except SchedulingError as exc:
         _report(exc)
         status = EXIT_RUNTIME

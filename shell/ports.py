@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from core.errors import SchedulingError
 
-__all__ = ["BatchRunHost", "HostApi", "HostServer", "RunListener"]
+__all__ = ["BatchRunHost", "HostApi", "HostServer", "RunListener", "StopNotingHost"]
 
 RunListener = Callable[[str, str, "Mapping[str, Any] | None", "str | None"], None]
 
@@ -64,6 +64,21 @@ class BatchRunHost(Protocol):
 
     async def launch_runs(self, run_ids: Sequence[str]) -> list[SchedulingError | None]:
         """Per run id: None once it executes, or the error `launch_run` would raise."""
+        ...
+
+
+@runtime_checkable
+class StopNotingHost(Protocol):
+    """Optional: a host that can note on its executing runs' marks that the
+    server stopped before they finished. The service calls it when its drain
+    runs out of time, while it still owns the store, so that the next start
+    says so instead of "the process died"."""
+
+    async def note_stopped(
+        self, cause: Literal["drain-expired", "drain-cut"], grace_s: float
+    ) -> list[str]:
+        """`cause` "drain-expired" (the grace of `grace_s` s ran out) or
+        "drain-cut"; the ids of the runs noted."""
         ...
 
 

@@ -25,8 +25,9 @@ its stores (lifecycle log, runtime record, history) into events (see
    or until the API or the host wakes it.
 
 `stop()` stops admitting first (no more rounds), then drains executing runs
-for up to `drain_grace_s`; whatever still runs keeps its executing mark, and
-the next start's recovery fails it truthfully.
+for up to `drain_grace_s`; whatever still runs keeps its executing mark, noted
+(when the host can) with the drain that ran out, and the next start's
+recovery fails it truthfully: the server stopped it, not a dead process.
 
 No scheduling rule lives here: every decision is `decide`'s.
 """
@@ -79,7 +80,7 @@ from shell.durable import GroupCommit, remove_stale_temp_files
 from shell.history_store import HistoryStore
 from shell.journal import CommitJournal, journal_supported
 from shell.lock import SchedulerLock
-from shell.ports import BatchRunHost, HostApi
+from shell.ports import BatchRunHost, HostApi, StopNotingHost
 from shell.recovery import RuntimeMark, StartupRecovery, lifecycle_event
 from shell.runtime_store import RuntimeStore
 from shell.schedules_api import LiveScheduleView, SchedulesApi
@@ -276,10 +277,14 @@ class SchedulerService:
                 self._task = None
         self._api.detach_service(self)
         still = await self._host.drain(self._config.drain_grace_s)
+        if still and isinstance(self._host, StopNotingHost):
+            # While this process still owns the store: no other start can be
+            # recovering these runs yet.
+            await self._host.note_stopped("drain-expired", self._config.drain_grace_s)
         if still:
             _log.warning(
                 "%d run(s) still executing after %.1fs of drain; they keep their executing"
-                " marks and the next start fails them as abandoned: %s",
+                " marks and the next start fails them as abandoned (the drain ran out): %s",
                 len(still),
                 self._config.drain_grace_s,
                 ", ".join(still),

@@ -24,7 +24,7 @@ from .identifiers import check_positive_int, format_run_id
 from .jsonvalues import NotJson, as_json, json_problem
 from .origins import check_origin
 from .plans import Plan
-from .records import RunRecord, Snapshot
+from .records import STOP_CAUSES, RunRecord, Snapshot, StopCause
 from .runs import RunStore, check_run_id
 from .schemas import validate_instance
 
@@ -429,7 +429,27 @@ class WorkflowApi:
         # asyncio cannot schedule an infinite timeout; None means "no timeout" there.
         return await self._executor.drain(None if math.isinf(timeout_s) else float(timeout_s))
 
+    async def note_stopped(self, cause: StopCause, grace_s: float) -> list[str]:
+        """Note on each executing run's mark that the server is stopping before
+        it finished (`cause`: "drain-expired" when the drain grace of `grace_s`
+        seconds ran out, "drain-cut" when a second SIGINT cut it short); the ids
+        noted. The runs go on; the next startup fails an unfinished one as
+        abandoned saying the server stopped it, not that the process died."""
+        problems: list[Problem] = []
+        if cause not in STOP_CAUSES:
+            problems.append(Problem(field="cause", reason=f"must be one of {sorted(STOP_CAUSES)}"))
+        if (
+            isinstance(grace_s, bool)
+            or not isinstance(grace_s, int | float)
+            or not 0 <= grace_s < math.inf
+        ):
+            problems.append(Problem(field="grace_s", reason="must be a finite number >= 0"))
+        if problems:
+            raise InvalidInput.from_problems("note_stopped", problems)
+        return await self._executor.note_stopped(cause, grace_s)
+
     async def cancel_executing(self) -> list[str]:
         """Cancel every executing run task (shutdown). Nothing is written: the runs
-        keep their executing marks and the next startup fails them as abandoned."""
+        keep their executing marks (with the stop note, if `note_stopped` wrote
+        one) and the next startup fails them as abandoned."""
         return await self._executor.cancel_executing()

@@ -17,7 +17,9 @@ with one flush before any of those runs starts.
 Listeners are called after the write, synchronously, in the event loop; one
 that raises is logged and ignored. A task that is cancelled (shutdown) writes
 nothing more: its executing mark stays, and the next startup recovery
-abandons the run truthfully.
+abandons the run truthfully. A clean stop that gives up on executing runs
+first notes on each one's mark why (`note_stopped`), so that recovery says the
+server stopped it rather than that the process died.
 """
 
 from __future__ import annotations
@@ -34,7 +36,15 @@ from .artifacts import ArtifactStore
 from .engine import Position, Stop, execute, trace_entry
 from .jsonvalues import NotJson, as_json, json_problem
 from .plans import Plan
-from .records import Checkpoint, ExecutingMark, Progress, RunError, RunRecord
+from .records import (
+    Checkpoint,
+    ExecutingMark,
+    Progress,
+    RunError,
+    RunRecord,
+    StopCause,
+    StopNote,
+)
 from .runs import RunStore
 from .schemas import validate_instance
 
@@ -314,6 +324,33 @@ class RunExecutor:
         if pending:
             await asyncio.wait(pending, timeout=timeout_s)
         return self.executing()
+
+    async def note_stopped(self, cause: StopCause, grace_s: float) -> list[str]:
+        """Write a stop note (`cause`, `grace_s`, now) onto the executing mark of
+        every run executing now; the ids noted, once every note is durable.
+
+        The notes are group-committed (one flush for all). A mark that already
+        has a note keeps it: the first give-up is the one that happened. The
+        runs go on executing; one that still finishes clears its mark, and the
+        note with it."""
+        note = StopNote(at=self._now(), cause=cause, grace_s=float(grace_s))
+        noted = await asyncio.gather(
+            *(self._note_stopped(run_id, note) for run_id in self.executing())
+        )
+        return [run_id for run_id in noted if run_id is not None]
+
+    async def _note_stopped(self, run_id: str, note: StopNote) -> str | None:
+        # Under the run's lock, like a step: the note goes onto the record the
+        # run's own next write starts from, so neither write loses the other.
+        async with self._store.lock(run_id):
+            record = self._store.get(run_id)
+            mark = record.executing
+            if record.status != "running" or mark is None or mark.stopped is not None:
+                return None
+            await self._store.commit(
+                record.model_copy(update={"executing": mark.model_copy(update={"stopped": note})})
+            )
+        return run_id
 
     async def cancel_executing(self) -> list[str]:
         """Cancel every executing task (no status is written); the ids cancelled."""

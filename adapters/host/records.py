@@ -8,6 +8,9 @@ Fields that carry the durability protocol:
 - `executing`: the executing mark `{attempt, kind: start|resume, since}`,
   written before an attempt executes its first step and cleared by the
   checkpoint that ends the attempt. For a resume it is the attempt mark.
+  A server stopping before the attempt finished (its drain ran out of time,
+  or was cut short) adds `stopped: {at, cause, grace_s}` to the mark before it
+  exits, so the next start can tell that stop from a process that died.
 - `checkpoint`: written at every stop, `{attempt, status, node, state, steps,
   at}`; its `attempt` says which attempt produced it.
 - `progress`: the position after the last recorded step (what a resume or a
@@ -22,12 +25,20 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from core.occurrences import RunStatus
 
 __all__ = [
     "RECORD_FORMAT",
+    "STOP_CAUSES",
     "STOP_STATUSES",
     "Checkpoint",
     "ExecutingMark",
@@ -35,6 +46,8 @@ __all__ = [
     "RunError",
     "RunRecord",
     "Snapshot",
+    "StopCause",
+    "StopNote",
     "check_consistency",
 ]
 
@@ -56,12 +69,42 @@ class Snapshot(BaseModel):
     max_steps: int | None = Field(default=None, ge=1)
 
 
+# Why a stopping server left an attempt unfinished: its drain grace ran out
+# ("drain-expired"), or the operator cut the drain short with a second SIGINT
+# ("drain-cut").
+StopCause = Literal["drain-expired", "drain-cut"]
+STOP_CAUSES: Final[frozenset[str]] = frozenset({"drain-expired", "drain-cut"})
+
+
+class StopNote(BaseModel):
+    """Written onto the executing mark of an attempt still running when the
+    server stopped: the next start's recovery says the server stopped it, not
+    that the process died. The attempt's effects are as unknown either way."""
+
+    model_config = _STRICT
+
+    at: str
+    cause: StopCause
+    # The drain grace the stopping server had (seconds).
+    grace_s: float = Field(ge=0)
+
+
 class ExecutingMark(BaseModel):
     model_config = _STRICT
 
     attempt: int = Field(ge=1)
     kind: Literal["start", "resume"]
     since: str
+    stopped: StopNote | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_no_stop(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # No `stopped` key while there is no note: every other record stays
+        # byte for byte what it was before the note existed.
+        data: dict[str, Any] = handler(self)
+        if data.get("stopped") is None:
+            data.pop("stopped", None)
+        return data
 
 
 class Progress(BaseModel):

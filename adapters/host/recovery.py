@@ -10,21 +10,42 @@
 
 Neither failure is retried: the dead attempt may already have had external
 effects, and only a human can know whether running it again is safe.
+
+The message says what stopped the attempt. A mark that carries a stop note
+(`stopped`, written by a server that stopped before the attempt finished: its
+drain grace ran out, or a second SIGINT cut the drain) was left by a clean
+stop: "the previous server stopped before this run finished (...)". A mark
+without one was left by a process that died (killed, crashed, lost power)
+with the attempt executing: "the process died while this run was executing".
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-from .records import Checkpoint, RunError, RunRecord
+from .records import Checkpoint, RunError, RunRecord, StopNote
 
-__all__ = ["ABANDONED", "AMBIGUOUS_RESUME", "recover_record"]
+__all__ = ["ABANDONED", "AMBIGUOUS_RESUME", "STOPPED", "recover_record", "stop_reason"]
 
 ABANDONED: Final = (
     "abandoned: the process died while this run was executing; "
     "external effects may already have occurred"
 )
+STOPPED: Final = (
+    "abandoned: the previous server stopped before this run finished ({why}); "
+    "external effects may already have occurred"
+)
 AMBIGUOUS_RESUME: Final = "ambiguous resume: attempt {attempt} was marked but left no result"
+
+
+def stop_reason(note: StopNote) -> str:
+    """What the stop note says happened, for a person: "its drain grace of 30 s
+    ran out, at <instant>"."""
+    if note.cause == "drain-cut":
+        why = "a second SIGINT cut its drain short"
+    else:
+        why = f"its drain grace of {note.grace_s:g} s ran out"
+    return f"{why}, at {note.at}"
 
 
 def recover_record(record: RunRecord, now: str) -> tuple[RunRecord, dict[str, Any]] | None:
@@ -37,13 +58,16 @@ def recover_record(record: RunRecord, now: str) -> tuple[RunRecord, dict[str, An
     attempt = record.executing.attempt
     progress = record.progress
     where = f"last recorded position: node {progress.node!r} after {progress.steps} step(s)"
+    note = record.executing.stopped
     if record.executing.kind == "start":
         finding = "abandoned"
-        message = f"{ABANDONED} (attempt {attempt}; {where}); not retried"
+        disclosure = ABANDONED if note is None else STOPPED.format(why=stop_reason(note))
+        message = f"{disclosure} (attempt {attempt}; {where}); not retried"
     else:
         finding = "ambiguous-resume"
+        stopped = "" if note is None else f" (the previous server stopped: {stop_reason(note)})"
         message = (
-            f"{AMBIGUOUS_RESUME.format(attempt=attempt)}; failed closed, not retried; "
+            f"{AMBIGUOUS_RESUME.format(attempt=attempt)}{stopped}; failed closed, not retried; "
             f"external effects may already have occurred ({where})"
         )
     failed = record.model_copy(

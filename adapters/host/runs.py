@@ -316,10 +316,14 @@ class RunStore:
 def _write_kind(old: RunRecord | None, new: RunRecord) -> str:
     """Which durable transition writing `new` over `old` is: `admitted` (the new
     record), `executing-mark` (a start), `attempt-mark` (a resume), `progress`
-    (a step), `checkpoint` (a stop), `recovery` (startup recovery failing a dead
-    attempt), or `record` for anything else."""
+    (a step), `stop-note` (a stopping server noting an unfinished attempt),
+    `checkpoint` (a stop), `recovery` (startup recovery failing a dead attempt),
+    or `record` for anything else."""
     if new.status == "running":
         if old is not None and old.status == "running":
+            noted = new.executing is not None and new.executing.stopped is not None
+            if noted and (old.executing is None or old.executing.stopped is None):
+                return "stop-note"
             return "progress"
         if new.executing is not None:
             return "executing-mark" if new.executing.kind == "start" else "attempt-mark"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from adapters.host import LocalStaticWorkflowServer
-from core.errors import InvalidState
+from core.errors import InvalidInput, InvalidState
 
 from .conftest import APPROVAL_PLAN, GREETING_PLAN, Builder, deploy, sleep_plan
 
@@ -265,3 +265,89 @@ async def test_mark_kind_must_match_its_attempt(build: Builder, tmp_path: Path) 
     assert [(f["finding"], f["reason"]) for f in build().recovery_report] == [
         ("contradictory", "a resume mark on attempt 1")
     ]
+
+
+async def test_a_run_the_stopping_server_gave_up_on_says_so(build: Builder, tmp_path: Path) -> None:
+    # A clean stop whose drain ran out of time: the server notes it on the
+    # mark, then cancels the run. The next start must not claim a crash.
+    server = build()
+    await deploy(server, sleep_plan(60), "nap.default")
+    run_id = await server.api.start_run("nap.default", {})
+    assert "stopped" not in _record(tmp_path, run_id)["executing"]  # no note, no key
+    assert await server.api.note_stopped("drain-expired", 30) == [run_id]
+    note = _record(tmp_path, run_id)["executing"]["stopped"]
+    assert (note["cause"], note["grace_s"]) == ("drain-expired", 30.0)
+    assert (await server.api.inspect_run(run_id))["executing"]["stopped"] == note
+    await server.api.cancel_executing()
+
+    restarted = build()
+    run = await restarted.api.inspect_run(run_id)
+    assert (run["status"], run["error"]["kind"]) == ("failed", "abandoned")
+    assert run["error"]["message"] == (
+        "abandoned: the previous server stopped before this run finished (its drain grace"
+        f" of 30 s ran out, at {note['at']}); external effects may already have occurred"
+        " (attempt 1; last recorded position: node 'nap' after 0 step(s)); not retried"
+    )
+    assert [(f["finding"], f["reason"]) for f in restarted.recovery_report] == [
+        ("abandoned", run["error"]["message"])
+    ]
+
+
+async def test_the_first_stop_note_stays(build: Builder, tmp_path: Path) -> None:
+    server = build()
+    await deploy(server, sleep_plan(60), "nap.default")
+    run_id = await server.api.start_run("nap.default", {})
+    assert await server.api.note_stopped("drain-expired", 0.5) == [run_id]
+    first = _record(tmp_path, run_id)["executing"]["stopped"]
+    assert await server.api.note_stopped("drain-cut", 0.5) == []
+    assert _record(tmp_path, run_id)["executing"]["stopped"] == first
+    await server.api.cancel_executing()
+    message = (await build().api.inspect_run(run_id))["error"]["message"]
+    assert "(its drain grace of 0.5 s ran out, at " in message
+
+
+async def test_a_noted_run_that_still_finishes_keeps_no_note(build: Builder) -> None:
+    server = build()
+    await deploy(server, sleep_plan(0.2), "nap.default")
+    run_id = await server.api.start_run("nap.default", {})
+    assert await server.api.note_stopped("drain-expired", 0) == [run_id]
+    assert await server.api.drain(5) == []
+    run = await server.api.inspect_run(run_id)
+    assert (run["status"], run["executing"]) == ("completed", None)
+    assert build().recovery_report == []
+
+
+async def test_a_resume_cut_by_a_stop_is_failed_closed_saying_so(build: Builder) -> None:
+    server = build()
+    run_id = await _interrupted_sleeper(server)
+    resuming = asyncio.create_task(server.api.resume_run(run_id, {}))  # waits for the run
+    await asyncio.sleep(0.01)
+    assert await server.api.note_stopped("drain-cut", 30) == [run_id]
+    await server.api.cancel_executing()
+    await resuming
+    run = await build().api.inspect_run(run_id)
+    assert (run["status"], run["error"]["kind"]) == ("failed", "ambiguous-resume")
+    message = run["error"]["message"]
+    assert message.startswith(
+        "ambiguous resume: attempt 2 was marked but left no result (the previous server"
+        " stopped: a second SIGINT cut its drain short, at "
+    )
+    assert "failed closed, not retried; external effects may already have occurred" in message
+
+
+@pytest.mark.parametrize(
+    ("cause", "grace_s", "field"),
+    [("tired", 30, "cause"), ("drain-cut", -1, "grace_s"), ("drain-cut", float("inf"), "grace_s")],
+)
+async def test_a_bad_stop_note_is_refused_and_writes_nothing(
+    build: Builder, tmp_path: Path, cause: Any, grace_s: Any, field: str
+) -> None:
+    server = build()
+    await deploy(server, sleep_plan(60), "nap.default")
+    run_id = await server.api.start_run("nap.default", {})
+    before = _record(tmp_path, run_id)
+    with pytest.raises(InvalidInput) as refused:
+        await server.api.note_stopped(cause, grace_s)
+    assert [p.field for p in refused.value.problems] == [field]
+    assert _record(tmp_path, run_id) == before
+    await server.api.cancel_executing()

@@ -1,8 +1,14 @@
-"""`wf-rpc-server`'s serve loop in process: start, SIGTERM, drain, exit status 0."""
+"""`wf-rpc-server`'s serve loop in process: start, SIGTERM/SIGINT, drain, exit status 0.
+
+The signal rules (docs/rpc.md, "Starting and stopping"): any number of
+SIGTERMs start the drain and never cut it; a SIGINT starts it, and a SIGINT
+while it runs cuts it. Runs cut off by the stop say so at the next start.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 from pathlib import Path
@@ -69,6 +75,96 @@ async def test_sigterm_stops_admission_drains_the_running_run_and_exits_0(tmp_pa
     assert reopened.recovery_report == []
     # The scheduler released its lock: a new scheduler can own the store.
     assert not lock_held(tmp_path / "store")
+
+
+def sleeping_plan(seconds: float) -> dict[str, Any]:
+    plan = json.loads(json.dumps(SLOW_PLAN))
+    plan["nodes"][0]["params"]["seconds"] = seconds
+    return plan
+
+
+async def serve_with_a_running_run(
+    tmp_path: Path, seconds: float, *, config: dict[str, Any] | None = None
+) -> tuple[asyncio.Task[int], str]:
+    """Serve on a store under `tmp_path` with the scheduler, start a run of a
+    plan that sleeps `seconds`, and return the serving task and the run id."""
+    config_path = None
+    if config is not None:
+        config_path = tmp_path / "server.json"
+        config_path.write_text(json.dumps({"server": config}), encoding="utf-8")
+    port = free_port()
+    settings = resolve_settings(
+        config_path=config_path,
+        store_root=Path("store"),
+        port=port,
+        enable_scheduler=True,
+        environ={},
+        cwd=tmp_path,
+    )
+    serving = asyncio.create_task(serve(settings))
+    async with App(f"http://127.0.0.1:{port}") as app:
+        await wait_until(lambda: healthy(app), timeout_s=15)
+        await app.create_artifact_from_plan("slow", 1, sleeping_plan(seconds))
+        await app.save_deployment(
+            {"deployment_id": "slow.default", "artifact_id": "slow", "artifact_version": 1}
+        )
+        run_id = await app.start_run("slow.default")
+        assert (await app.inspect_run(run_id))["status"] == "running"
+    return serving, run_id
+
+
+async def test_a_repeated_sigterm_does_not_cut_the_drain(tmp_path: Path) -> None:
+    # `kill %1` on `uv run wf-rpc-server ... &` signals the job's process
+    # group: the server gets the shell's SIGTERM and, a moment later, the one
+    # uv forwards. Neither may cut the drain.
+    serving, run_id = await serve_with_a_running_run(tmp_path, 0.4)
+    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert await asyncio.wait_for(serving, timeout=15) == 0
+    reopened = build_local_static_workflow_server(tmp_path / "store")
+    run = await reopened.api.inspect_run(run_id)
+    assert (run["status"], run["output"]) == ("completed", {"slept": 0.4})
+    assert reopened.recovery_report == []
+
+
+async def test_a_second_sigint_cuts_the_drain_and_the_next_start_says_so(
+    tmp_path: Path,
+) -> None:
+    serving, run_id = await serve_with_a_running_run(tmp_path, 600)
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C: stop admitting, drain (30 s)
+    await asyncio.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C again: stop waiting
+    assert await asyncio.wait_for(serving, timeout=15) == 0
+    reopened = build_local_static_workflow_server(tmp_path / "store")
+    run = await reopened.api.inspect_run(run_id)
+    assert (run["status"], run["error"]["kind"]) == ("failed", "abandoned")
+    message = run["error"]["message"]
+    assert message.startswith(
+        "abandoned: the previous server stopped before this run finished"
+        " (a second SIGINT cut its drain short, at "
+    ), message
+    assert "the process died" not in message
+    assert "external effects may already have occurred" in message
+    assert [f["finding"] for f in reopened.recovery_report] == ["abandoned"]
+
+
+async def test_a_drain_that_runs_out_of_time_is_disclosed_as_such(tmp_path: Path) -> None:
+    serving, run_id = await serve_with_a_running_run(
+        tmp_path, 600, config={"scheduler": {"drain_grace_s": 0.2}}
+    )
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert await asyncio.wait_for(serving, timeout=15) == 0
+    reopened = build_local_static_workflow_server(tmp_path / "store")
+    run = await reopened.api.inspect_run(run_id)
+    assert (run["status"], run["error"]["kind"]) == ("failed", "abandoned")
+    message = run["error"]["message"]
+    assert message.startswith(
+        "abandoned: the previous server stopped before this run finished"
+        " (its drain grace of 0.2 s ran out, at "
+    ), message
+    assert "the process died" not in message
+    assert "external effects may already have occurred" in message
 
 
 def lock_held(root: Path) -> bool:
