@@ -25,6 +25,7 @@ Exit status (stable, for scripts):
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 import sys
@@ -32,12 +33,9 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Final, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
 
 from adapters.client import DEFAULT_URL, App, ServerUnreachable, endpoint_url
 from adapters.rpc.protocol import RpcError, Unauthorized
@@ -52,6 +50,13 @@ from core.errors import (
     SchedulingError,
 )
 from core.occurrences import OCCURRENCE_STATUSES
+
+# rich is imported when there is something to print: it costs as much as the
+# rest of the CLI's imports together, and `--help` prints through click.
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
 
 __all__ = [
     "ENV_TOKEN",
@@ -107,9 +112,32 @@ STATUS_STYLES: Final[Mapping[str, str]] = {
 _RELATIVE: Final = re.compile(r"^\+(\d+(?:\.\d+)?)([smhd])$")
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
-# Piped output is for logs and scripts: do not fold tables at 80 columns.
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+@functools.cache
+def _out() -> Console:
+    from rich.console import Console
+
+    # Piped output is for logs and scripts: do not fold tables at 80 columns.
+    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+
+
+@functools.cache
+def _err() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _text(content: str, style: str = "") -> Text:
+    from rich.text import Text
+
+    return Text(content, style=style)
+
+
+def _table(**options: Any) -> Table:
+    from rich.table import Table
+
+    return Table(**options)
 
 
 def exit_code_for(exc: BaseException) -> int:
@@ -180,11 +208,11 @@ def _fail(exc: BaseException, as_json: bool) -> NoReturn:
         _print_json({"error": detail})
     else:
         message = exc.message if isinstance(exc, SchedulingError | RpcError) else str(exc)
-        err.print(Text(f"error: {message}", style="red"))
+        _err().print(_text(f"error: {message}", style="red"))
         for problem in getattr(exc, "problems", ()):
-            err.print(f"  {problem.field}: {problem.reason}")
+            _err().print(f"  {problem.field}: {problem.reason}")
         if isinstance(exc, RevisionConflict):
-            err.print("  hint: run `wf-schedule get` for the current revision and retry")
+            _err().print("  hint: run `wf-schedule get` for the current revision and retry")
     raise typer.Exit(code)
 
 
@@ -309,12 +337,12 @@ def _merge_definition(
 
 def _state_of(schedule: Mapping[str, Any]) -> Text:
     if schedule.get("deleted"):
-        return Text("deleted", style="dim")
+        return _text("deleted", style="dim")
     if schedule.get("blocked"):
-        return Text("blocked", style="bold red")
+        return _text("blocked", style="bold red")
     if schedule.get("paused"):
-        return Text("paused", style="yellow")
-    return Text("active", style="green")
+        return _text("paused", style="yellow")
+    return _text("active", style="green")
 
 
 def _trigger_text(trigger: Any) -> str:
@@ -332,14 +360,14 @@ def _show_schedule(schedule: Mapping[str, Any], as_json: bool, verb: str | None 
         _print_json(schedule)
         return
     if verb is not None:
-        out.print(
+        _out().print(
             f"{verb} {schedule.get('schedule_id')} (revision {schedule.get('revision')}, ",
             _state_of(schedule),
             ")",
             sep="",
         )
         return
-    table = Table(show_header=False, box=None, pad_edge=False)
+    table = _table(show_header=False, box=None, pad_edge=False)
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
     for key, value in schedule.items():
@@ -348,20 +376,20 @@ def _show_schedule(schedule: Mapping[str, Any], as_json: bool, verb: str | None 
         elif isinstance(value, dict | list):
             shown = json.dumps(value)
         elif value is None:
-            shown = Text("-", style="dim")
+            shown = _text("-", style="dim")
         else:
             shown = str(value)
         table.add_row(key, shown)
     table.add_row("state", _state_of(schedule))
-    out.print(table)
+    _out().print(table)
 
 
 def _status_text(status: str) -> Text:
-    return Text(status, style=STATUS_STYLES.get(status, ""))
+    return _text(status, style=STATUS_STYLES.get(status, ""))
 
 
 def _occurrence_table(rows: list[Mapping[str, Any]]) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold")
+    table = _table(box=None, pad_edge=False, header_style="bold")
     for name in ("INSTANT", "STATUS", "RUN", "COUNT", "REASON"):
         table.add_column(name, overflow="fold")
     for row in rows:
@@ -465,9 +493,9 @@ def list_(
         _print_json(schedules)
         return
     if not schedules:
-        out.print("no schedules")
+        _out().print("no schedules")
         return
-    table = Table(box=None, pad_edge=False, header_style="bold")
+    table = _table(box=None, pad_edge=False, header_style="bold")
     for name in ("SCHEDULE", "DEPLOYMENT", "TRIGGER", "STATE", "REV", "NEXT"):
         table.add_column(name, overflow="fold")
     for item in schedules:
@@ -479,7 +507,7 @@ def list_(
             str(item.get("revision")),
             str(item.get("next_instant") or "-"),
         )
-    out.print(table)
+    _out().print(table)
 
 
 def get(
@@ -665,11 +693,11 @@ def occurrences(
         return
     rows = page.get("occurrences", [])
     if not rows:
-        out.print(f"no occurrences of {schedule_id} yet")
+        _out().print(f"no occurrences of {schedule_id} yet")
     else:
-        out.print(_occurrence_table(rows))
+        _out().print(_occurrence_table(rows))
     if page.get("next_cursor"):
-        out.print(Text(f"more: --cursor {page['next_cursor']}  (or --all)", style="dim"))
+        _out().print(_text(f"more: --cursor {page['next_cursor']}  (or --all)", style="dim"))
 
 
 def health(
@@ -701,14 +729,18 @@ def health(
         _print_json(report)
         return
     scheduler = report.get("scheduler")
-    out.print(f"{report.get('status')}" + (f" (scheduler {scheduler})" if scheduler else ""))
+    _out().print(f"{report.get('status')}" + (f" (scheduler {scheduler})" if scheduler else ""))
 
 
 # -- artifacts, deployments, runs --------------------------------------------------
 
-artifact_app = typer.Typer(help="Artifacts (immutable plan versions).", no_args_is_help=True)
-deployment_app = typer.Typer(help="Deployments (artifact version + inputs).", no_args_is_help=True)
-run_app = typer.Typer(help="Runs.", no_args_is_help=True)
+artifact_app = typer.Typer(
+    help="Artifacts (immutable plan versions).", no_args_is_help=True, rich_markup_mode=None
+)
+deployment_app = typer.Typer(
+    help="Deployments (artifact version + inputs).", no_args_is_help=True, rich_markup_mode=None
+)
+run_app = typer.Typer(help="Runs.", no_args_is_help=True, rich_markup_mode=None)
 
 FileArgument = Annotated[
     Path, typer.Argument(help="JSON file.", exists=True, dir_okay=False, readable=True)
@@ -719,7 +751,7 @@ def _show(payload: Any, as_json: bool, summary: str) -> None:
     if as_json:
         _print_json(payload)
     else:
-        out.print(summary)
+        _out().print(summary)
 
 
 @artifact_app.command("create")
@@ -854,10 +886,10 @@ def run_inspect(
     if as_json:
         _print_json(item)
         return
-    out.print(f"{item.get('run_id')} ", _status_text(str(item.get("status"))), sep="")
+    _out().print(f"{item.get('run_id')} ", _status_text(str(item.get("status"))), sep="")
     for key in ("origin", "output", "error", "interrupt"):
         if item.get(key) is not None:
-            out.print(f"  {key}: {json.dumps(item[key])}")
+            _out().print(f"  {key}: {json.dumps(item[key])}")
 
 
 @run_app.command("list")
@@ -877,9 +909,9 @@ def run_list(
         _print_json(runs)
         return
     if not runs:
-        out.print("no runs")
+        _out().print("no runs")
         return
-    table = Table(box=None, pad_edge=False, header_style="bold")
+    table = _table(box=None, pad_edge=False, header_style="bold")
     for name in ("RUN", "STATUS", "DEPLOYMENT", "ORIGIN", "UPDATED"):
         table.add_column(name, overflow="fold")
     for run in runs:
@@ -891,7 +923,7 @@ def run_list(
             json.dumps(origin) if origin is not None else "manual",
             str(run.get("updated_at", "")),
         )
-    out.print(table)
+    _out().print(table)
 
 
 def register_admin_commands(app: typer.Typer) -> None:

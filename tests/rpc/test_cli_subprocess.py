@@ -107,3 +107,38 @@ async def test_wf_schedule_process_exit_codes_and_output(url: str) -> None:
     assert out == ""
     assert err.startswith("error: ")
     assert "hint: run `wf-schedule get`" in err
+
+
+# What `wf-schedule --help` must not load: the host, the HTTP stack, pydantic,
+# croniter and rich are paid for only by the commands that use them.
+HEAVY_MODULES = ("adapters.host", "shell", "httpx", "pydantic", "croniter", "rich", "jsonschema")
+
+_IMPORTS_AFTER_HELP = """
+import contextlib, io, json, sys
+from adapters.schedule_cli import main
+sys.argv = ["wf-schedule", *sys.argv[1:]]
+with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+    main()
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+@pytest.mark.parametrize("args", [("--help",), ("--version",)])
+async def test_help_loads_no_heavy_module(args: tuple[str, ...]) -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _IMPORTS_AFTER_HELP,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), timeout=30)
+    assert process.returncode == 0, err.decode()
+    loaded = json.loads(out)
+    heavy = [
+        name
+        for name in loaded
+        if any(name == root or name.startswith(f"{root}.") for root in HEAVY_MODULES)
+    ]
+    assert heavy == []
