@@ -29,13 +29,14 @@ import functools
 import json
 import re
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn
 
 import typer
+from typer.core import TyperGroup
 
 from adapters.client import DEFAULT_URL, App, ServerUnreachable, endpoint_url
 from adapters.rpc.protocol import RpcError, Unauthorized
@@ -63,6 +64,7 @@ __all__ = [
     "ENV_URL",
     "EXIT_CODES",
     "STATUS_STYLES",
+    "WfScheduleGroup",
     "exit_code_for",
     "parse_when",
     "register_admin_commands",
@@ -142,6 +144,9 @@ def _table(**options: Any) -> Table:
 
 def exit_code_for(exc: BaseException) -> int:
     """The documented exit status for an error."""
+    if isinstance(exc, InvalidInput) and exc.data.get("not_found"):
+        # A definition naming a deployment that does not exist.
+        return EXIT_NOT_FOUND
     for cls, code in EXIT_CODES:
         if isinstance(exc, cls):
             return code
@@ -190,6 +195,25 @@ def _print_json(payload: Any) -> None:
     sys.stdout.flush()
 
 
+START_SERVER_HINT: Final = (
+    "start it with `uv run wf-rpc-server --store-root .wf_store --enable-scheduler`"
+    " (or pass --url / set WF_SCHEDULER_URL)"
+)
+
+
+def _headline(exc: BaseException) -> str:
+    """The one-line message; an InvalidInput's problems are listed after it,
+    so the summary of them that its message ends with is not repeated."""
+    message = exc.message if isinstance(exc, SchedulingError | RpcError) else str(exc)
+    problems = getattr(exc, "problems", ())
+    summary = "; ".join(f"{p.field}: {p.reason}" for p in problems)
+    if problems and message.endswith(f": {summary}"):
+        return message[: -len(summary) - 2]
+    if isinstance(exc, ServerUnreachable) and not exc.connected:
+        return f"{message}; {START_SERVER_HINT}"
+    return message
+
+
 def _fail(exc: BaseException, as_json: bool) -> NoReturn:
     code = exit_code_for(exc)
     if isinstance(exc, SchedulingError):
@@ -202,18 +226,74 @@ def _fail(exc: BaseException, as_json: bool) -> NoReturn:
             detail["code"] = "unauthorized"
         elif isinstance(exc, ServerUnreachable):
             detail["code"] = "server_unreachable"
+            if not exc.connected:
+                detail["hint"] = START_SERVER_HINT
     else:
         detail = {"code": "error", "message": str(exc)}
     if as_json:
         _print_json({"error": detail})
     else:
-        message = exc.message if isinstance(exc, SchedulingError | RpcError) else str(exc)
-        _err().print(_text(f"error: {message}", style="red"))
+        _err().print(_text(f"error: {_headline(exc)}", style="red"))
         for problem in getattr(exc, "problems", ()):
-            _err().print(f"  {problem.field}: {problem.reason}")
+            _err().print(f"  {problem.field}: {problem.reason}", markup=False)
         if isinstance(exc, RevisionConflict):
             _err().print("  hint: run `wf-schedule get` for the current revision and retry")
     raise typer.Exit(code)
+
+
+def _usage_error(exc: Any, as_json: bool) -> int:
+    """Report a usage error once: click's text on stderr, or with --json an
+    `{"error": ...}` object on stdout like every other failure."""
+    if not as_json:
+        exc.show()
+        return exc.exit_code
+    detail: dict[str, Any] = {"code": "usage_error", "message": exc.format_message()}
+    param = getattr(exc, "param", None)
+    hint = getattr(exc, "param_hint", None)
+    if hint is None and param is not None:
+        hint = "/".join(getattr(param, "opts", ()) or [str(param.name)])
+    if hint:
+        detail["param"] = hint if isinstance(hint, str) else "/".join(hint)
+    _print_json({"error": detail})
+    return exc.exit_code
+
+
+class WfScheduleGroup(TyperGroup):
+    """The root command group: usage errors honour `--json` too."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        as_json = "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
+        try:
+            result = super().main(
+                args=argv,
+                prog_name=prog_name,
+                complete_var=complete_var,
+                standalone_mode=False,
+                **extra,
+            )
+        except typer.TyperException as exc:
+            # typer's vendored click raises its usage errors as TyperException.
+            code = _usage_error(exc, as_json)
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            code = EXIT_FAILURE
+        else:
+            # Not standalone, click returns the code of a `typer.Exit` (or the
+            # command's own result, None here).
+            code = result if isinstance(result, int) else EXIT_OK
+            if not standalone_mode:
+                return result
+        if not standalone_mode:
+            raise typer.Exit(code)
+        sys.exit(code)
 
 
 def _run(

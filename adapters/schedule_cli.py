@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
-from adapters.schedule_admin import register_admin_commands
+from adapters.schedule_admin import WfScheduleGroup, register_admin_commands
 from adapters.simulate_cli import register_simulate_command
 from core.errors import InvalidDefinition, Problem
 
@@ -27,10 +27,11 @@ from core.errors import InvalidDefinition, Problem
 if TYPE_CHECKING:
     from core.calendar import CompiledTrigger, DstNote
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "package_version"]
 
 app = typer.Typer(
     name="wf-schedule",
+    cls=WfScheduleGroup,
     help="Administer and inspect wf-scheduler schedules.",
     no_args_is_help=True,
     add_completion=False,
@@ -56,8 +57,34 @@ _OPTION_FOR_FIELD: Final = {
 }
 
 
+def package_version() -> str:
+    """The installed wf-scheduler version (the one `--version` prints)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("wf-scheduler")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"wf-schedule {package_version()}\n")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_print_version,
+            help="Print the wf-scheduler version and exit.",
+        ),
+    ] = False,
+) -> None:
     """Administer and inspect wf-scheduler schedules."""
     # A callback keeps `preview` a named subcommand even while it is the only one.
 

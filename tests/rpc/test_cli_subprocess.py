@@ -17,7 +17,7 @@ import pytest
 
 from adapters.client import App
 from adapters.rpc.app import create_app
-from tests.rpc.live import build_test_server, serving
+from tests.rpc.live import build_test_server, free_port, serving
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "docs" / "examples" / "quickstart"
 CLI_BIN = Path(sys.executable).with_name("wf-schedule")
@@ -142,3 +142,52 @@ async def test_help_loads_no_heavy_module(args: tuple[str, ...]) -> None:
         if any(name == root or name.startswith(f"{root}.") for root in HEAVY_MODULES)
     ]
     assert heavy == []
+
+
+async def test_errors_are_reported_once_with_their_exit_codes(url: str) -> None:
+    unknown_deployment, usage_json, usage_text, version = await asyncio.gather(
+        wf_schedule(
+            "create", "orphan", "--deployment", "nope", "--cron", "0 * * * *", url=url, token=TOKEN
+        ),
+        wf_schedule("list", "--bogus", "--json", url=url, token=TOKEN),
+        wf_schedule("occurrences", "existing", "--wait-for", "bogus", url=url, token=TOKEN),
+        wf_schedule("--version", url=url),
+    )
+
+    code, out, err = unknown_deployment
+    assert code == 3  # not found, like `deployment get nope`
+    assert out == ""
+    assert err.count("deployment 'nope' not found") == 1
+
+    code, out, err = usage_json
+    assert code == 2
+    assert err == ""
+    assert json.loads(out) == {
+        "error": {"code": "usage_error", "message": "No such option: --bogus"}
+    }
+
+    code, out, err = usage_text
+    assert code == 2
+    assert out == ""
+    assert err.count("unknown status 'bogus'") == 1
+
+    code, out, err = version
+    assert (code, err) == (0, "")
+    assert out.startswith("wf-schedule ")
+
+
+async def test_unreachable_server_is_one_line_suggesting_to_start_it() -> None:
+    port = free_port()  # nothing listens there
+    code, out, err = await wf_schedule("list", url=f"http://127.0.0.1:{port}")
+    assert code == 8
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"error: cannot reach the server at http://127.0.0.1:{port}/rpc:")
+    assert "uv run wf-rpc-server" in lines[0]
+
+    code, out, err = await wf_schedule("list", "--json", url=f"http://127.0.0.1:{port}")
+    assert (code, err) == (8, "")
+    error = json.loads(out)["error"]
+    assert error["code"] == "server_unreachable"
+    assert "wf-rpc-server" in error["hint"]
