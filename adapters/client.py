@@ -362,8 +362,13 @@ class App:
     async def list_deployments(self) -> Any:
         return await self.call("workflow.deployments.list", {})
 
-    async def delete_deployment(self, deployment_id: str) -> Any:
-        return await self.call("workflow.deployments.delete", {"deployment_id": deployment_id})
+    async def delete_deployment(self, deployment_id: str, force: bool = False) -> Any:
+        """Delete a deployment. InvalidState (data `schedule_ids`) while schedules
+        use it, unless `force`."""
+        params: dict[str, Any] = {"deployment_id": deployment_id}
+        if force:
+            params["force"] = True
+        return await self.call("workflow.deployments.delete", params)
 
     async def start_run(
         self,

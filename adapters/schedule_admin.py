@@ -238,6 +238,8 @@ def _fail(exc: BaseException, as_json: bool) -> NoReturn:
             _err().print(f"  {problem.field}: {problem.reason}", markup=False)
         if isinstance(exc, RevisionConflict):
             _err().print("  hint: run `wf-schedule get` for the current revision and retry")
+        elif isinstance(exc, InvalidState) and exc.data.get("schedule_ids"):
+            _err().print("  hint: delete those schedules first, or pass --force")
     raise typer.Exit(code)
 
 
@@ -930,12 +932,19 @@ def deployment_list(
 @deployment_app.command("delete")
 def deployment_delete(
     deployment_id: Annotated[str, typer.Argument(help="Deployment id.")],
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Delete even while schedules use it (their runs are then rejected)."
+        ),
+    ] = False,
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Delete a deployment (existing runs keep their snapshots)."""
-    item = _run(url, token, as_json, lambda app: app.delete_deployment(deployment_id))
+    """Delete a deployment (existing runs keep their snapshots); refused, naming
+    them, while schedules that are not deleted use it, unless --force."""
+    item = _run(url, token, as_json, lambda app: app.delete_deployment(deployment_id, force))
     _show(item, as_json, f"deployment {deployment_id} deleted")
 
 

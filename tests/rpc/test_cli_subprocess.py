@@ -191,3 +191,39 @@ async def test_unreachable_server_is_one_line_suggesting_to_start_it() -> None:
     error = json.loads(out)["error"]
     assert error["code"] == "server_unreachable"
     assert "wf-rpc-server" in error["hint"]
+
+
+async def test_deleting_a_deployment_in_use_is_refused_naming_the_schedules(url: str) -> None:
+    code, out, err = await wf_schedule(
+        "deployment", "delete", "hello.default", "--json", url=url, token=TOKEN
+    )
+    assert (code, err) == (6, "")
+    error = json.loads(out)["error"]
+    assert error["code"] == "invalid_state"
+    assert error["schedule_ids"] == ["existing"]
+    code, out, err = await wf_schedule(
+        "deployment", "delete", "hello.default", url=url, token=TOKEN
+    )
+    assert code == 6
+    assert "existing" in err
+    assert "--force" in err
+
+    # A deleted schedule admits nothing, so it does not hold its deployment.
+    async with App(url, TOKEN) as app:
+        spare = json.loads((QUICKSTART / "deployment.json").read_text(encoding="utf-8"))
+        await app.save_deployment({**spare, "deployment_id": "hello.spare"})
+        await app.create_schedule(
+            schedule_id="gone",
+            deployment_id="hello.spare",
+            trigger={"kind": "cron", "expression": "0 * * * *"},
+        )
+        await app.delete_schedule(schedule_id="gone")
+    code, _, err = await wf_schedule("deployment", "delete", "hello.spare", url=url, token=TOKEN)
+    assert (code, err) == (0, "")
+
+    code, _, err = await wf_schedule(
+        "deployment", "delete", "hello.default", "--force", url=url, token=TOKEN
+    )
+    assert (code, err) == (0, "")
+    code, _, _ = await wf_schedule("deployment", "get", "hello.default", url=url, token=TOKEN)
+    assert code == 3
