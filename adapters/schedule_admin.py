@@ -963,6 +963,30 @@ def run_start(
     _show({"run_id": run_id}, as_json, str(run_id))
 
 
+@run_app.command("resume")
+def run_resume(
+    run_id: Annotated[str, typer.Argument(help="Run id of an interrupted run.")],
+    payload: Annotated[
+        str,
+        typer.Option(
+            "--payload",
+            help="JSON value the interrupt's resume_schema accepts (e.g. '{\"approved\": true}').",
+            show_default=False,
+        ),
+    ],
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Resume an interrupted run with --payload; prints the run once it stops again."""
+    try:
+        value = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"not valid JSON: {exc.msg}", param_hint="--payload") from None
+    item = _run(url, token, as_json, lambda app: app.resume_run(run_id, value))
+    _show_run(item, as_json)
+
+
 @run_app.command("inspect")
 def run_inspect(
     run_id: Annotated[str, typer.Argument(help="Run id, e.g. run-000001.")],
@@ -972,6 +996,10 @@ def run_inspect(
 ) -> None:
     """Show a run: status, snapshot, output or error."""
     item = _run(url, token, as_json, lambda app: app.inspect_run(run_id))
+    _show_run(item, as_json)
+
+
+def _show_run(item: Mapping[str, Any], as_json: bool) -> None:
     if as_json:
         _print_json(item)
         return

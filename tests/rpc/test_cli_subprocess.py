@@ -17,7 +17,8 @@ import pytest
 
 from adapters.client import App
 from adapters.rpc.app import create_app
-from tests.rpc.live import build_test_server, free_port, serving
+from tests.rpc.live import build_test_server, free_port, serving, wait_until
+from tests.rpc.test_live_host_methods import ASK_PLAN, status_of
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "docs" / "examples" / "quickstart"
 CLI_BIN = Path(sys.executable).with_name("wf-schedule")
@@ -227,3 +228,25 @@ async def test_deleting_a_deployment_in_use_is_refused_naming_the_schedules(url:
     assert (code, err) == (0, "")
     code, _, _ = await wf_schedule("deployment", "get", "hello.default", url=url, token=TOKEN)
     assert code == 3
+
+
+async def test_run_resume_sends_the_payload(url: str) -> None:
+    async with App(url, TOKEN) as app:
+        await app.create_artifact_from_plan("ask", 1, ASK_PLAN)
+        await app.save_deployment(
+            {"deployment_id": "ask.default", "artifact_id": "ask", "artifact_version": 1}
+        )
+        run_id = await app.start_run("ask.default")
+        await wait_until(lambda: status_of(app, run_id, "interrupted"))
+    code, out, err = await wf_schedule(
+        "run", "resume", run_id, "--payload", "{not json", "--json", url=url, token=TOKEN
+    )
+    assert (code, err) == (2, "")
+    assert json.loads(out)["error"]["param"] == "--payload"
+    code, out, err = await wf_schedule(
+        "run", "resume", run_id, "--payload", '"Grace"', "--json", url=url, token=TOKEN
+    )
+    assert (code, err) == (0, "")
+    finished = json.loads(out)
+    assert finished["status"] == "completed"
+    assert finished["output"] == {"result": "hello Grace"}
