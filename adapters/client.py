@@ -40,8 +40,11 @@ DEFAULT_URL: Final = "http://127.0.0.1:8765/rpc"
 class ServerUnreachable(RpcError):
     """The server could not be reached, or answered with something that is not JSON-RPC."""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, *, connected: bool = False) -> None:
         super().__init__(0, message)
+        # False: nothing answered at all (no server there); True: something
+        # answered, but not a JSON-RPC server.
+        self.connected = connected
 
 
 def endpoint_url(url: str) -> str:
@@ -114,14 +117,15 @@ class App:
         try:
             response = await self._client.post(self.url, content=json.dumps(payload))
         except httpx.HTTPError as exc:
-            raise ServerUnreachable(f"cannot reach {self.url}: {exc}") from exc
+            raise ServerUnreachable(f"cannot reach the server at {self.url}: {exc}") from exc
         if response.status_code == 204:
             return None
         try:
             body = response.json()
         except ValueError:
             raise ServerUnreachable(
-                f"{self.url} answered HTTP {response.status_code} without a JSON-RPC body"
+                f"{self.url} answered HTTP {response.status_code} without a JSON-RPC body",
+                connected=True,
             ) from None
         if response.status_code == 401:
             error = body.get("error", {}) if isinstance(body, dict) else {}
@@ -358,8 +362,13 @@ class App:
     async def list_deployments(self) -> Any:
         return await self.call("workflow.deployments.list", {})
 
-    async def delete_deployment(self, deployment_id: str) -> Any:
-        return await self.call("workflow.deployments.delete", {"deployment_id": deployment_id})
+    async def delete_deployment(self, deployment_id: str, force: bool = False) -> Any:
+        """Delete a deployment. InvalidState (data `schedule_ids`) while schedules
+        use it, unless `force`."""
+        params: dict[str, Any] = {"deployment_id": deployment_id}
+        if force:
+            params["force"] = True
+        return await self.call("workflow.deployments.delete", params)
 
     async def start_run(
         self,

@@ -56,6 +56,15 @@ EXIT_SETTINGS: Final = 2
 logger = logging.getLogger("adapters.rpc_server")
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("wf-scheduler")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="wf-rpc-server",
@@ -63,6 +72,7 @@ def _build_parser() -> argparse.ArgumentParser:
         epilog="Flags override the config file. Exit status: 0 clean shutdown, "
         "1 runtime failure, 2 invalid settings or insecure bind.",
     )
+    parser.add_argument("--version", action="version", version=f"wf-rpc-server {_version()}")
     parser.add_argument("--store-root", type=Path, help="store directory (created if missing)")
     parser.add_argument("--config", type=Path, help='JSON config file ({"server": {...}})')
     parser.add_argument("--host", help=f"address to listen on (default 127.0.0.1; env {ENV_HOST})")

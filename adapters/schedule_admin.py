@@ -25,19 +25,18 @@ Exit status (stable, for scripts):
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Final, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, Final, NoReturn
 
 import typer
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from typer.core import TyperGroup
 
 from adapters.client import DEFAULT_URL, App, ServerUnreachable, endpoint_url
 from adapters.rpc.protocol import RpcError, Unauthorized
@@ -53,11 +52,19 @@ from core.errors import (
 )
 from core.occurrences import OCCURRENCE_STATUSES
 
+# rich is imported when there is something to print: it costs as much as the
+# rest of the CLI's imports together, and `--help` prints through click.
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
 __all__ = [
     "ENV_TOKEN",
     "ENV_URL",
     "EXIT_CODES",
     "STATUS_STYLES",
+    "WfScheduleGroup",
     "exit_code_for",
     "parse_when",
     "register_admin_commands",
@@ -107,13 +114,39 @@ STATUS_STYLES: Final[Mapping[str, str]] = {
 _RELATIVE: Final = re.compile(r"^\+(\d+(?:\.\d+)?)([smhd])$")
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
-# Piped output is for logs and scripts: do not fold tables at 80 columns.
-out = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+@functools.cache
+def _out() -> Console:
+    from rich.console import Console
+
+    # Piped output is for logs and scripts: do not fold tables at 80 columns.
+    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+
+
+@functools.cache
+def _err() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _text(content: str, style: str = "") -> Text:
+    from rich.text import Text
+
+    return Text(content, style=style)
+
+
+def _table(**options: Any) -> Table:
+    from rich.table import Table
+
+    return Table(**options)
 
 
 def exit_code_for(exc: BaseException) -> int:
     """The documented exit status for an error."""
+    if isinstance(exc, InvalidInput) and exc.data.get("not_found"):
+        # A definition naming a deployment that does not exist.
+        return EXIT_NOT_FOUND
     for cls, code in EXIT_CODES:
         if isinstance(exc, cls):
             return code
@@ -162,6 +195,25 @@ def _print_json(payload: Any) -> None:
     sys.stdout.flush()
 
 
+START_SERVER_HINT: Final = (
+    "start it with `uv run wf-rpc-server --store-root .wf_store --enable-scheduler`"
+    " (or pass --url / set WF_SCHEDULER_URL)"
+)
+
+
+def _headline(exc: BaseException) -> str:
+    """The one-line message; an InvalidInput's problems are listed after it,
+    so the summary of them that its message ends with is not repeated."""
+    message = exc.message if isinstance(exc, SchedulingError | RpcError) else str(exc)
+    problems = getattr(exc, "problems", ())
+    summary = "; ".join(f"{p.field}: {p.reason}" for p in problems)
+    if problems and message.endswith(f": {summary}"):
+        return message[: -len(summary) - 2]
+    if isinstance(exc, ServerUnreachable) and not exc.connected:
+        return f"{message}; {START_SERVER_HINT}"
+    return message
+
+
 def _fail(exc: BaseException, as_json: bool) -> NoReturn:
     code = exit_code_for(exc)
     if isinstance(exc, SchedulingError):
@@ -174,18 +226,76 @@ def _fail(exc: BaseException, as_json: bool) -> NoReturn:
             detail["code"] = "unauthorized"
         elif isinstance(exc, ServerUnreachable):
             detail["code"] = "server_unreachable"
+            if not exc.connected:
+                detail["hint"] = START_SERVER_HINT
     else:
         detail = {"code": "error", "message": str(exc)}
     if as_json:
         _print_json({"error": detail})
     else:
-        message = exc.message if isinstance(exc, SchedulingError | RpcError) else str(exc)
-        err.print(Text(f"error: {message}", style="red"))
+        _err().print(_text(f"error: {_headline(exc)}", style="red"))
         for problem in getattr(exc, "problems", ()):
-            err.print(f"  {problem.field}: {problem.reason}")
+            _err().print(f"  {problem.field}: {problem.reason}", markup=False)
         if isinstance(exc, RevisionConflict):
-            err.print("  hint: run `wf-schedule get` for the current revision and retry")
+            _err().print("  hint: run `wf-schedule get` for the current revision and retry")
+        elif isinstance(exc, InvalidState) and exc.data.get("schedule_ids"):
+            _err().print("  hint: delete those schedules first, or pass --force")
     raise typer.Exit(code)
+
+
+def _usage_error(exc: Any, as_json: bool) -> int:
+    """Report a usage error once: click's text on stderr, or with --json an
+    `{"error": ...}` object on stdout like every other failure."""
+    if not as_json:
+        exc.show()
+        return exc.exit_code
+    detail: dict[str, Any] = {"code": "usage_error", "message": exc.format_message()}
+    param = getattr(exc, "param", None)
+    hint = getattr(exc, "param_hint", None)
+    if hint is None and param is not None:
+        hint = "/".join(getattr(param, "opts", ()) or [str(param.name)])
+    if hint:
+        detail["param"] = hint if isinstance(hint, str) else "/".join(hint)
+    _print_json({"error": detail})
+    return exc.exit_code
+
+
+class WfScheduleGroup(TyperGroup):
+    """The root command group: usage errors honour `--json` too."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        as_json = "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
+        try:
+            result = super().main(
+                args=argv,
+                prog_name=prog_name,
+                complete_var=complete_var,
+                standalone_mode=False,
+                **extra,
+            )
+        except typer.TyperException as exc:
+            # typer's vendored click raises its usage errors as TyperException.
+            code = _usage_error(exc, as_json)
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            code = EXIT_FAILURE
+        else:
+            # Not standalone, click returns the code of a `typer.Exit` (or the
+            # command's own result, None here).
+            code = result if isinstance(result, int) else EXIT_OK
+            if not standalone_mode:
+                return result
+        if not standalone_mode:
+            raise typer.Exit(code)
+        sys.exit(code)
 
 
 def _run(
@@ -309,12 +419,12 @@ def _merge_definition(
 
 def _state_of(schedule: Mapping[str, Any]) -> Text:
     if schedule.get("deleted"):
-        return Text("deleted", style="dim")
+        return _text("deleted", style="dim")
     if schedule.get("blocked"):
-        return Text("blocked", style="bold red")
+        return _text("blocked", style="bold red")
     if schedule.get("paused"):
-        return Text("paused", style="yellow")
-    return Text("active", style="green")
+        return _text("paused", style="yellow")
+    return _text("active", style="green")
 
 
 def _trigger_text(trigger: Any) -> str:
@@ -332,14 +442,14 @@ def _show_schedule(schedule: Mapping[str, Any], as_json: bool, verb: str | None 
         _print_json(schedule)
         return
     if verb is not None:
-        out.print(
+        _out().print(
             f"{verb} {schedule.get('schedule_id')} (revision {schedule.get('revision')}, ",
             _state_of(schedule),
             ")",
             sep="",
         )
         return
-    table = Table(show_header=False, box=None, pad_edge=False)
+    table = _table(show_header=False, box=None, pad_edge=False)
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
     for key, value in schedule.items():
@@ -348,20 +458,20 @@ def _show_schedule(schedule: Mapping[str, Any], as_json: bool, verb: str | None 
         elif isinstance(value, dict | list):
             shown = json.dumps(value)
         elif value is None:
-            shown = Text("-", style="dim")
+            shown = _text("-", style="dim")
         else:
             shown = str(value)
         table.add_row(key, shown)
     table.add_row("state", _state_of(schedule))
-    out.print(table)
+    _out().print(table)
 
 
 def _status_text(status: str) -> Text:
-    return Text(status, style=STATUS_STYLES.get(status, ""))
+    return _text(status, style=STATUS_STYLES.get(status, ""))
 
 
 def _occurrence_table(rows: list[Mapping[str, Any]]) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold")
+    table = _table(box=None, pad_edge=False, header_style="bold")
     for name in ("INSTANT", "STATUS", "RUN", "COUNT", "REASON"):
         table.add_column(name, overflow="fold")
     for row in rows:
@@ -465,9 +575,9 @@ def list_(
         _print_json(schedules)
         return
     if not schedules:
-        out.print("no schedules")
+        _out().print("no schedules")
         return
-    table = Table(box=None, pad_edge=False, header_style="bold")
+    table = _table(box=None, pad_edge=False, header_style="bold")
     for name in ("SCHEDULE", "DEPLOYMENT", "TRIGGER", "STATE", "REV", "NEXT"):
         table.add_column(name, overflow="fold")
     for item in schedules:
@@ -479,7 +589,7 @@ def list_(
             str(item.get("revision")),
             str(item.get("next_instant") or "-"),
         )
-    out.print(table)
+    _out().print(table)
 
 
 def get(
@@ -665,11 +775,11 @@ def occurrences(
         return
     rows = page.get("occurrences", [])
     if not rows:
-        out.print(f"no occurrences of {schedule_id} yet")
+        _out().print(f"no occurrences of {schedule_id} yet")
     else:
-        out.print(_occurrence_table(rows))
+        _out().print(_occurrence_table(rows))
     if page.get("next_cursor"):
-        out.print(Text(f"more: --cursor {page['next_cursor']}  (or --all)", style="dim"))
+        _out().print(_text(f"more: --cursor {page['next_cursor']}  (or --all)", style="dim"))
 
 
 def health(
@@ -701,14 +811,18 @@ def health(
         _print_json(report)
         return
     scheduler = report.get("scheduler")
-    out.print(f"{report.get('status')}" + (f" (scheduler {scheduler})" if scheduler else ""))
+    _out().print(f"{report.get('status')}" + (f" (scheduler {scheduler})" if scheduler else ""))
 
 
 # -- artifacts, deployments, runs --------------------------------------------------
 
-artifact_app = typer.Typer(help="Artifacts (immutable plan versions).", no_args_is_help=True)
-deployment_app = typer.Typer(help="Deployments (artifact version + inputs).", no_args_is_help=True)
-run_app = typer.Typer(help="Runs.", no_args_is_help=True)
+artifact_app = typer.Typer(
+    help="Artifacts (immutable plan versions).", no_args_is_help=True, rich_markup_mode=None
+)
+deployment_app = typer.Typer(
+    help="Deployments (artifact version + inputs).", no_args_is_help=True, rich_markup_mode=None
+)
+run_app = typer.Typer(help="Runs.", no_args_is_help=True, rich_markup_mode=None)
 
 FileArgument = Annotated[
     Path, typer.Argument(help="JSON file.", exists=True, dir_okay=False, readable=True)
@@ -719,7 +833,7 @@ def _show(payload: Any, as_json: bool, summary: str) -> None:
     if as_json:
         _print_json(payload)
     else:
-        out.print(summary)
+        _out().print(summary)
 
 
 @artifact_app.command("create")
@@ -818,12 +932,19 @@ def deployment_list(
 @deployment_app.command("delete")
 def deployment_delete(
     deployment_id: Annotated[str, typer.Argument(help="Deployment id.")],
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Delete even while schedules use it (their runs are then rejected)."
+        ),
+    ] = False,
     url: UrlOption = DEFAULT_URL,
     token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Delete a deployment (existing runs keep their snapshots)."""
-    item = _run(url, token, as_json, lambda app: app.delete_deployment(deployment_id))
+    """Delete a deployment (existing runs keep their snapshots); refused, naming
+    them, while schedules that are not deleted use it, unless --force."""
+    item = _run(url, token, as_json, lambda app: app.delete_deployment(deployment_id, force))
     _show(item, as_json, f"deployment {deployment_id} deleted")
 
 
@@ -842,6 +963,30 @@ def run_start(
     _show({"run_id": run_id}, as_json, str(run_id))
 
 
+@run_app.command("resume")
+def run_resume(
+    run_id: Annotated[str, typer.Argument(help="Run id of an interrupted run.")],
+    payload: Annotated[
+        str,
+        typer.Option(
+            "--payload",
+            help="JSON value the interrupt's resume_schema accepts (e.g. '{\"approved\": true}').",
+            show_default=False,
+        ),
+    ],
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Resume an interrupted run with --payload; prints the run once it stops again."""
+    try:
+        value = json.loads(payload)
+    except json.JSONDecodeError as exc:
+        raise typer.BadParameter(f"not valid JSON: {exc.msg}", param_hint="--payload") from None
+    item = _run(url, token, as_json, lambda app: app.resume_run(run_id, value))
+    _show_run(item, as_json)
+
+
 @run_app.command("inspect")
 def run_inspect(
     run_id: Annotated[str, typer.Argument(help="Run id, e.g. run-000001.")],
@@ -851,13 +996,17 @@ def run_inspect(
 ) -> None:
     """Show a run: status, snapshot, output or error."""
     item = _run(url, token, as_json, lambda app: app.inspect_run(run_id))
+    _show_run(item, as_json)
+
+
+def _show_run(item: Mapping[str, Any], as_json: bool) -> None:
     if as_json:
         _print_json(item)
         return
-    out.print(f"{item.get('run_id')} ", _status_text(str(item.get("status"))), sep="")
+    _out().print(f"{item.get('run_id')} ", _status_text(str(item.get("status"))), sep="")
     for key in ("origin", "output", "error", "interrupt"):
         if item.get(key) is not None:
-            out.print(f"  {key}: {json.dumps(item[key])}")
+            _out().print(f"  {key}: {json.dumps(item[key])}")
 
 
 @run_app.command("list")
@@ -877,9 +1026,9 @@ def run_list(
         _print_json(runs)
         return
     if not runs:
-        out.print("no runs")
+        _out().print("no runs")
         return
-    table = Table(box=None, pad_edge=False, header_style="bold")
+    table = _table(box=None, pad_edge=False, header_style="bold")
     for name in ("RUN", "STATUS", "DEPLOYMENT", "ORIGIN", "UPDATED"):
         table.add_column(name, overflow="fold")
     for run in runs:
@@ -891,7 +1040,7 @@ def run_list(
             json.dumps(origin) if origin is not None else "manual",
             str(run.get("updated_at", "")),
         )
-    out.print(table)
+    _out().print(table)
 
 
 def register_admin_commands(app: typer.Typer) -> None:

@@ -14,26 +14,31 @@ import json
 import sys
 from datetime import UTC, datetime
 from itertools import islice
-from typing import Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from adapters.schedule_admin import register_admin_commands
+from adapters.schedule_admin import WfScheduleGroup, register_admin_commands
 from adapters.simulate_cli import register_simulate_command
-from core.calendar import CompiledTrigger, DstNote, compile_trigger
-from core.definitions import parse_definition
 from core.errors import InvalidDefinition, Problem
 
-__all__ = ["app", "main"]
+# The calendar and definitions pull in croniter and pydantic: `preview` imports
+# them when it runs, so that `--help` and the server commands start fast.
+if TYPE_CHECKING:
+    from core.calendar import CompiledTrigger, DstNote
+
+__all__ = ["app", "main", "package_version"]
 
 app = typer.Typer(
     name="wf-schedule",
+    cls=WfScheduleGroup,
     help="Administer and inspect wf-scheduler schedules.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain click help: typer's rich help formatter imports rich.markdown and
+    # rich.traceback, which would double the time `--help` takes to start.
+    rich_markup_mode=None,
 )
 
 EXIT_INVALID: Final = 2
@@ -52,13 +57,41 @@ _OPTION_FOR_FIELD: Final = {
 }
 
 
+def package_version() -> str:
+    """The installed wf-scheduler version (the one `--version` prints)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("wf-scheduler")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"wf-schedule {package_version()}\n")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_print_version,
+            help="Print the wf-scheduler version and exit.",
+        ),
+    ] = False,
+) -> None:
     """Administer and inspect wf-scheduler schedules."""
     # A callback keeps `preview` a named subcommand even while it is the only one.
 
 
 def _fail(problems: list[Problem]) -> typer.Exit:
+    from rich.console import Console
+
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     for problem in problems:
         option = _OPTION_FOR_FIELD.get(problem.field, problem.field)
@@ -82,6 +115,9 @@ def _parse_after(text: str | None) -> datetime:
 
 
 def _compile(cron: str | None, at: str | None, timezone: str | None) -> CompiledTrigger:
+    from core.calendar import compile_trigger
+    from core.definitions import parse_definition
+
     if (cron is None) == (at is None):
         raise _fail([Problem(field="--cron/--at", reason="give exactly one of --cron or --at")])
     trigger: dict[str, Any]
@@ -137,6 +173,9 @@ def preview(
     ] = False,
 ) -> None:
     """Show the next instants a trigger fires at, in UTC and in its zone."""
+    from rich.console import Console
+    from rich.table import Table
+
     compiled = _compile(cron, at, timezone)
     start = _parse_after(after)
     instants = list(islice(compiled.iter_after(start), count))

@@ -23,31 +23,14 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, TextIO
+from typing import TYPE_CHECKING, Annotated, TextIO
 
 import typer
 
-from adapters.simulation.engine import header, simulate
-from adapters.simulation.output import (
-    CollectingSink,
-    CsvSink,
-    JsonlSink,
-    RowSink,
-    TeeSink,
-    render_json,
-    render_table,
-)
-from adapters.simulation.plot import (
-    PLOT_SUFFIXES,
-    PlotTooLarge,
-    PlotUnavailable,
-    RunTrace,
-    check_plot_size,
-    plot_timeline,
-    require_matplotlib,
-)
-from adapters.simulation.scenario import Scenario, parse_scenario
-from core.errors import InvalidInput
+# The simulation engine pulls in the core and pydantic: imported by the
+# command when it runs, so that `wf-schedule --help` stays fast.
+if TYPE_CHECKING:
+    from adapters.simulation.scenario import Scenario
 
 __all__ = ["OutputFormat", "register_simulate_command"]
 
@@ -76,6 +59,9 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 
 
 def _read_scenario(path: Path) -> Scenario:
+    from adapters.simulation.scenario import parse_scenario
+    from core.errors import InvalidInput
+
     try:
         text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -189,6 +175,18 @@ def run_simulation(
 ) -> None:
     """Simulate `scenario` and write it to `stream` in `chosen` format (and plot
     it to `plot`). `jsonl` and `csv` rows are written as they settle."""
+    from adapters.simulation.engine import header, simulate
+    from adapters.simulation.output import (
+        CollectingSink,
+        CsvSink,
+        JsonlSink,
+        RowSink,
+        TeeSink,
+        render_json,
+        render_table,
+    )
+    from adapters.simulation.plot import RunTrace, plot_timeline
+
     collected = CollectingSink()
     streamed: RowSink | None = None
     if chosen is OutputFormat.jsonl:
@@ -270,6 +268,14 @@ def register_simulate_command(app: typer.Typer) -> None:
         durations and outcomes, operator pauses/updates/deletes, scheduler
         downtime and DST, and prints every occurrence with a summary.
         """
+        from adapters.simulation.plot import (
+            PLOT_SUFFIXES,
+            PlotTooLarge,
+            PlotUnavailable,
+            check_plot_size,
+            require_matplotlib,
+        )
+
         if plot is not None:
             if plot.suffix.lower() not in PLOT_SUFFIXES:
                 raise _fail(f"--plot file must end in .svg or .png, got {plot.name!r}")

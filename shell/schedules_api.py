@@ -154,8 +154,14 @@ class SchedulesApi:
         try:
             await self._host.preflight(definition.deployment_id, inputs)
         except NotFound as exc:
-            raise InvalidDefinition.from_problems(
-                "schedule definition", [Problem(field="deployment_id", reason=exc.message)]
+            # Still an invalid definition (nothing was written), but `not_found`
+            # lets a caller tell a missing deployment from a malformed field:
+            # `wf-schedule` exits with its not-found status for it.
+            problem = Problem(field="deployment_id", reason=exc.message)
+            raise InvalidDefinition(
+                f"invalid schedule definition: deployment_id: {exc.message}",
+                problems=[problem],
+                data={"not_found": {"deployment_id": definition.deployment_id}},
             ) from None
         except InvalidInput as exc:
             problems = [

@@ -14,7 +14,14 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from core.errors import AlreadyExists, InvalidInput, NotFound, Problem, SchedulingError
+from core.errors import (
+    AlreadyExists,
+    InvalidInput,
+    InvalidState,
+    NotFound,
+    Problem,
+    SchedulingError,
+)
 
 from .artifacts import ArtifactStore
 from .counter import RunIdCounter
@@ -107,9 +114,30 @@ class WorkflowApi:
         """Every deployment, ordered by id."""
         return self._deployments.list()
 
-    async def delete_deployment(self, deployment_id: str) -> dict[str, Any]:
-        """Delete a deployment and return it. Existing runs keep their snapshots."""
+    async def delete_deployment(self, deployment_id: str, force: bool = False) -> dict[str, Any]:
+        """Delete a deployment and return it. Existing runs keep their snapshots.
+
+        Refused with InvalidState (data `schedule_ids`) while schedules that are
+        not deleted name it, unless `force`: their next occurrences would all be
+        preflight-rejected. Deleted schedules do not count: they admit nothing."""
+        if not isinstance(force, bool):
+            raise InvalidInput.from_problems(
+                "deployment delete", [Problem(field="force", reason="must be a boolean")]
+            )
         async with self._store_lock:
+            self._deployments.get(deployment_id)  # NotFound first, before any schedule check
+            if not force and self.schedules is not None:
+                using = sorted(
+                    str(item["schedule_id"])
+                    for item in await self.schedules.list_schedules(include_deleted=False)
+                    if item.get("deployment_id") == deployment_id
+                )
+                if using:
+                    raise InvalidState(
+                        f"deployment {deployment_id!r} is used by schedule(s) "
+                        f"{', '.join(using)}: delete or repoint them first, or force the delete",
+                        data={"deployment_id": deployment_id, "schedule_ids": using},
+                    )
             return self._deployments.delete(deployment_id)
 
     # -- admission -----------------------------------------------------------

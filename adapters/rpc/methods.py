@@ -99,6 +99,12 @@ class DeploymentIdParams(Params):
     deployment_id: str
 
 
+class DeleteDeploymentParams(Params):
+    deployment_id: str
+    # Left out (None) = the API's default: refuse while schedules use it.
+    force: bool | None = None
+
+
 class StartRunParams(Params):
     deployment_id: str
     inputs: dict[str, Any] | None = None
@@ -245,10 +251,10 @@ METHODS: Final[Mapping[str, Method]] = dict(
         _row("workflow.deployments.list", NoParams, "api", "list_deployments", "Every deployment."),
         _row(
             "workflow.deployments.delete",
-            DeploymentIdParams,
+            DeleteDeploymentParams,
             "api",
             "delete_deployment",
-            "Delete a deployment.",
+            "Delete a deployment (refused while schedules use it, unless force).",
         ),
         _row(
             "workflow.runs.start",
