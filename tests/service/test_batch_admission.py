@@ -91,7 +91,7 @@ async def test_a_run_the_batch_cannot_create_fails_its_occurrence(harness: Harne
 
     async def deployment_gone(requests: Any) -> Any:
         # Deleted between the preflight and the run's creation.
-        await harness.api.delete_deployment("report.default")
+        await harness.api.delete_deployment("report.default", force=True)
         return await real(requests)
 
     harness.api.admit_runs = deployment_gone
@@ -106,7 +106,7 @@ async def test_a_preflight_rejection_is_shared_by_the_same_inputs(harness: Harne
     await harness.boot(max_concurrent_runs=10)
     await harness.deploy("report.default", CONSTANT_PLAN)
     ids = await _herd(harness, [{"when": "x"}] * 3)
-    await harness.api.delete_deployment("report.default")
+    await harness.api.delete_deployment("report.default", force=True)
     calls = Calls(harness, "preflight")
     await harness.at(NOON)
     assert len(calls.seen["preflight"]) == 1

@@ -253,7 +253,7 @@ async def test_preflight_rejection_is_recorded_in_order_and_the_schedule_goes_on
         max_active_runs=3,
         lateness_allowance_s=3600,
     )
-    await harness.api.delete_deployment("gate.default")
+    await harness.api.delete_deployment("gate.default", force=True)
     await harness.at(hour(10, 1))
     rows = await harness.occurrences("gated")
     assert [(r["instant"][11:16], r["status"]) for r in rows] == [
