@@ -257,8 +257,9 @@ async def test_kill_percent_1_drains_a_run_still_running(scratch: Path) -> None:
     run_id, server_log = await stop_with_a_run_still_running(
         scratch, ["read -r go", "kill %1"], 1.5
     )
-    # uv forwarded its SIGTERM on top of the shell's: ignored, the drain went on.
-    assert "SIGTERM: already stopping" in server_log, server_log
+    # uv forwards its SIGTERM on top of the shell's. Whether the server sees it
+    # as a second signal depends on timing (two pending SIGTERMs merge into one),
+    # so what is asserted is that the drain was never cut.
     assert "not waiting for the drain" not in server_log
     reopened = build_local_static_workflow_server(scratch / ".wf_store")
     run = await reopened.api.inspect_run(run_id)
