@@ -7,7 +7,10 @@ test polls (bounded) over RPC for their outcome.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -31,6 +34,7 @@ from core.errors import (
 )
 from shell import ManualClock, SchedulerService, SchedulerServiceConfig, build_scheduler_service
 from tests.rpc.live import serving, wait_until
+from tests.rpc.test_cli_subprocess import CLI_BIN, wf_schedule
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "docs" / "examples" / "quickstart"
 MONDAY = datetime(2026, 1, 5, 9, 30, tzinfo=UTC)
@@ -251,3 +255,47 @@ async def test_server_without_schedules_is_unavailable(tmp_path: Path) -> None:
         ):
             with pytest.raises(SchedulerUnavailable):
                 await call
+
+
+async def _cli_json(app: App, *args: str) -> Any:
+    code, out, err = await wf_schedule(*args, "--json", url=app.url)
+    assert (code, err) == (0, ""), err
+    return json.loads(out)
+
+
+async def test_occurrences_last_is_newest_first_and_watch_follows_new_rows(live: Live) -> None:
+    app = live.app
+    await app.create_schedule(schedule_id="hourly", deployment_id="hello.default", trigger=HOURLY)
+    ten, eleven, noon = (MONDAY.replace(hour=h, minute=0) for h in (10, 11, 12))
+    for instant in (ten, eleven):
+        await live.advance_to(instant)
+        await wait_until(lambda at=instant: live.row_at("hourly", at, "completed"))
+
+    newest = await _cli_json(app, "occurrences", "hourly", "--last", "1")
+    assert [r["instant"] for r in newest["occurrences"]] == [utc_text(eleven)]
+    both = await _cli_json(app, "occurrences", "hourly", "--last", "2")
+    assert [r["instant"] for r in both["occurrences"]] == [utc_text(eleven), utc_text(ten)]
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WF_")}
+    watcher = await asyncio.create_subprocess_exec(
+        str(CLI_BIN),
+        *("occurrences", "hourly", "--watch", "--last", "1", "--json", "--url", app.url),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert watcher.stdout is not None
+    try:
+        seen = [json.loads(await asyncio.wait_for(watcher.stdout.readline(), timeout=30))]
+        assert [(r["instant"], r["status"]) for r in seen] == [(utc_text(eleven), "completed")]
+        await live.advance_to(noon)
+        while (seen[-1]["instant"], seen[-1]["status"]) != (utc_text(noon), "completed"):
+            seen.append(json.loads(await asyncio.wait_for(watcher.stdout.readline(), timeout=30)))
+    finally:
+        watcher.send_signal(signal.SIGINT)
+        _, err = await asyncio.wait_for(watcher.communicate(), timeout=30)
+    assert watcher.returncode == 0, err.decode()
+    # Only rows about noon follow, each (status) shown once.
+    later = [(r["instant"], r["status"]) for r in seen[1:]]
+    assert {instant for instant, _ in later} == {utc_text(noon)}
+    assert len(later) == len(set(later))
