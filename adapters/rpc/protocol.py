@@ -138,6 +138,9 @@ class RpcFailure:
     message: str
     data: Any = None
     request_id: RequestId = None
+    # A well-formed request without `id` whose params we refuse: the spec
+    # forbids any response to a notification, even an error.
+    is_notification: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,9 +209,18 @@ def parse_body(body: bytes) -> Call | RpcFailure | list[Call | RpcFailure]:
         return RpcFailure(PARSE_ERROR, "parse error", {"code": "parse_error", "reason": reason})
     if isinstance(payload, list):
         if not payload:
-            return RpcFailure(INVALID_REQUEST, "invalid request: empty batch")
+            return _invalid_request(Problem(field="(batch)", reason="an empty batch holds no request"))
         return [parse_call(item) for item in payload]
     return parse_call(payload)
+
+
+def _invalid_request(*problems: Problem, request_id: RequestId = None) -> RpcFailure:
+    return RpcFailure(
+        INVALID_REQUEST,
+        "invalid request: " + "; ".join(f"{p.field}: {p.reason}" for p in problems),
+        {"code": "invalid_request", "problems": [p.as_dict() for p in problems]},
+        request_id,
+    )
 
 
 def _valid_id(value: Any) -> bool:
@@ -222,7 +234,7 @@ def _valid_id(value: Any) -> bool:
 def parse_call(payload: Any) -> Call | RpcFailure:
     """Validate one request object's envelope (not its params' schema)."""
     if not isinstance(payload, dict):
-        return RpcFailure(INVALID_REQUEST, "invalid request: a request must be a JSON object")
+        return _invalid_request(Problem(field="(request)", reason="must be a JSON object"))
     has_id = "id" in payload
     raw_id = payload.get("id")
     request_id: RequestId = raw_id if _valid_id(raw_id) else None
@@ -234,19 +246,17 @@ def parse_call(payload: Any) -> Call | RpcFailure:
         problems.append(Problem(field="method", reason="must be a non-empty string"))
     if has_id and not _valid_id(raw_id):
         problems.append(Problem(field="id", reason="must be a string, a number or null"))
+    params = payload.get("params")
+    if "params" in payload and not isinstance(params, dict | list):
+        # The spec allows only a structured value here: anything else is no Request.
+        problems.append(Problem(field="params", reason="must be an object (or an array)"))
     unknown = sorted(set(payload) - {"jsonrpc", "method", "params", "id"})
     for key in unknown:
         problems.append(Problem(field=key, reason="unknown member of a request object"))
     if problems:
-        return RpcFailure(
-            INVALID_REQUEST,
-            "invalid request: " + "; ".join(f"{p.field}: {p.reason}" for p in problems),
-            {"code": "invalid_request", "problems": [p.as_dict() for p in problems]},
-            request_id,
-        )
+        return _invalid_request(*problems, request_id=request_id)
     assert isinstance(method, str)
-    params = payload.get("params")
-    if "params" in payload and not isinstance(params, dict):
+    if isinstance(params, list):
         # The spec allows by-position arrays; this server names every parameter.
         problem = Problem(field="params", reason="must be an object of named parameters")
         return RpcFailure(
@@ -254,6 +264,7 @@ def parse_call(payload: Any) -> Call | RpcFailure:
             f"invalid params: {problem.field}: {problem.reason}",
             {"code": InvalidParams.code, "problems": [problem.as_dict()]},
             request_id,
+            is_notification=not has_id,
         )
     return Call(
         method=method,
