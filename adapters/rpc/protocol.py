@@ -209,7 +209,9 @@ def parse_body(body: bytes) -> Call | RpcFailure | list[Call | RpcFailure]:
         return RpcFailure(PARSE_ERROR, "parse error", {"code": "parse_error", "reason": reason})
     if isinstance(payload, list):
         if not payload:
-            return _invalid_request(Problem(field="(batch)", reason="an empty batch holds no request"))
+            return _invalid_request(
+                Problem(field="(batch)", reason="an empty batch holds no request")
+            )
         return [parse_call(item) for item in payload]
     return parse_call(payload)
 
