@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from core.errors import AlreadyExists, InvalidInput, NotFound, Problem, SchedulingError
+from core.limits import MAX_STEPS
 
 from .artifacts import ArtifactStore
 from .counter import RunIdCounter
@@ -243,7 +244,7 @@ class WorkflowApi:
         """Validate an admission: (deployment, merged inputs, stored origin, run
         number or None when the next id is to be taken). Raises like `admit_run`."""
         deployment, merged, problems = self._resolve(deployment_id, inputs)
-        problems += check_positive_int("max_steps", max_steps, optional=True)
+        problems += check_positive_int("max_steps", max_steps, optional=True, maximum=MAX_STEPS)
         stored_origin, origin_problems = check_origin(origin)
         problems += origin_problems
         number: int | None = None

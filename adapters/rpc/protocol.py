@@ -54,6 +54,7 @@ __all__ = [
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
     "INVALID_REQUEST",
+    "MAX_INTEGER_DIGITS",
     "MAX_NESTING",
     "METHOD_NOT_FOUND",
     "PARSE_ERROR",
@@ -105,6 +106,10 @@ RequestId = str | int | float | None
 
 # How deeply request values may nest (objects and arrays).
 MAX_NESTING: Final = 64
+# The longest integer literal a request may hold: Python's own default limit
+# on int() (fixed here so a changed interpreter setting cannot move it). Each
+# field then refuses what is outside its own range, naming the field.
+MAX_INTEGER_DIGITS: Final = 4300
 
 
 class InvalidParams(InvalidInput):
@@ -153,6 +158,24 @@ class Call:
     is_notification: bool = False
 
 
+def _parse_int(text: str) -> int:
+    # Python refuses to convert more digits than this, with advice meant for
+    # the server's programmer; no field accepts a number anywhere near it.
+    if len(text.lstrip("-")) > MAX_INTEGER_DIGITS:
+        raise ValueError(
+            f"a number has {len(text.lstrip('-'))} digits; at most {MAX_INTEGER_DIGITS} are read"
+        )
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        # 1e400 is valid JSON text but no double: refuse it rather than read infinity.
+        raise ValueError(f"the number {text[:40]} is too large to represent")
+    return value
+
+
 def _reject_constant(name: str) -> float:
     # NaN and Infinity are not JSON; Python's parser would accept them.
     raise ValueError(f"{name} is not valid JSON")
@@ -198,7 +221,9 @@ def parse_body(body: bytes) -> Call | RpcFailure | list[Call | RpcFailure]:
     """
     try:
         text = body.decode("utf-8")
-        payload = json.loads(text, parse_constant=_reject_constant)
+        payload = json.loads(
+            text, parse_constant=_reject_constant, parse_int=_parse_int, parse_float=_parse_float
+        )
     except RecursionError:
         payload, reason = None, f"values are nested deeper than {MAX_NESTING} levels"
     except (UnicodeDecodeError, ValueError) as exc:
