@@ -37,6 +37,7 @@ from pydantic_core import PydanticCustomError
 
 from core.bindings import binding_problems
 from core.errors import InvalidDefinition, Problem
+from core.limits import MAX_ACTIVE_RUNS, MAX_SAFE_INTEGER, MAX_STEPS, unsafe_integer_paths
 
 __all__ = [
     "PATCHABLE_FIELDS",
@@ -173,22 +174,32 @@ def _check_deployment_id(value: str) -> str:
 
 def _check_input_value(value: JsonValue) -> JsonValue:
     found = binding_problems(value)
+    found += [
+        f"integer{' at ' + path if path else ''} is outside ±{MAX_SAFE_INTEGER} (2^53 - 1)"
+        for path in unsafe_integer_paths(value)
+    ]
     if found:
         raise _fail("binding", "; ".join(found))
     return value
 
 
-def _check_positive(value: int) -> int:
-    if value < 1:
-        raise _fail("positive", "must be at least 1")
-    return value
+def _at_most(maximum: int) -> Any:
+    def check(value: int) -> int:
+        if not 1 <= value <= maximum:
+            raise _fail("range", f"must be at least 1 and at most {maximum}")
+        return value
+
+    return AfterValidator(check)
 
 
 def _check_allowance(value: float) -> float:
-    if not math.isfinite(value) or not 0 <= value <= _MAX_ALLOWANCE_S:
+    # -0.0 compares equal to 0 but would be stored and shown as a negative.
+    negative = math.copysign(1.0, value) < 0
+    if not math.isfinite(value) or negative or not 0 <= value <= _MAX_ALLOWANCE_S:
         raise _fail(
             "allowance",
-            f"must be a finite number of seconds >= 0 and at most {_MAX_ALLOWANCE_S} (ten years)",
+            f"must be a finite number of seconds >= 0 and at most {_MAX_ALLOWANCE_S} (ten years)"
+            + (", not -0.0" if negative and value == 0 else ""),
         )
     return float(value)
 
@@ -200,7 +211,8 @@ ScheduleId = Annotated[str, Field(strict=True), AfterValidator(_check_schedule_i
 DeploymentId = Annotated[str, Field(strict=True), AfterValidator(_check_deployment_id)]
 InputValue = Annotated[JsonValue, AfterValidator(_check_input_value)]
 Inputs = dict[str, InputValue]
-PositiveInt = Annotated[int, Field(strict=True), AfterValidator(_check_positive)]
+ActiveRunLimit = Annotated[int, Field(strict=True), _at_most(MAX_ACTIVE_RUNS)]
+StepBudget = Annotated[int, Field(strict=True), _at_most(MAX_STEPS)]
 Allowance = Annotated[float, Field(strict=True), AfterValidator(_check_allowance)]
 Overlap = Literal["skip", "parallel"]
 Misfire = Literal["skip", "latest"]
@@ -261,10 +273,10 @@ class ScheduleDefinition(_Model):
     trigger: Trigger
     inputs: Inputs = Field(default_factory=dict)
     overlap: Overlap = "skip"
-    max_active_runs: PositiveInt | None = None
+    max_active_runs: ActiveRunLimit | None = None
     misfire: Misfire = "skip"
     lateness_allowance_s: Allowance = 60.0
-    max_steps: PositiveInt | None = None
+    max_steps: StepBudget | None = None
 
     @model_validator(mode="after")
     def _cross_field(self) -> ScheduleDefinition:
@@ -309,10 +321,10 @@ class SchedulePatch(_Model):
     trigger: Trigger | None = None
     inputs: Inputs | None = None
     overlap: Overlap | None = None
-    max_active_runs: PositiveInt | None = None
+    max_active_runs: ActiveRunLimit | None = None
     misfire: Misfire | None = None
     lateness_allowance_s: Allowance | None = None
-    max_steps: PositiveInt | None = None
+    max_steps: StepBudget | None = None
 
     def __hash__(self) -> int:
         return hash(json.dumps(self.model_dump(mode="json"), sort_keys=True))

@@ -49,6 +49,7 @@ from core.errors import (
     Problem,
     RevisionConflict,
 )
+from core.limits import MAX_SAFE_INTEGER
 from shell.durable import append_records, atomic_write_json, fault_point, fsync_directory
 from shell.jsonlog import read_lines, repair_torn_tail
 from shell.store_format import (
@@ -628,6 +629,13 @@ class DefinitionStore:
             bad.append(Problem(field="definition", reason="must be an object"))
         if expected_revision is not None and not _is_int(expected_revision):
             bad.append(Problem(field="expected_revision", reason="must be an integer"))
+        elif expected_revision is not None and abs(expected_revision) > MAX_SAFE_INTEGER:
+            bad.append(
+                Problem(
+                    field="expected_revision",
+                    reason=f"must be an integer from 1 to {MAX_SAFE_INTEGER}",
+                )
+            )
         if bad:
             raise InvalidInput.from_problems("lifecycle change", bad)
         payload = dict(definition) if definition is not None else None

@@ -22,6 +22,7 @@ from core.errors import (
     Problem,
     SchedulingError,
 )
+from core.limits import MAX_STEPS
 
 from .artifacts import ArtifactStore
 from .counter import RunIdCounter
@@ -271,7 +272,7 @@ class WorkflowApi:
         """Validate an admission: (deployment, merged inputs, stored origin, run
         number or None when the next id is to be taken). Raises like `admit_run`."""
         deployment, merged, problems = self._resolve(deployment_id, inputs)
-        problems += check_positive_int("max_steps", max_steps, optional=True)
+        problems += check_positive_int("max_steps", max_steps, optional=True, maximum=MAX_STEPS)
         stored_origin, origin_problems = check_origin(origin)
         problems += origin_problems
         number: int | None = None

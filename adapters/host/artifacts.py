@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import AlreadyExists, InvalidInput, NotFound, Problem
+from core.limits import MAX_VERSION
 
 from .identifiers import ID_PATTERN, check_identifier, check_positive_int
 from .plans import Plan, compile_plan
@@ -97,7 +98,7 @@ class ArtifactStore:
         """Validate and store one version (idempotent for identical content)."""
         problems = [
             *check_identifier("artifact_id", artifact_id),
-            *check_positive_int("version", version),
+            *check_positive_int("version", version, maximum=MAX_VERSION),
             *_check_text("title", title),
             *_check_text("description", description),
         ]
@@ -138,7 +139,7 @@ class ArtifactStore:
 
     def _lookup(self, artifact_id: Any, version: Any) -> tuple[dict[str, Any], Plan]:
         # A string that could never be an id simply names no artifact.
-        problems = check_positive_int("version", version, optional=True)
+        problems = check_positive_int("version", version, optional=True, maximum=MAX_VERSION)
         if not isinstance(artifact_id, str):
             problems = [*check_identifier("artifact_id", artifact_id), *problems]
         if problems:

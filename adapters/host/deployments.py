@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Final, cast
 
 from core.errors import InvalidInput, NotFound, Problem
+from core.limits import MAX_VERSION
 
 from .artifacts import ArtifactStore
 from .identifiers import ID_PATTERN, check_identifier, check_positive_int
@@ -102,7 +103,9 @@ class DeploymentStore:
         deployment_id = cast(str, payload.get("deployment_id"))  # checked just below
         problems += check_identifier("deployment_id", deployment_id)
         problems += check_identifier("artifact_id", payload.get("artifact_id"))
-        problems += check_positive_int("artifact_version", payload.get("artifact_version"))
+        problems += check_positive_int(
+            "artifact_version", payload.get("artifact_version"), maximum=MAX_VERSION
+        )
         inputs = payload.get("inputs", {})
         problems += _check_inputs("inputs", inputs)
         title = payload.get("title")

@@ -47,15 +47,26 @@ def check_identifier(field: str, value: Any) -> list[Problem]:
     return []
 
 
-def check_positive_int(field: str, value: Any, *, optional: bool = False) -> list[Problem]:
-    """Problems with a value that must be an int >= 1 (bools are not ints here)."""
+def check_positive_int(
+    field: str, value: Any, *, optional: bool = False, maximum: int | None = None
+) -> list[Problem]:
+    """Problems with a value that must be an int >= 1, and <= `maximum` when
+    one is given (bools are not ints here)."""
     if value is None and optional:
         return []
+    wanted = "an integer >= 1" if maximum is None else f"an integer from 1 to {maximum}"
     if isinstance(value, bool) or not isinstance(value, int):
-        return [Problem(field=field, reason=f"must be an integer >= 1, got {value!r}")]
-    if value < 1:
-        return [Problem(field=field, reason=f"must be an integer >= 1, got {value}")]
+        return [Problem(field=field, reason=f"must be {wanted}, got {_shown(value)}")]
+    if value < 1 or (maximum is not None and value > maximum):
+        return [Problem(field=field, reason=f"must be {wanted}, got {_shown(value)}")]
     return []
+
+
+def _shown(value: Any) -> str:
+    # A 4,000-digit number would swamp the message (and str() refuses past 4,300).
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**20:
+        return "a number far outside that range"
+    return repr(value)
 
 
 def format_run_id(number: int) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from core.errors import Problem
+from core.limits import MAX_SAFE_INTEGER
 
 __all__ = ["NotJson", "as_json", "json_problem"]
 
@@ -43,6 +44,9 @@ def _thaw(value: Any, where: str) -> Any:
     if isinstance(value, str):
         return _text(value, where)
     if isinstance(value, int):
+        if not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            # JSON peers that read numbers as doubles could not hold it exactly.
+            raise NotJson(where, f"an integer outside ±{MAX_SAFE_INTEGER} (2^53 - 1)")
         return int(value)
     if isinstance(value, float):
         if not math.isfinite(value):

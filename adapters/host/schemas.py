@@ -2,7 +2,7 @@
 
 Plans carry three kinds of schema (input, output, resume). They are checked
 once against the metaschema when the artifact is created and then applied to
-instances with `format` assertions on, so `"format": "date-time"` means it.
+instances with `format` assertions on for `ASSERTED_FORMATS`, so `"format": "date-time"` means it.
 """
 
 from __future__ import annotations
@@ -10,16 +10,41 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Final
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, FormatChecker
 from jsonschema.exceptions import ValidationError
 
 from core.errors import Problem
 
-__all__ = ["check_schema", "join_path", "validate_instance"]
+__all__ = ["ASSERTED_FORMATS", "check_schema", "join_path", "validate_instance"]
 
 _META = Draft202012Validator(Draft202012Validator.META_SCHEMA)
+
+# The formats docs/plans.md promises are asserted. jsonschema registers a
+# format's checker only when the library implementing it imports (date-time
+# and time need rfc3339-validator), and an unregistered format silently
+# passes everything: so a missing library must stop the host, not weaken it.
+ASSERTED_FORMATS: Final = (
+    "date",
+    "date-time",
+    "email",
+    "idn-email",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "regex",
+    "time",
+    "uuid",
+)
+_DRAFT_CHECKS: Final = Draft202012Validator.FORMAT_CHECKER.checkers
+_unchecked = sorted(set(ASSERTED_FORMATS) - set(_DRAFT_CHECKS))
+if _unchecked:
+    raise ImportError(
+        f"no checker for the JSON Schema formats {_unchecked}: reinstall wf-scheduler"
+    )
+_FORMAT_CHECKER: Final = FormatChecker(())
+_FORMAT_CHECKER.checkers = {name: _DRAFT_CHECKS[name] for name in ASSERTED_FORMATS}
 
 
 def join_path(prefix: str, parts: Iterable[Any]) -> str:
@@ -77,9 +102,7 @@ def _problems_for(prefix: str, error: ValidationError) -> list[Problem]:
 
 @functools.lru_cache(maxsize=256)
 def _compiled(text: str) -> Draft202012Validator:
-    return Draft202012Validator(
-        json.loads(text), format_checker=Draft202012Validator.FORMAT_CHECKER
-    )
+    return Draft202012Validator(json.loads(text), format_checker=_FORMAT_CHECKER)
 
 
 def _validator(schema: Any) -> Draft202012Validator:
@@ -89,7 +112,7 @@ def _validator(schema: Any) -> Draft202012Validator:
     try:
         text = json.dumps(schema, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError):
-        return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+        return Draft202012Validator(schema, format_checker=_FORMAT_CHECKER)
     return _compiled(text)
 
 

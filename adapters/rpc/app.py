@@ -155,7 +155,7 @@ class _RpcEndpoint:
 
     async def _answer(self, item: Call | RpcFailure) -> bytes | None:
         if isinstance(item, RpcFailure):
-            return encode_json(failure_object(item))
+            return None if item.is_notification else encode_json(failure_object(item))
         response = await self._run(item)
         if item.is_notification:
             return None

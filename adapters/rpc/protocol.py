@@ -54,6 +54,7 @@ __all__ = [
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
     "INVALID_REQUEST",
+    "MAX_INTEGER_DIGITS",
     "MAX_NESTING",
     "METHOD_NOT_FOUND",
     "PARSE_ERROR",
@@ -105,6 +106,10 @@ RequestId = str | int | float | None
 
 # How deeply request values may nest (objects and arrays).
 MAX_NESTING: Final = 64
+# The longest integer literal a request may hold: Python's own default limit
+# on int() (fixed here so a changed interpreter setting cannot move it). Each
+# field then refuses what is outside its own range, naming the field.
+MAX_INTEGER_DIGITS: Final = 4300
 
 
 class InvalidParams(InvalidInput):
@@ -138,6 +143,9 @@ class RpcFailure:
     message: str
     data: Any = None
     request_id: RequestId = None
+    # A well-formed request without `id` whose params we refuse: the spec
+    # forbids any response to a notification, even an error.
+    is_notification: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +156,24 @@ class Call:
     params: dict[str, Any]
     request_id: RequestId = None
     is_notification: bool = False
+
+
+def _parse_int(text: str) -> int:
+    # Python refuses to convert more digits than this, with advice meant for
+    # the server's programmer; no field accepts a number anywhere near it.
+    if len(text.lstrip("-")) > MAX_INTEGER_DIGITS:
+        raise ValueError(
+            f"a number has {len(text.lstrip('-'))} digits; at most {MAX_INTEGER_DIGITS} are read"
+        )
+    return int(text)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        # 1e400 is valid JSON text but no double: refuse it rather than read infinity.
+        raise ValueError(f"the number {text[:40]} is too large to represent")
+    return value
 
 
 def _reject_constant(name: str) -> float:
@@ -195,7 +221,9 @@ def parse_body(body: bytes) -> Call | RpcFailure | list[Call | RpcFailure]:
     """
     try:
         text = body.decode("utf-8")
-        payload = json.loads(text, parse_constant=_reject_constant)
+        payload = json.loads(
+            text, parse_constant=_reject_constant, parse_int=_parse_int, parse_float=_parse_float
+        )
     except RecursionError:
         payload, reason = None, f"values are nested deeper than {MAX_NESTING} levels"
     except (UnicodeDecodeError, ValueError) as exc:
@@ -206,9 +234,20 @@ def parse_body(body: bytes) -> Call | RpcFailure | list[Call | RpcFailure]:
         return RpcFailure(PARSE_ERROR, "parse error", {"code": "parse_error", "reason": reason})
     if isinstance(payload, list):
         if not payload:
-            return RpcFailure(INVALID_REQUEST, "invalid request: empty batch")
+            return _invalid_request(
+                Problem(field="(batch)", reason="an empty batch holds no request")
+            )
         return [parse_call(item) for item in payload]
     return parse_call(payload)
+
+
+def _invalid_request(*problems: Problem, request_id: RequestId = None) -> RpcFailure:
+    return RpcFailure(
+        INVALID_REQUEST,
+        "invalid request: " + "; ".join(f"{p.field}: {p.reason}" for p in problems),
+        {"code": "invalid_request", "problems": [p.as_dict() for p in problems]},
+        request_id,
+    )
 
 
 def _valid_id(value: Any) -> bool:
@@ -222,7 +261,7 @@ def _valid_id(value: Any) -> bool:
 def parse_call(payload: Any) -> Call | RpcFailure:
     """Validate one request object's envelope (not its params' schema)."""
     if not isinstance(payload, dict):
-        return RpcFailure(INVALID_REQUEST, "invalid request: a request must be a JSON object")
+        return _invalid_request(Problem(field="(request)", reason="must be a JSON object"))
     has_id = "id" in payload
     raw_id = payload.get("id")
     request_id: RequestId = raw_id if _valid_id(raw_id) else None
@@ -234,19 +273,17 @@ def parse_call(payload: Any) -> Call | RpcFailure:
         problems.append(Problem(field="method", reason="must be a non-empty string"))
     if has_id and not _valid_id(raw_id):
         problems.append(Problem(field="id", reason="must be a string, a number or null"))
+    params = payload.get("params")
+    if "params" in payload and not isinstance(params, dict | list):
+        # The spec allows only a structured value here: anything else is no Request.
+        problems.append(Problem(field="params", reason="must be an object (or an array)"))
     unknown = sorted(set(payload) - {"jsonrpc", "method", "params", "id"})
     for key in unknown:
         problems.append(Problem(field=key, reason="unknown member of a request object"))
     if problems:
-        return RpcFailure(
-            INVALID_REQUEST,
-            "invalid request: " + "; ".join(f"{p.field}: {p.reason}" for p in problems),
-            {"code": "invalid_request", "problems": [p.as_dict() for p in problems]},
-            request_id,
-        )
+        return _invalid_request(*problems, request_id=request_id)
     assert isinstance(method, str)
-    params = payload.get("params")
-    if "params" in payload and not isinstance(params, dict):
+    if isinstance(params, list):
         # The spec allows by-position arrays; this server names every parameter.
         problem = Problem(field="params", reason="must be an object of named parameters")
         return RpcFailure(
@@ -254,6 +291,7 @@ def parse_call(payload: Any) -> Call | RpcFailure:
             f"invalid params: {problem.field}: {problem.reason}",
             {"code": InvalidParams.code, "problems": [problem.as_dict()]},
             request_id,
+            is_notification=not has_id,
         )
     return Call(
         method=method,

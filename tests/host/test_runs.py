@@ -753,3 +753,41 @@ async def test_listeners_get_a_copy_of_the_origin(server: LocalStaticWorkflowSer
     run_id = await server.api.start_run("hello.default", {"name": "x"}, origin=SCHEDULE_ORIGIN)
     assert await server.api.drain(float("inf")) == []
     assert (await server.api.inspect_run(run_id))["origin"] == SCHEDULE_ORIGIN
+
+
+# One bad and one good value per format docs/plans.md says is asserted.
+FORMAT_CASES = [
+    ("date-time", "yesterday", "2026-03-02T09:00:00Z"),
+    ("date", "2026-02-30", "2026-02-28"),
+    ("time", "noon", "09:00:00+01:00"),
+    ("email", "nobody", "ops@example.com"),
+    ("idn-email", "nobody", "ops@example.com"),
+    ("idn-hostname", "-bad-", "example.com"),
+    ("ipv4", "300.1.1.1", "192.0.2.1"),
+    ("ipv6", "::g", "2001:db8::1"),
+    ("regex", "(", "^a+$"),
+    ("uuid", "not-a-uuid", "4b6f3c1e-5d0a-4d8e-9a1b-2c3d4e5f6a7b"),
+]
+
+
+def test_the_asserted_formats_are_the_documented_ones() -> None:
+    from adapters.host.schemas import ASSERTED_FORMATS
+
+    assert sorted(ASSERTED_FORMATS) == sorted(name for name, _, _ in FORMAT_CASES)
+
+
+@pytest.mark.parametrize(("name", "bad", "good"), FORMAT_CASES)
+async def test_input_formats_are_asserted(
+    server: LocalStaticWorkflowServer, name: str, bad: str, good: str
+) -> None:
+    plan = copy.deepcopy(GREETING_PLAN)
+    plan["input_schema"]["properties"]["when"] = {"type": "string", "format": name}
+    await deploy(server, plan, "hello.default")
+    before = tree_snapshot(server.store_root)
+    with pytest.raises(InvalidInput) as caught:
+        await server.api.admit_run("hello.default", {"name": "x", "when": bad})
+    assert [(p.field, p.reason) for p in caught.value.problems] == [
+        ("inputs.when", f"{bad!r} is not a {name!r}")
+    ]
+    assert tree_snapshot(server.store_root) == before
+    assert await server.api.admit_run("hello.default", {"name": "x", "when": good})

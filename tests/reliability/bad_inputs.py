@@ -60,6 +60,8 @@ def deep(depth: int, leaf: Any = 1) -> Any:
 
 
 HUGE: Final = "x" * 200_000
+# 4,001 digits: under Python's int() limit, so it reaches the fields' own checks.
+HUGE_INT: Final = int("9" * 4001)
 TRAVERSAL_IDS: Final = (
     "../x",
     "..",
@@ -104,7 +106,7 @@ not_strings = (
 )
 
 bad_limits = st.sampled_from([0, 101, -1, 10**30, -(10**30), 1.5, "10", True, False, [10], {}])
-bad_positive = st.sampled_from([0, -1, -(10**20), 1.5, "1", True, [1], {"n": 1}])
+bad_positive = st.sampled_from([0, -1, -(10**20), 10**20, HUGE_INT, 1.5, "1", True, [1], {"n": 1}])
 bad_revisions = st.sampled_from([0, -1, -7, -(10**20), 1.0, "1", True, [1]]) | st.integers(
     min_value=2, max_value=10**9
 )  # a stale (never issued) revision: RevisionConflict
@@ -171,6 +173,7 @@ bad_inputs = st.one_of(
     st.just({"when": {"$bind": "no.such.binding"}}),
     st.just({"when": {"$bind": 5}}),
     st.just({"when": "x", "n": deep(70)}),
+    st.sampled_from([2**53, -(2**53), HUGE_INT]).map(lambda n: {"when": "x", "n": [n]}),
     st.lists(json_values, max_size=3),
     st.integers(),
     st.text(max_size=5),
@@ -252,10 +255,10 @@ _create_schedule = broken(
     _set("trigger", bad_triggers | st.none()),
     _set("inputs", bad_inputs),
     _set("overlap", st.sampled_from(["queue", "", "SKIP", 1, True])),
-    _set("max_active_runs", st.sampled_from([0, -1, 2, 5, "1", 1.5, True])),
+    _set("max_active_runs", st.sampled_from([0, -1, 2, 5, 100_001, HUGE_INT, "1", 1.5, True])),
     _set("misfire", st.sampled_from(["all", "", "Latest", 0])),
-    _set("lateness_allowance_s", st.sampled_from([-1, -0.5, 1e18, 3.2e8, "60", True, [60]])),
-    _set("max_steps", bad_positive),
+    _set("lateness_allowance_s", st.sampled_from([-1, -0.5, -0.0, 1e18, 3.2e8, "60", True, [60]])),
+    _set("max_steps", bad_positive | st.just(10**9 + 1)),
     _drop("trigger"),
     _drop("schedule_id"),
 )
@@ -271,7 +274,8 @@ _update_schedule = broken(
     _set("schedule_id", bad_ids | not_strings),
     _set("trigger", bad_triggers),
     _set("inputs", bad_inputs),
-    _set("lateness_allowance_s", st.sampled_from([-1, 1e18, "30", False])),
+    _set("lateness_allowance_s", st.sampled_from([-1, -0.0, 1e18, "30", False])),
+    _set("expected_revision", st.just(HUGE_INT)),
     _set("max_steps", bad_positive),
     _set("overlap", st.sampled_from(["queue", 3])),
     _set("misfire", st.sampled_from(["all", 3])),
@@ -293,7 +297,7 @@ _create_artifact = broken(
         new_ids,
     ),
     _set("artifact_id", st.sampled_from(TRAVERSAL_IDS).filter(lambda s: s != "CON") | not_strings),
-    _set("version", bad_positive | st.none()),
+    _set("version", bad_positive | st.none() | st.just(2**31) | st.just(int("9" * 240))),
     _set("plan", bad_plans | st.none()),
     _set("title", not_strings),
     _set("description", not_strings),
@@ -339,7 +343,10 @@ _save_deployment = broken(
         st.sampled_from(TRAVERSAL_IDS).filter(lambda s: s != "CON") | not_strings | st.none(),
     ),
     _set_payload("artifact_id", bad_ids | not_strings | st.none()),
-    _set_payload("artifact_version", bad_positive | st.integers(min_value=2, max_value=10**6)),
+    _set_payload(
+        "artifact_version",
+        bad_positive | st.integers(min_value=2, max_value=10**6) | st.just(2**31),
+    ),
     # Default inputs alone are not checked against the schema (they may be
     # partial, docs/host.md), but they must be an object.
     _set_payload("inputs", bad_inputs.filter(lambda v: not isinstance(v, dict))),
@@ -357,7 +364,7 @@ _start_run = broken(
     st.just({"deployment_id": "report.default", "inputs": {"when": "x"}}),
     _set("deployment_id", bad_ids | not_strings | st.none()),
     _set("inputs", bad_inputs),
-    _set("max_steps", bad_positive),
+    _set("max_steps", bad_positive | st.just(10**9 + 1)),
 )
 
 _resume_run = broken(

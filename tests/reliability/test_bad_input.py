@@ -225,5 +225,63 @@ def test_an_oversized_body_is_refused_before_it_is_read(rig: Rig) -> None:
         rig.check("oversized", huge, over_socket=over_socket)
 
 
+def _numbers(text: str) -> str:
+    """`text` with NINES<n> spelled as n nines, and PLAN and CREATE filled in."""
+    for count in (5000, 4001, 240):
+        text = text.replace(f"NINES{count}", "9" * count)
+    create = (
+        '"schedule_id": "fresh", "deployment_id": "report.default",'
+        ' "trigger": {"kind": "cron", "expression": "0 * * * *"}'
+    )
+    return text.replace("PLAN", json.dumps(CONSTANT_PLAN)).replace("CREATE", create)
+
+
+# Named so each is tried on every run, not only when the campaign draws it.
+HUGE_NUMBER_CALLS = [
+    (
+        "workflow.artifacts.create_from_plan",
+        '{"artifact_id": "x", "version": NINES240, "plan": PLAN}',
+    ),
+    ("workflow.artifacts.get", '{"artifact_id": "report", "version": NINES240}'),
+    ("workflow.runs.start", '{"deployment_id": "report.default", "max_steps": NINES4001}'),
+    ("workflow.runs.start", '{"deployment_id": "report.default", "inputs": {"n": NINES4001}}'),
+    (
+        "workflow.runs.start",
+        '{"deployment_id": "report.default", "inputs": {"n": 9007199254740992}}',
+    ),
+    ("workflow.runs.start", '{"deployment_id": "report.default", "inputs": {"n": NINES5000}}'),
+    ("workflow.runs.start", '{"deployment_id": "report.default", "inputs": {"n": 1e400}}'),
+    ("workflow.schedules.create", '{CREATE, "max_steps": NINES4001}'),
+    ("workflow.schedules.create", '{CREATE, "overlap": "parallel", "max_active_runs": NINES4001}'),
+    ("workflow.schedules.create", '{CREATE, "lateness_allowance_s": -0.0}'),
+    ("workflow.schedules.create", '{CREATE, "inputs": {"when": "x", "n": -9007199254740992}}'),
+    (
+        "workflow.schedules.update",
+        '{"schedule_id": "hourly", "expected_revision": 1, "lateness_allowance_s": -0.0}',
+    ),
+    (
+        "workflow.schedules.update",
+        '{"schedule_id": "hourly", "expected_revision": NINES4001, "max_steps": 5}',
+    ),
+    (
+        "workflow.deployments.save",
+        '{"payload": {"deployment_id": "x", "artifact_id": "report",'
+        ' "artifact_version": NINES4001}}',
+    ),
+]
+
+
+@pytest.mark.parametrize(("method", "params"), HUGE_NUMBER_CALLS)
+def test_huge_numbers_and_negative_zero_are_refused_without_a_write(
+    rig: Rig, method: str, params: str
+) -> None:
+    body = _numbers(f'{{"jsonrpc": "2.0", "id": 7, "method": "{method}", "params": {params}}}')
+    rig.check("huge number", body.encode())
+    answer = rig.post(body.encode()).json()
+    data = answer["error"]["data"]
+    # The field is named, or the body is unreadable as a whole (too many digits, 1e400).
+    assert data["code"] == "parse_error" or data["problems"], answer
+
+
 def _call_body_raw(envelope: Any) -> bytes:
     return json.dumps(envelope).encode("utf-8", "surrogatepass")

@@ -49,7 +49,10 @@ PARSE_CASES: list[tuple[bytes, int]] = [
     (b'{"jsonrpc": "2.0", "method": "m", "id": {}}', INVALID_REQUEST),
     (b'{"jsonrpc": "2.0", "method": "m", "id": 1, "extra": 1}', INVALID_REQUEST),
     (b'{"jsonrpc": "2.0", "method": "m", "id": 1, "params": [1, 2]}', INVALID_PARAMS),
-    (b'{"jsonrpc": "2.0", "method": "m", "id": 1, "params": "x"}', INVALID_PARAMS),
+    # Params that are no structured value make the object no Request at all.
+    (b'{"jsonrpc": "2.0", "method": "m", "id": 1, "params": "x"}', INVALID_REQUEST),
+    (b'{"jsonrpc": "2.0", "method": "m", "id": 1, "params": 5}', INVALID_REQUEST),
+    (b'{"jsonrpc": "2.0", "method": "m", "id": 1, "params": null}', INVALID_REQUEST),
 ]
 
 
@@ -58,6 +61,27 @@ def test_malformed_envelopes_fail_with_their_code(body: bytes, code: int) -> Non
     parsed = parse_body(body)
     assert isinstance(parsed, RpcFailure)
     assert parsed.code == code
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"[]", b"42", b"[5]", b'{"jsonrpc": "2.0", "method": "m", "id": 1, "params": "x"}'],
+)
+def test_every_envelope_failure_carries_a_data_code(body: bytes) -> None:
+    parsed = parse_body(body)
+    failure = parsed[0] if isinstance(parsed, list) else parsed
+    assert isinstance(failure, RpcFailure)
+    assert failure.data["code"] == "invalid_request"
+    assert failure.data["problems"], failure.data
+
+
+def test_by_position_params_of_a_notification_fail_silently() -> None:
+    note = parse_body(b'{"jsonrpc": "2.0", "method": "m", "params": [1]}')
+    assert isinstance(note, RpcFailure)
+    assert (note.code, note.is_notification) == (INVALID_PARAMS, True)
+    call = parse_body(b'{"jsonrpc": "2.0", "method": "m", "params": [1], "id": 2}')
+    assert isinstance(call, RpcFailure)
+    assert (call.code, call.is_notification, call.request_id) == (INVALID_PARAMS, False, 2)
 
 
 def test_invalid_request_keeps_a_valid_id_and_names_the_problem() -> None:

@@ -136,11 +136,26 @@ async def test_all_notifications_answer_204(url: str) -> None:
     assert single.status_code == 204
 
 
+async def test_a_notification_with_bad_params_gets_no_answer(url: str) -> None:
+    # JSON-RPC 2.0: the server MUST NOT reply to a notification, also in a batch.
+    bad_params = [
+        {"jsonrpc": "2.0", "method": "workflow.health", "params": [1]},
+        {"jsonrpc": "2.0", "method": "workflow.schedules.get", "params": {"colour": 1}},
+    ]
+    for note in bad_params:
+        single = await post(url, note)
+        assert (single.status_code, single.content) == (204, b"")
+    batch = await post(url, [*bad_params, request("workflow.health", {}, 9)])
+    assert [answer["id"] for answer in batch.json()] == [9]
+
+
 PROTOCOL_ERRORS: list[tuple[bytes, int]] = [
     (b'{"jsonrpc": "2.0", "method": ', -32700),
     (b"not json at all", -32700),
     (b"[]", -32600),
+    (b"[7]", -32600),
     (b'{"jsonrpc": "2.0", "id": 1}', -32600),
+    (b'{"jsonrpc": "2.0", "method": "workflow.health", "params": "x", "id": 1}', -32600),
     (b'{"jsonrpc": "2.0", "method": "workflow.unknown", "id": 1}', -32601),
     (b'{"jsonrpc": "2.0", "method": "workflow.health", "params": [], "id": 1}', -32602),
 ]
@@ -153,8 +168,12 @@ async def test_protocol_errors_are_json_rpc_errors_not_http_errors(
     response = await post(url, body)
     assert response.status_code == 200
     answer = response.json()
+    if isinstance(answer, list):
+        (answer,) = answer
     assert answer["jsonrpc"] == "2.0"
     assert answer["error"]["code"] == code
+    # docs/rpc.md: every error names itself in data.code.
+    assert isinstance(answer["error"]["data"]["code"], str)
     assert "result" not in answer
 
 

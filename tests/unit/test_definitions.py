@@ -327,6 +327,25 @@ INVALID_CASES: list[tuple[str, dict[str, Any], dict[str, str]]] = [
         },
     ),
     (
+        "huge numbers",
+        payload(
+            overlap="parallel",
+            max_active_runs=int("9" * 4001),
+            max_steps=10**9 + 1,
+            inputs={"n": [2**53]},
+        ),
+        {
+            "max_active_runs": "at most 100000",
+            "max_steps": "at most 1000000000",
+            "inputs.n": "integer at [0] is outside ±9007199254740991",
+        },
+    ),
+    (
+        "negative zero allowance",
+        payload(lateness_allowance_s=-0.0),
+        {"lateness_allowance_s": "-0.0"},
+    ),
+    (
         "cross-field not judged when its field is bad",
         payload(overlap="parallel", max_active_runs=-1),
         {"max_active_runs": "at least 1"},
