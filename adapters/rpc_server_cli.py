@@ -132,9 +132,11 @@ def _refuse_if_owned(store_root: Path) -> None:
     """Raise SchedulerUnavailable (naming the holder) if another process's
     scheduler owns the store: opening the host runs startup recovery, which
     would declare that process's executing runs abandoned."""
-    # Probed even when the lock file is missing: a live owner whose lock file
-    # was removed still holds the store root's lock.
     probe = SchedulerLock(store_root)
+    if not probe.path.exists():
+        # A live owner whose lock file was removed still locks the store root.
+        probe.refuse_if_owned()
+        return
     probe.acquire()
     probe.release()
 

@@ -97,6 +97,13 @@ class SchedulerLock:
             raise self._refusal(root_locked=True) from None
         return root_fd
 
+    def refuse_if_owned(self) -> None:
+        """Raise the refusal `acquire()` would when a live process owns the
+        store (even one whose lock file was removed), creating nothing."""
+        if not self.store_root.is_dir():
+            return
+        os.close(self._lock_root())
+
     def _lock_file(self) -> dict[str, Any]:
         while True:
             created = not self.path.exists()
@@ -237,6 +244,15 @@ class SchedulerLock:
             # Last: until now no other process may take the store.
             if root_fd is not None:
                 os.close(root_fd)
+
+    def abandon(self) -> None:
+        """Close both descriptors without touching the file, as the kernel does
+        when the holder dies (crash tests simulate a dead process with it)."""
+        for fd in (self._fd, self._root_fd):
+            if fd is not None:
+                os.close(fd)
+        self._fd = self._root_fd = None
+        self.holder = None
 
     def __enter__(self) -> SchedulerLock:
         self.acquire()

@@ -66,9 +66,11 @@ def _refuse_if_owned(store_root: Path) -> None:
     Otherwise, under the lock, replay what a scheduler that died left in its
     commit journal (`shell.journal`): the schedule files must hold every
     durable write before anything reads them."""
-    # Probed even when the lock file is missing: a live owner whose lock file
-    # was removed still holds the store root's lock.
     probe = SchedulerLock(store_root)
+    if not probe.path.exists():
+        # A live owner whose lock file was removed still locks the store root.
+        probe.refuse_if_owned()
+        return
     probe.acquire()
     try:
         replay_journal(store_root)
