@@ -157,6 +157,8 @@ def _refuse_if_owned(store_root: Path) -> None:
     would declare that process's executing runs abandoned."""
     probe = SchedulerLock(store_root)
     if not probe.path.exists():
+        # A live owner whose lock file was removed still locks the store root.
+        probe.refuse_if_owned()
         return
     probe.acquire()
     probe.release()

@@ -6,10 +6,17 @@ process dies, however it dies, so a lock file left by a dead process never
 blocks a new service. After locking, the holder writes `{"pid", "host",
 "since"}` into the file so that a refused second service can name it.
 
-Fencing: `verify()` checks that the path still names the file we locked. If
-an operator (or a cleanup script) removed or replaced it, another service
-could lock the new file while we still run; the service must then stop
-admitting, and says so.
+Ownership also holds an `flock(LOCK_EX)` on the store root directory itself,
+taken first. A directory that holds the store cannot be removed, and
+unlinking or replacing `scheduler.lock` does not touch the directory's lock,
+so a second service is refused for as long as the first lives, even when its
+lock file is gone (it is then named from `/proc/locks`).
+
+Fencing: `verify()` checks that the paths still name the file and the
+directory we locked. If an operator (or a cleanup script) removed or
+replaced the lock file, or renamed the store root, the service stops
+admitting, and says so; it keeps the directory lock until it stops, so no
+second service can take the store meanwhile.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ class SchedulerLock:
         self.path = self.store_root / LOCK_FILE
         self._clock = clock
         self._fd: int | None = None
+        self._root_fd: int | None = None
         self.holder: dict[str, Any] | None = None
 
     @property
@@ -68,6 +76,35 @@ class SchedulerLock:
                 data={"holder": self.holder},
             )
         self.store_root.mkdir(parents=True, exist_ok=True)
+        root_fd = self._lock_root()
+        try:
+            holder = self._lock_file()
+        except BaseException:
+            os.close(root_fd)
+            raise
+        self._root_fd = root_fd
+        return holder
+
+    def _lock_root(self) -> int:
+        """The locked store root directory (its fd), or the refusal."""
+        root_fd = os.open(self.store_root, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(root_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(root_fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise
+            raise self._refusal(root_locked=True) from None
+        return root_fd
+
+    def refuse_if_owned(self) -> None:
+        """Raise the refusal `acquire()` would when a live process owns the
+        store (even one whose lock file was removed), creating nothing."""
+        if not self.store_root.is_dir():
+            return
+        os.close(self._lock_root())
+
+    def _lock_file(self) -> dict[str, Any]:
         while True:
             created = not self.path.exists()
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -120,8 +157,37 @@ class SchedulerLock:
             return None
         return info if isinstance(info, dict) else None
 
-    def _refusal(self) -> SchedulerUnavailable:
+    def _root_locker(self) -> int | None:
+        """The pid holding the flock on the store root, from `/proc/locks`
+        (None where that is unavailable or names nobody)."""
+        try:
+            info = os.stat(self.store_root)
+            lines = Path("/proc/locks").read_text().splitlines()
+        except OSError:
+            return None
+        inode = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+        for line in lines:
+            fields = line.split()
+            # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"; waiters have "->".
+            if "->" in fields[:2] or len(fields) < 6 or fields[1] != "FLOCK":
+                continue
+            if fields[5] == inode and fields[4].isdigit():
+                return int(fields[4])
+        return None
+
+    def _refusal(self, *, root_locked: bool = False) -> SchedulerUnavailable:
         holder = self.read_holder()
+        locker = self._root_locker() if root_locked else None
+        if locker is not None and (holder is None or holder.get("pid") != locker):
+            # The lock file was removed or replaced under a live owner: the
+            # kernel still names it (flock is local, so it is on this host).
+            holder = {"pid": locker, "host": socket.gethostname(), "since": None}
+            return SchedulerUnavailable(
+                f"scheduler store {self.store_root} is owned by pid {locker}"
+                f" on host {holder['host']} (its lock file {self.path} was removed or"
+                " replaced); stop it first",
+                data={"holder": holder},
+            )
         if holder is None:
             # Locked, but the holder has not written its info yet (or it is damaged).
             return SchedulerUnavailable(
@@ -138,10 +204,18 @@ class SchedulerLock:
     def verify(self) -> bool:
         """True while we hold the lock and the path still names the locked file.
 
-        False after `release()`, or when the lock file was removed or replaced
-        under us (then another process may own the store).
+        False after `release()`, when the lock file was removed or replaced
+        under us, or when the store root path no longer names the directory
+        we locked (it was renamed or replaced).
         """
-        return self._fd is not None and self._same_file(self._fd)
+        if self._fd is None or self._root_fd is None or not self._same_file(self._fd):
+            return False
+        try:
+            on_disk = os.stat(self.store_root)
+        except FileNotFoundError:
+            return False
+        mine = os.fstat(self._root_fd)
+        return (mine.st_dev, mine.st_ino) == (on_disk.st_dev, on_disk.st_ino)
 
     def ensure_held(self) -> None:
         """Raise `SchedulerUnavailable` unless `verify()` holds: call it before
@@ -156,10 +230,10 @@ class SchedulerLock:
     def release(self) -> None:
         """Release the lock (idempotent). Clears the holder info first, but only
         in a file that is still ours."""
-        fd = self._fd
+        fd, root_fd = self._fd, self._root_fd
         if fd is None:
             return
-        self._fd = None
+        self._fd = self._root_fd = None
         self.holder = None
         try:
             if self._same_file(fd):
@@ -167,6 +241,18 @@ class SchedulerLock:
             fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
+            # Last: until now no other process may take the store.
+            if root_fd is not None:
+                os.close(root_fd)
+
+    def abandon(self) -> None:
+        """Close both descriptors without touching the file, as the kernel does
+        when the holder dies (crash tests simulate a dead process with it)."""
+        for fd in (self._fd, self._root_fd):
+            if fd is not None:
+                os.close(fd)
+        self._fd = self._root_fd = None
+        self.holder = None
 
     def __enter__(self) -> SchedulerLock:
         self.acquire()

@@ -289,6 +289,21 @@ class SchedulerService:
                 self._config.drain_grace_s,
                 ", ".join(still),
             )
+        if not self._lock.verify():
+            # Fenced: the store may be another's now (or its path names
+            # another directory), so closing writes nothing; the next owner
+            # replays the journal and the logs as after a crash.
+            _log.error(
+                "scheduler lock %s was removed or replaced under this process: it stops"
+                " without writing the store",
+                self._lock.path,
+            )
+            try:
+                if self._journal is not None:
+                    self._journal.close_file()
+            finally:
+                self._lock.release()
+            return still
         # A clean close publishes the history index checkpoints, so the next
         # start replays nothing.
         stores = self._file_stores()

@@ -68,6 +68,8 @@ def _refuse_if_owned(store_root: Path) -> None:
     durable write before anything reads them."""
     probe = SchedulerLock(store_root)
     if not probe.path.exists():
+        # A live owner whose lock file was removed still locks the store root.
+        probe.refuse_if_owned()
         return
     probe.acquire()
     try:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from shell import ManualClock
+from shell.lock import SchedulerLock
 from shell.store_format import ScheduleFiles
 from tests.service.conftest import CONSTANT_PLAN, GATE_PLAN, Harness
 
@@ -445,10 +446,8 @@ async def abandon(harness: Harness) -> None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         lock = service._lock
-        fd = getattr(lock, "_fd", None)
-        if fd is not None:
-            lock._fd = None  # type: ignore[attr-defined]
-            os.close(fd)
+        if isinstance(lock, SchedulerLock):
+            lock.abandon()
         service._running = False
     if harness.server is not None:
         await harness.server.api.cancel_executing()

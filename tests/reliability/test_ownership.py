@@ -144,6 +144,25 @@ def test_after_kill_9_of_the_owner_a_new_service_starts_and_recovers(
     asyncio.run(restart())
 
 
+@pytest.mark.parametrize("lock_file", ["removed", "replaced"])
+def test_a_second_service_is_refused_while_the_owner_lives_even_without_its_lock_file(
+    store_root: Path, owner: tuple[int, str], lock_file: str
+) -> None:
+    pid, run_id = owner
+    if lock_file == "removed":
+        _remove(store_root / "scheduler.lock")
+    else:
+        _replace(store_root / "scheduler.lock")
+    before = _tree(store_root)
+    with pytest.raises(SchedulerUnavailable) as refused:
+        asyncio.run(_start_second(store_root))
+    message = refused.value.message
+    assert f"pid {pid}" in message and f"host {socket.gethostname()}" in message, message
+    assert refused.value.data["holder"]["pid"] == pid
+    # Its recovery did not fail the owner's live run as abandoned.
+    assert _tree(store_root) == before, f"the refused process wrote to the store ({run_id})"
+
+
 # --- fencing -----------------------------------------------------------------------------
 
 
@@ -191,7 +210,15 @@ async def test_a_fenced_service_stops_admitting_and_says_so(
         await world.schedules.pause_schedule(schedule_id="hourly")
     assert _tree(store_root) == before
 
-    # A new owner can take the store and decides what the fenced one did not.
+    # No new owner while the fenced one lives (it still holds the store root's lock).
+    refused = World(store_root, world.clock, None)
+    with pytest.raises(SchedulerUnavailable, match=f"owned by pid {os.getpid()}"):
+        await refused.boot()
+    assert _tree(store_root) == before
+    await world.shutdown()
+    assert _tree(store_root) == before, "the fenced service wrote when it stopped"
+
+    # Once it stopped, a new owner takes the store and decides what it did not.
     successor = World(store_root, world.clock, None)
     try:
         await successor.boot()

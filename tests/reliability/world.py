@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from core.definitions import parse_definition
 from core.occurrences import RUN_STATUSES, TERMINAL_RUN_STATUSES, TERMINAL_STATUSES
 from shell import ManualClock, SchedulerService, SchedulerServiceConfig, build_scheduler_service
 from shell.durable import SimulatedCrash
+from shell.lock import SchedulerLock
 from shell.store_format import format_instant, parse_instant
 from tests.service.conftest import Harness
 
@@ -153,10 +153,8 @@ class World(Harness):
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
             lock = service._lock
-            fd = lock._fd
-            if fd is not None:
-                lock._fd = None
-                os.close(fd)  # closing the only descriptor releases the flock
+            if isinstance(lock, SchedulerLock):
+                lock.abandon()  # closing its descriptors releases the flocks
             service._running = False
         if self.server is not None:
             await self.server.api.cancel_executing()

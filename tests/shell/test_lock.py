@@ -145,13 +145,49 @@ def test_fencing_detects_a_removed_or_replaced_lock_file(store_root: Path, how: 
     assert not lock.verify()
     with pytest.raises(SchedulerUnavailable, match="admissions are stopped"):
         lock.ensure_held()
-    # Someone else can now take the new file; we must not clobber it on release.
+    # Nobody else can take the store while we live: the store root stays locked.
     other = SchedulerLock(store_root)
-    other.acquire()
+    with pytest.raises(SchedulerUnavailable, match="was removed or replaced") as caught:
+        other.acquire()
+    assert f"owned by pid {os.getpid()}" in caught.value.message
+    assert caught.value.data["holder"]["pid"] == os.getpid()
+    # Once we release, another owner can; we did not clobber the new file.
+    replaced = path.read_bytes() if how == "replaced" else None
     lock.release()
+    if replaced is not None:
+        assert path.read_bytes() == replaced
+    other.acquire()
     assert json.loads(path.read_bytes())["pid"] == os.getpid()
     assert other.verify()
     other.release()
+
+
+def test_a_second_process_is_refused_naming_the_holder_after_its_lock_file_is_removed(
+    store_root: Path, children: list[subprocess.Popen[str]]
+) -> None:
+    child = _spawn(store_root)
+    children.append(child)
+    (store_root / "scheduler.lock").unlink()
+    with pytest.raises(SchedulerUnavailable) as caught:
+        SchedulerLock(store_root).acquire()
+    assert f"owned by pid {child.pid}" in caught.value.message
+    assert caught.value.data["holder"]["pid"] == child.pid
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    with SchedulerLock(store_root) as lock:
+        assert lock.verify()
+
+
+def test_fencing_detects_a_renamed_store_root(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    lock = SchedulerLock(root)
+    lock.acquire()
+    root.rename(tmp_path / "moved")
+    root.mkdir()
+    assert not lock.verify()
+    with pytest.raises(SchedulerUnavailable, match="admissions are stopped"):
+        lock.ensure_held()
+    lock.release()
 
 
 def test_creates_the_store_root(tmp_path: Path) -> None:
