@@ -9,6 +9,8 @@ consumes and the commands it returns, the immutable scheduler state, and
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
 # Names resolve on first use (PEP 562) so that `import core.errors` -- all the
@@ -183,81 +185,101 @@ __all__ = [
     "slots_in_use",
 ]
 
-_HOME: dict[str, str] = {
-    "BINDING_KEY": "core.bindings",
-    "BINDING_NAMES": "core.bindings",
-    "binding_problems": "core.bindings",
-    "is_binding": "core.bindings",
-    "resolve_inputs": "core.bindings",
-    "resolve_value": "core.bindings",
-    "CompiledCron": "core.calendar",
-    "CompiledOneShot": "core.calendar",
-    "CompiledTrigger": "core.calendar",
-    "DstNote": "core.calendar",
-    "compile_trigger": "core.calendar",
-    "AdmitOccurrence": "core.commands",
-    "BlockSchedule": "core.commands",
-    "Command": "core.commands",
-    "CreateAdmittedRun": "core.commands",
-    "LogWarning": "core.commands",
-    "PersistRuntime": "core.commands",
-    "RecordOccurrence": "core.commands",
-    "StartRun": "core.commands",
-    "decide": "core.decide",
-    "next_wakeup": "core.decide",
-    "CronTrigger": "core.definitions",
-    "OneShotTrigger": "core.definitions",
-    "ScheduleDefinition": "core.definitions",
-    "SchedulePatch": "core.definitions",
-    "Trigger": "core.definitions",
-    "apply_patch": "core.definitions",
-    "check_oneshot_in_future": "core.definitions",
-    "definition_to_payload": "core.definitions",
-    "parse_definition": "core.definitions",
-    "parse_patch": "core.definitions",
-    "AlreadyExists": "core.errors",
-    "CoreMisuse": "core.errors",
-    "InvalidDefinition": "core.errors",
-    "InvalidInput": "core.errors",
-    "InvalidState": "core.errors",
-    "NotFound": "core.errors",
-    "Problem": "core.errors",
-    "RevisionConflict": "core.errors",
-    "SchedulerUnavailable": "core.errors",
-    "SchedulingError": "core.errors",
-    "error_class_for_code": "core.errors",
-    "CapacityChanged": "core.events",
-    "Event": "core.events",
-    "OccurrenceAdmitted": "core.events",
-    "PreflightFailed": "core.events",
-    "RecordsContradicted": "core.events",
-    "RecoveredRun": "core.events",
-    "RunStatusChanged": "core.events",
-    "ScheduleCreated": "core.events",
-    "ScheduleDeleted": "core.events",
-    "SchedulePaused": "core.events",
-    "ScheduleRecovered": "core.events",
-    "ScheduleResumed": "core.events",
-    "ScheduleUpdated": "core.events",
-    "DECISION_STATUSES": "core.occurrences",
-    "OCCURRENCE_STATUSES": "core.occurrences",
-    "RUN_STATUSES": "core.occurrences",
-    "TERMINAL_RUN_STATUSES": "core.occurrences",
-    "TERMINAL_STATUSES": "core.occurrences",
-    "OccurrenceStatus": "core.occurrences",
-    "RunStatus": "core.occurrences",
-    "NO_RUNS": "core.state",
-    "ActiveRun": "core.state",
-    "ActiveRuns": "core.state",
-    "SchedulerState": "core.state",
-    "ScheduleState": "core.state",
-    "ScheduleView": "core.state",
-    "check_capacity": "core.state",
-    "initial_state": "core.state",
-    "schedule_ids": "core.state",
-    "schedule_view": "core.state",
-    "slots_in_use": "core.state",
+# Where each exported name lives; `__getattr__` imports that module on first use.
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "core.bindings": (
+        "BINDING_KEY",
+        "BINDING_NAMES",
+        "binding_problems",
+        "is_binding",
+        "resolve_inputs",
+        "resolve_value",
+    ),
+    "core.calendar": (
+        "CompiledCron",
+        "CompiledOneShot",
+        "CompiledTrigger",
+        "DstNote",
+        "compile_trigger",
+    ),
+    "core.commands": (
+        "AdmitOccurrence",
+        "BlockSchedule",
+        "Command",
+        "CreateAdmittedRun",
+        "LogWarning",
+        "PersistRuntime",
+        "RecordOccurrence",
+        "StartRun",
+    ),
+    "core.decide": (
+        "decide",
+        "next_wakeup",
+    ),
+    "core.definitions": (
+        "CronTrigger",
+        "OneShotTrigger",
+        "ScheduleDefinition",
+        "SchedulePatch",
+        "Trigger",
+        "apply_patch",
+        "check_oneshot_in_future",
+        "definition_to_payload",
+        "parse_definition",
+        "parse_patch",
+    ),
+    "core.errors": (
+        "AlreadyExists",
+        "CoreMisuse",
+        "InvalidDefinition",
+        "InvalidInput",
+        "InvalidState",
+        "NotFound",
+        "Problem",
+        "RevisionConflict",
+        "SchedulerUnavailable",
+        "SchedulingError",
+        "error_class_for_code",
+    ),
+    "core.events": (
+        "CapacityChanged",
+        "Event",
+        "OccurrenceAdmitted",
+        "PreflightFailed",
+        "RecordsContradicted",
+        "RecoveredRun",
+        "RunStatusChanged",
+        "ScheduleCreated",
+        "ScheduleDeleted",
+        "SchedulePaused",
+        "ScheduleRecovered",
+        "ScheduleResumed",
+        "ScheduleUpdated",
+    ),
+    "core.occurrences": (
+        "DECISION_STATUSES",
+        "OCCURRENCE_STATUSES",
+        "RUN_STATUSES",
+        "TERMINAL_RUN_STATUSES",
+        "TERMINAL_STATUSES",
+        "OccurrenceStatus",
+        "RunStatus",
+    ),
+    "core.state": (
+        "NO_RUNS",
+        "ActiveRun",
+        "ActiveRuns",
+        "SchedulerState",
+        "ScheduleState",
+        "ScheduleView",
+        "check_capacity",
+        "initial_state",
+        "schedule_ids",
+        "schedule_view",
+        "slots_in_use",
+    ),
 }
+_HOME: dict[str, str] = {name: home for home, names in _EXPORTS.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:
@@ -265,3 +287,16 @@ def __getattr__(name: str) -> Any:
     if home is None:
         raise AttributeError(f"module 'core' has no attribute {name!r}")
     return getattr(importlib.import_module(home), name)
+
+
+class _LazyPackage(types.ModuleType):
+    # The import system binds each imported submodule on its package, and
+    # `core.decide` is also the name of the function this package exports:
+    # the function must win, as it did when `__init__` imported it eagerly.
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _HOME and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _LazyPackage
