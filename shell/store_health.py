@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from typing import Any, Concatenate, Final, Literal, ParamSpec, Protocol, TypeVar
 
 from core.errors import StoreUnavailable
-from shell.durable import write_all
+from shell.durable import fault_point, write_all
 from shell.store_format import format_instant
 
 __all__ = ["PROBE_BYTES", "HealthSource", "StoreHealth", "store_call"]
@@ -146,6 +146,7 @@ class StoreHealth:
         self._probed_at = now
         path = os.path.join(self.store_root, f"{_PROBE_NAME}.{os.getpid()}.tmp")
         try:
+            fault_point("before:write:store-probe")
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 write_all(fd, b"\0" * PROBE_BYTES)
@@ -168,8 +169,14 @@ _S = TypeVar("_S", bound=_HasStoreHealth)
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
-# The arguments that name what a call works on, shown in its operation.
-_ID_ARGUMENTS: Final = ("schedule_id", "artifact_id", "version", "deployment_id", "run_id")
+# The arguments that name what a call works on, shown in its operation: the
+# first group the call has.
+_ID_ARGUMENTS: Final = (
+    ("schedule_id",),
+    ("artifact_id", "version"),
+    ("deployment_id",),
+    ("run_id",),
+)
 
 
 def _operation(name: str, function: Callable[..., Any], args: Any, kwargs: Any) -> str:
@@ -180,10 +187,11 @@ def _operation(name: str, function: Callable[..., Any], args: Any, kwargs: Any) 
     payload = bound.get("payload")
     if "deployment_id" not in bound and isinstance(payload, Mapping):
         bound = {**bound, "deployment_id": payload.get("deployment_id")}
-    shown = ", ".join(
-        f"{key}={bound[key]!r}" for key in _ID_ARGUMENTS if bound.get(key) is not None
-    )
-    return f"{name}({shown})"
+    for group in _ID_ARGUMENTS:
+        if bound.get(group[0]) is not None:
+            shown = ", ".join(f"{key}={bound[key]!r}" for key in group if key in bound)
+            return f"{name}({shown})"
+    return f"{name}()"
 
 
 def store_call(
