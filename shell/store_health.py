@@ -62,7 +62,7 @@ class StoreHealth:
     """The store's health as seen by the writes of one process (see the module docstring).
 
     `store_root` is where the probe writes (None: no probe, as for the
-    in-memory stores of a simulation). Not thread-safe beyond what plain
+    in-memory stores of a simulation); `probe_interval_s` bounds how often. Not thread-safe beyond what plain
     attribute updates give; every writer runs on the event loop.
     """
 
@@ -77,7 +77,7 @@ class StoreHealth:
         self.store_root = os.fspath(store_root) if store_root is not None else None
         self._now = now
         self._monotonic = monotonic
-        self._probe_interval_s = probe_interval_s
+        self.probe_interval_s = probe_interval_s
         self._probed_at: float | None = None
         self._failing: dict[HealthSource, _Failing] = {}
 
@@ -141,7 +141,7 @@ class StoreHealth:
         if self.store_root is None:
             return
         now = self._monotonic()
-        if self._probed_at is not None and now - self._probed_at < self._probe_interval_s:
+        if self._probed_at is not None and now - self._probed_at < self.probe_interval_s:
             return
         self._probed_at = now
         path = os.path.join(self.store_root, f"{_PROBE_NAME}.{os.getpid()}.tmp")
