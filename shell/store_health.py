@@ -62,8 +62,8 @@ class StoreHealth:
     """The store's health as seen by the writes of one process (see the module docstring).
 
     `store_root` is where the probe writes (None: no probe, as for the
-    in-memory stores of a simulation); `probe_interval_s` bounds how often. Not thread-safe beyond what plain
-    attribute updates give; every writer runs on the event loop.
+    in-memory stores of a simulation); `probe_interval_s` bounds how often.
+    Every caller runs on the event loop: no locking.
     """
 
     def __init__(
