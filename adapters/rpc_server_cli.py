@@ -38,7 +38,7 @@ from typing import Any, Final
 from adapters.collector import freeze_startup_objects, tune_collector
 from adapters.host import build_local_static_workflow_server
 from adapters.host.records import StopCause
-from adapters.rpc.app import create_app
+from adapters.rpc.app import create_app, with_store_health
 from adapters.rpc.auth import InsecureBind, check_bind_security
 from adapters.rpc.config import ServerSettings, resolve_settings
 from adapters.rpc.server import bind_socket, build_server
@@ -174,11 +174,14 @@ async def _serve_on(sock: socket.socket, settings: ServerSettings, *, exiting: b
     state = {"scheduler": "disabled"}
 
     def health() -> Mapping[str, Any]:
-        return {
-            "status": "ok",
-            "schedules": server.api.schedules is not None,
-            "scheduler": state["scheduler"],
-        }
+        return with_store_health(
+            {
+                "status": "ok",
+                "schedules": server.api.schedules is not None,
+                "scheduler": state["scheduler"],
+            },
+            server.api.store_health,
+        )
 
     app = create_app(
         server.api,

@@ -20,6 +20,8 @@ Exit status (stable, for scripts):
     7  scheduler unavailable           (scheduler_unavailable)
     8  server unreachable
     9  unauthorized (token missing or wrong)
+   10  store unavailable: disk full, read-only or failing (store_unavailable;
+       also `health` while the server reports degraded)
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from core.errors import (
     RevisionConflict,
     SchedulerUnavailable,
     SchedulingError,
+    StoreUnavailable,
 )
 from core.occurrences import OCCURRENCE_STATUSES
 
@@ -83,6 +86,7 @@ EXIT_INVALID_STATE: Final = 6
 EXIT_UNAVAILABLE: Final = 7
 EXIT_UNREACHABLE: Final = 8
 EXIT_UNAUTHORIZED: Final = 9
+EXIT_STORE_UNAVAILABLE: Final = 10
 
 # Order matters: the first class an error is an instance of decides.
 EXIT_CODES: Final[tuple[tuple[type[Exception], int], ...]] = (
@@ -92,6 +96,7 @@ EXIT_CODES: Final[tuple[tuple[type[Exception], int], ...]] = (
     (InvalidInput, EXIT_INVALID),
     (InvalidState, EXIT_INVALID_STATE),
     (SchedulerUnavailable, EXIT_UNAVAILABLE),
+    (StoreUnavailable, EXIT_STORE_UNAVAILABLE),
     (ServerUnreachable, EXIT_UNREACHABLE),
     (Unauthorized, EXIT_UNAUTHORIZED),
 )
@@ -902,7 +907,8 @@ def health(
     token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Check that the server answers (and whether its scheduler runs)."""
+    """Check that the server answers (and whether its scheduler runs); exit 10
+    while it reports degraded (its store refuses writes)."""
 
     async def probe(app: App) -> dict[str, Any]:
         loop = asyncio.get_running_loop()
@@ -916,11 +922,18 @@ def health(
                 await asyncio.sleep(0.1)
 
     report = _run(url, token, as_json, probe)
+    degraded = report.get("status") != "ok"
     if as_json:
         _print_json(report)
-        return
-    scheduler = report.get("scheduler")
-    _out().print(f"{report.get('status')}" + (f" (scheduler {scheduler})" if scheduler else ""))
+    else:
+        scheduler = report.get("scheduler")
+        _out().print(f"{report.get('status')}" + (f" (scheduler {scheduler})" if scheduler else ""))
+        store = report.get("store")
+        if isinstance(store, Mapping) and store.get("message"):
+            line = f"store: {store['message']} (since {store.get('since')})"
+            _err().print(_text(line, style="red"))
+    if degraded:
+        raise typer.Exit(EXIT_STORE_UNAVAILABLE)
 
 
 # -- artifacts, deployments, runs --------------------------------------------------

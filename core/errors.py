@@ -8,9 +8,10 @@ escapes a layer is a bug.
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 __all__ = [
     "AlreadyExists",
@@ -23,6 +24,7 @@ __all__ = [
     "RevisionConflict",
     "SchedulerUnavailable",
     "SchedulingError",
+    "StoreUnavailable",
     "error_class_for_code",
 ]
 
@@ -116,6 +118,49 @@ class SchedulerUnavailable(SchedulingError):
     code: ClassVar[str] = "scheduler_unavailable"
 
 
+# The errnos that mean "no space": a full filesystem, or the owner's quota.
+_DISK_FULL: Final = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
+
+
+class StoreUnavailable(SchedulingError):
+    """The store refused a read or a write: the disk is full (`ENOSPC`,
+    `EDQUOT`), the filesystem is read-only (`EROFS`) or failing (`EIO`), or
+    another OS error. The call that raises it has left nothing half-done that
+    a retry would trip over; retry once the store is fixed.
+
+    `data`: `operation` (what was being done), `errno` (its name, e.g.
+    `"ENOSPC"`, or null), `path` (the file or directory, when known) and
+    `disk_full` (true for ENOSPC and EDQUOT)."""
+
+    code: ClassVar[str] = "store_unavailable"
+
+    @classmethod
+    def from_os_error(cls, exc: OSError, *, operation: str) -> StoreUnavailable:
+        """The domain error for `exc`, raised while doing `operation`."""
+        number = exc.errno
+        name = errno.errorcode.get(number) if number is not None else None
+        path = exc.filename if isinstance(exc.filename, str) else None
+        if path is None and isinstance(exc.filename, bytes):
+            path = exc.filename.decode("utf-8", "surrogateescape")
+        detail = exc.strerror or str(exc) or type(exc).__name__
+        disk_full = number in _DISK_FULL
+        if disk_full:
+            what = "disk quota exceeded" if number != errno.ENOSPC else "disk full"
+            hint = "; free space on the store's filesystem, then retry"
+        elif number == errno.EROFS:
+            what, hint = "store is read-only", "; remount it read-write, then retry"
+        elif number == errno.EIO:
+            what, hint = "store I/O error", "; check the disk, then retry"
+        else:
+            what, hint = "store error", ""
+        where = f" at {path}" if path else ""
+        code = f" ({name})" if name else ""
+        return cls(
+            f"{what}: {operation} failed{where}: {detail}{code}{hint}",
+            data={"operation": operation, "errno": name, "path": path, "disk_full": disk_full},
+        )
+
+
 class CoreMisuse(SchedulingError):
     """The caller of the pure core broke its protocol (for example an event about
     a schedule the state does not know). Names the state and the event."""
@@ -134,6 +179,7 @@ _BY_CODE: dict[str, type[SchedulingError]] = {
         RevisionConflict,
         InvalidState,
         SchedulerUnavailable,
+        StoreUnavailable,
         CoreMisuse,
     )
 }

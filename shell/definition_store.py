@@ -20,9 +20,16 @@ reflects.
 Write order for every change: append the lifecycle record (fsynced), then
 rewrite the snapshot atomically. A crash between the two leaves the log one
 record ahead of the snapshot; loading replays the missing records onto the
-snapshot (and, for the owner, rewrites it). A create makes the directory
-first (fsyncing its parent), so an id is taken from that moment on, even if
-the create never completes: ids are never reused.
+snapshot (and, for the owner, rewrites it).
+
+An id is taken by a schedule that exists, and then never again (not even
+after delete): by a directory whose lifecycle log holds a record. A create
+makes the directory (fsyncing its parent), appends the created record and
+writes the snapshot. If one of those writes fails (a full disk, say), the
+create removes what it made before it raises, so the id stays free. A
+directory left without a complete lifecycle record (a crash in the middle of
+a create, or a failed create's clean-up that failed too) is an *incomplete*
+create: not listed, not found, and the next create of that id takes it over.
 
 Damage is reported, never repaired silently: an unparseable or contradictory
 lifecycle record, an unparseable snapshot, or a snapshot ahead of its log is
@@ -284,7 +291,7 @@ class DefinitionStore:
     # --- queries ------------------------------------------------------------------
 
     def exists(self, schedule_id: str) -> bool:
-        """True when the id is taken (its directory exists, complete or not)."""
+        """True when the id's directory exists (an incomplete create's included)."""
         return os.path.isdir(self._files(schedule_id).directory)
 
     def list_ids(self, *, present: Container[str] = ()) -> list[str]:
@@ -568,10 +575,11 @@ class DefinitionStore:
     ) -> LifecycleResult:
         """Create a schedule at revision 1.
 
-        Raises `AlreadyExists` if the directory exists at all (ids are never
-        reused, even after delete or an interrupted create), `InvalidInput` for
-        an unsafe id, a definition that is not JSON-safe or a naive `at`.
-        Everything is validated before the first write.
+        Raises `AlreadyExists` if the schedule exists (ids are never reused,
+        even after delete), `InvalidInput` for an unsafe id, a definition that
+        is not JSON-safe or a naive `at`. Everything is validated before the
+        first write. An `OSError` of a write leaves no directory behind (see
+        the module docstring); an incomplete create's directory is taken over.
         """
         files = self._files(schedule_id)
         if not isinstance(definition, Mapping):
@@ -590,15 +598,60 @@ class DefinitionStore:
         try:
             os.mkdir(files.directory)
         except FileExistsError:
-            raise AlreadyExists(
-                f"schedule {schedule_id!r} already exists (ids are never reused)",
-                data={"schedule_id": schedule_id},
-            ) from None
-        fsync_directory(parent)
-        fault_point("after:mkdir:schedule")
-        append_records(files.lifecycle, [record])
-        atomic_write_json(files.definition, snapshot)
+            if not self._take_over_incomplete(files):
+                raise AlreadyExists(
+                    f"schedule {schedule_id!r} already exists (ids are never reused)",
+                    data={"schedule_id": schedule_id},
+                ) from None
+            os.mkdir(files.directory)
+        try:
+            fsync_directory(parent)
+            fault_point("after:mkdir:schedule")
+            append_records(files.lifecycle, [record])
+            atomic_write_json(files.definition, snapshot)
+        except Exception:
+            # Not BaseException: a SimulatedCrash leaves what a crash would.
+            self._remove_unfinished(files)
+            raise
         return LifecycleResult(snapshot=snapshot, record=record)
+
+    def _take_over_incomplete(self, files: ScheduleFiles) -> bool:
+        """Remove the directory of an incomplete create of `files`' id (see
+        the module docstring) so a create can take the id; False when the
+        directory holds a schedule, or anything else."""
+        try:
+            loaded = self.load(files.schedule_id)
+        except NotFound:
+            return True
+        if not loaded.incomplete:
+            return False
+        _log.warning(
+            "%s holds an incomplete create (no lifecycle record): removing it to create %r",
+            files.directory,
+            files.schedule_id,
+        )
+        return self._remove_unfinished(files, strict=True)
+
+    def _remove_unfinished(self, files: ScheduleFiles, *, strict: bool = False) -> bool:
+        """Remove a create's directory with its lifecycle log, snapshot and
+        temp files (and nothing else: another file means it is not a create's).
+        Best effort unless `strict`; True when the directory is gone."""
+        try:
+            for name in os.listdir(files.directory):
+                if name in (LIFECYCLE_FILE, DEFINITION_FILE) or name.startswith("."):
+                    os.unlink(os.path.join(files.directory, name))
+            os.rmdir(files.directory)
+            fsync_directory(os.path.dirname(files.directory))
+        except FileNotFoundError:
+            return True
+        except OSError as exc:
+            if strict:
+                raise
+            # The id may stay taken by an incomplete create; the next create
+            # of it takes it over.
+            _log.error("could not remove %s after a failed create: %s", files.directory, exc)
+            return False
+        return True
 
     def apply_change(
         self,

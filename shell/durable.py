@@ -55,6 +55,7 @@ from shell.store_format import canonical_json, encode_json_line
 __all__ = [
     "AUTO_FSYNC_MAX_FILES",
     "CrashAt",
+    "FailWrites",
     "FaultInjector",
     "GroupCommit",
     "Journal",
@@ -164,6 +165,28 @@ class CrashAt:
         ):
             self.crashed = True
             raise SimulatedCrash(point)
+
+
+class FailWrites:
+    """A fault injector that fails durable writes as a full disk does: while
+    `failing`, each `before:` point (or only those named in `points`) raises
+    `OSError(code)` (ENOSPC unless told), so the write never starts. Every
+    point that failed is kept in `failed`. Set `failing = False` when space
+    returns."""
+
+    def __init__(self, code: int = errno.ENOSPC, *, points: Iterable[str] | None = None) -> None:
+        self.code = code
+        self.points = frozenset(points) if points is not None else None
+        self.failing = True
+        self.failed: list[str] = []
+
+    def __call__(self, point: str) -> None:
+        if not self.failing or not point.startswith("before:"):
+            return
+        if self.points is not None and point not in self.points:
+            return
+        self.failed.append(point)
+        raise OSError(self.code, f"{os.strerror(self.code)} [injected at {point}]")
 
 
 # --- low-level helpers ---------------------------------------------------------

@@ -348,12 +348,31 @@ class CommitJournal:
             raise RuntimeError(f"commit journal {self.path} is not open")
         record = _encode(self._root_text, entries)
         fault_point(f"before:append:{JOURNAL_FILE}")
-        write_all(self._fd, record)
-        os.fsync(self._fd)
+        try:
+            write_all(self._fd, record)
+            os.fsync(self._fd)
+        except OSError:
+            self._cut_back()
+            raise
         self._size += len(record)
         if self._oldest is None:
             self._oldest = self._monotonic()
         fault_point(f"after:append:{JOURNAL_FILE}")
+
+    def _cut_back(self) -> None:
+        """After a failed write (a full disk writes part of a record): cut the
+        journal back to its last whole record. A torn record ends a replay, so
+        left in place it would hide every record appended after it once the
+        disk has room again. Shrinking needs no space; if it fails all the
+        same, the journal is closed and the next `open()` (the scheduler's
+        rebuild after the failed round) replays and cuts it."""
+        assert self._fd is not None
+        try:
+            os.ftruncate(self._fd, self._size)
+            os.fsync(self._fd)
+        except OSError as exc:
+            _log.error("could not cut %s back after a failed write: %s", self.path, exc)
+            self.close_file()
 
     def after_commit(self) -> None:
         """Checkpoint once the journal is past its size bound and its oldest

@@ -34,6 +34,7 @@ from shell.history_store import HistoryStore
 from shell.ports import HostApi
 from shell.runtime_store import RuntimeStore
 from shell.store_format import StoreDamaged, StoreProblem, format_instant, parse_instant
+from shell.store_health import StoreHealth, store_call
 from shell.store_ports import DefinitionsPort, HistoryPort, RuntimePort
 
 __all__ = ["LiveScheduleView", "SchedulesApi", "build_schedules_api"]
@@ -74,7 +75,11 @@ class SchedulesApi:
 
     All methods are coroutines taking keyword arguments and returning JSON-safe
     dicts. Errors: `InvalidDefinition` (every bad field named; nothing written),
-    `NotFound`, `AlreadyExists`, `RevisionConflict`, `InvalidState`.
+    `NotFound`, `AlreadyExists`, `RevisionConflict`, `InvalidState`, and
+    `StoreUnavailable` when the store refuses a read or write (a full disk):
+    a create that fails so leaves nothing; a change may have been recorded
+    (its lifecycle record is the truth: read the schedule before retrying).
+    Store failures and successes are recorded in `store_health`.
     """
 
     def __init__(
@@ -86,7 +91,10 @@ class SchedulesApi:
         definitions: DefinitionsPort | None = None,
         runtime: RuntimePort | None = None,
         history: HistoryPort | None = None,
+        store_health: StoreHealth | None = None,
     ) -> None:
+        # Shared with the host API and the scheduler service of the same store.
+        self.store_health = store_health if store_health is not None else StoreHealth(store_root)
         # Stores default to the files under `store_root`; a simulation injects
         # in-memory ones (`shell.sim`).
         self.definitions: DefinitionsPort = (
@@ -175,6 +183,7 @@ class SchedulesApi:
 
     # --- operations ---------------------------------------------------------------
 
+    @store_call(writes=True)
     async def create_schedule(
         self,
         *,
@@ -217,12 +226,14 @@ class SchedulesApi:
         self._changed(definition.schedule_id)
         return self._present(result.snapshot, now)
 
+    @store_call(writes=False)
     async def get_schedule(self, *, schedule_id: str) -> dict[str, Any]:
         """The full definition payload with revision, lifecycle flags, the blocking
         diagnostic (if any), the next instant and the held candidate."""
         snapshot = self.definitions.get(schedule_id)
         return self._present(snapshot, self.clock.now())
 
+    @store_call(writes=False)
     async def list_schedules(self, *, include_deleted: bool = False) -> list[dict[str, Any]]:
         """Every schedule, sorted by id; deleted ones only when asked."""
         if not isinstance(include_deleted, bool):
@@ -245,6 +256,7 @@ class SchedulesApi:
             listed.append(self._present(snapshot, now))
         return listed
 
+    @store_call(writes=True)
     async def update_schedule(
         self,
         *,
@@ -301,15 +313,18 @@ class SchedulesApi:
         self._changed(schedule_id)
         return self._present(result.snapshot, now)
 
+    @store_call(writes=False)
     async def pause_schedule(self, *, schedule_id: str) -> dict[str, Any]:
         """Stop future admissions (active runs go on); idempotent. The held
         candidate is superseded and the paused span is never replayed."""
         return await self._lifecycle(schedule_id, "paused")
 
+    @store_call(writes=False)
     async def resume_schedule(self, *, schedule_id: str) -> dict[str, Any]:
         """Resume from the next instant after now; idempotent."""
         return await self._lifecycle(schedule_id, "resumed")
 
+    @store_call(writes=False)
     async def delete_schedule(self, *, schedule_id: str) -> dict[str, Any]:
         """Soft delete: no admissions after it; runs and history survive; the id
         is never reused. Idempotent."""
@@ -322,9 +337,11 @@ class SchedulesApi:
             with self._telling(schedule_id):
                 result = self.definitions.apply_change(schedule_id, kind, at=now)
         if result.record is not None:
+            self.store_health.succeeded("api")
             self._changed(schedule_id)
         return self._present(result.snapshot, now)
 
+    @store_call(writes=False)
     async def list_schedule_occurrences(
         self, *, schedule_id: str, limit: int = 50, cursor: str | None = None
     ) -> dict[str, Any]:
@@ -411,4 +428,9 @@ class SchedulesApi:
 
 def build_schedules_api(server: Any, *, clock: Clock | None = None) -> SchedulesApi:
     """The schedules API for a host server (used by `schedules=True`)."""
-    return SchedulesApi(store_root=server.store_root, host=server.api, clock=clock)
+    return SchedulesApi(
+        store_root=server.store_root,
+        host=server.api,
+        clock=clock,
+        store_health=getattr(server.api, "store_health", None),
+    )

@@ -62,6 +62,7 @@ from core.errors import (
     InvalidDefinition,
     SchedulerUnavailable,
     SchedulingError,
+    StoreUnavailable,
 )
 from core.events import (
     CapacityChanged,
@@ -418,12 +419,11 @@ class SchedulerService:
                 await self._round()
                 if not (self._events or self._dirty):
                     self._housekeeping_if_quiet()
-            except Exception:
-                _log.exception(
-                    "scheduler round failed; its state is rebuilt from the stores before"
-                    " the next round, after the poll interval"
-                )
+            except Exception as exc:
+                self._round_failed(exc)
                 self._resync = True
+            else:
+                self._api.store_health.succeeded("scheduler")
             if self._events or self._dirty:
                 continue
             self._idle.set()
@@ -437,6 +437,33 @@ class SchedulerService:
             if self._running:
                 await self._clock.sleep_until(deadline, self._wake)
         self._idle.set()
+
+    def _round_failed(self, exc: Exception) -> None:
+        """Log a failed round; one the store refused makes the store health
+        degraded until a round completes (`shell.store_health`)."""
+        cause: BaseException | None = exc
+        while cause is not None and not isinstance(cause, OSError | StoreUnavailable):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            _log.exception(
+                "scheduler round failed; its state is rebuilt from the stores before"
+                " the next round, after the poll interval"
+            )
+            return
+        health = self._api.store_health
+        error = (
+            cause
+            if isinstance(cause, StoreUnavailable)
+            else StoreUnavailable.from_os_error(cause, operation="scheduler round")
+        )
+        # A full disk fails every round: the traceback once, then one line each.
+        first = not health.is_failing("scheduler")
+        health.failed("scheduler", error)
+        _log.error(
+            "scheduler round failed: %s; retried after the poll interval, from the stores",
+            error.message,
+            exc_info=exc if first else None,
+        )
 
     async def _round(self) -> None:
         if not self._lock.verify():

@@ -3,7 +3,10 @@
 Every method validates all of its arguments before its first write; a call
 that raises has changed nothing on disk. Errors are the `core.errors` types:
 InvalidInput (with `problems` naming each bad field), NotFound, AlreadyExists,
-InvalidState.
+InvalidState, and StoreUnavailable when the store refuses a read or write
+(a full disk; recorded in `store_health`). The methods the scheduler calls
+(`preflight`, `reserve_run_ids`, `admit_run(s)`, `launch_run(s)`) raise the
+`OSError` itself: the scheduler retries the round.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from core.errors import (
     SchedulingError,
 )
 from core.limits import MAX_STEPS
+from shell.store_health import StoreHealth, store_call
 
 from .artifacts import ArtifactStore
 from .counter import RunIdCounter
@@ -53,7 +57,10 @@ class WorkflowApi:
         counter: RunIdCounter,
         now: Callable[[], str],
         recovery_report: list[dict[str, Any]],
+        store_health: StoreHealth | None = None,
     ) -> None:
+        # Shared with the schedules API and the scheduler of the same store.
+        self.store_health = store_health if store_health is not None else StoreHealth()
         self._artifacts = artifacts
         self._deployments = deployments
         self._runs = runs
@@ -68,6 +75,7 @@ class WorkflowApi:
 
     # -- artifacts -----------------------------------------------------------
 
+    @store_call(writes=True)
     async def create_artifact_from_plan(
         self,
         artifact_id: str,
@@ -87,16 +95,19 @@ class WorkflowApi:
                 artifact_id, version, plan, title, description, self._now()
             )
 
+    @store_call(writes=False)
     async def get_artifact(self, artifact_id: str, version: int | None = None) -> dict[str, Any]:
         """One artifact version, the latest if `version` is None. NotFound if absent."""
         return self._artifacts.get(artifact_id, version)
 
+    @store_call(writes=False)
     async def list_artifacts(self) -> list[dict[str, Any]]:
         """Every artifact version, ordered by artifact id then version."""
         return self._artifacts.list()
 
     # -- deployments ---------------------------------------------------------
 
+    @store_call(writes=True)
     async def save_deployment(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Create or replace a deployment.
 
@@ -107,14 +118,17 @@ class WorkflowApi:
         async with self._store_lock:
             return self._deployments.save(payload, self._artifacts, self._now())
 
+    @store_call(writes=False)
     async def get_deployment(self, deployment_id: str) -> dict[str, Any]:
         """The deployment. NotFound if absent."""
         return self._deployments.get(deployment_id)
 
+    @store_call(writes=False)
     async def list_deployments(self) -> list[dict[str, Any]]:
         """Every deployment, ordered by id."""
         return self._deployments.list()
 
+    @store_call(writes=True)
     async def delete_deployment(self, deployment_id: str, force: bool = False) -> dict[str, Any]:
         """Delete a deployment and return it. Existing runs keep their snapshots.
 
@@ -329,6 +343,7 @@ class WorkflowApi:
         InvalidInput). An error of the write itself is raised for the batch."""
         return await self._executor.launch_many(run_ids)
 
+    @store_call(writes=True)
     async def start_run(
         self,
         deployment_id: str,
@@ -352,6 +367,7 @@ class WorkflowApi:
             # The run itself was cancelled (shutdown): report it as it stands.
         return await self.inspect_run(run_id)
 
+    @store_call(writes=False)
     async def run_deployment(
         self,
         deployment_id: str,
@@ -363,6 +379,7 @@ class WorkflowApi:
         task = await self._executor.launch(run_id)
         return await self._wait(task, run_id)
 
+    @store_call(writes=False)
     async def resume_run(self, run_id: str, payload: Any) -> dict[str, Any]:
         """Resume an interrupted run with `payload`; returns the inspected run once it
         stops again. InvalidState if it is not interrupted; InvalidInput if the
@@ -412,12 +429,14 @@ class WorkflowApi:
             view["trace"] = data["trace"]
         return view
 
+    @store_call(writes=False)
     async def inspect_run(self, run_id: str) -> dict[str, Any]:
         """The run as stored. An admitted run has an empty trace and no output,
         checkpoint or error. NotFound if unknown; InvalidState if its record is
         unreadable (see recovery_report)."""
         return self._view(self._runs.get(run_id), trace=True)
 
+    @store_call(writes=False)
     async def list_runs(
         self, status: str | None = None, cursor: str | None = None, limit: int = 50
     ) -> dict[str, Any]:

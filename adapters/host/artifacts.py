@@ -14,6 +14,7 @@ from typing import Any
 
 from core.errors import AlreadyExists, InvalidInput, NotFound, Problem
 from core.limits import MAX_VERSION
+from shell.durable import fault_point
 
 from .identifiers import ID_PATTERN, check_identifier, check_positive_int
 from .plans import Plan, compile_plan
@@ -133,7 +134,9 @@ class ArtifactStore:
             "plan": dict(compiled.source),
             "created_at": now,
         }
+        fault_point("before:write:artifact")
         atomic_write_json(self.dir / artifact_id / f"{version}.json", {"format": 1, **record})
+        fault_point("after:write:artifact")
         self._items[key] = (record, compiled)
         return copy.deepcopy(record)
 

@@ -16,6 +16,7 @@ from typing import Any, Final, cast
 
 from core.errors import InvalidInput, NotFound, Problem
 from core.limits import MAX_VERSION
+from shell.durable import fault_point
 
 from .artifacts import ArtifactStore
 from .identifiers import ID_PATTERN, check_identifier, check_positive_int
@@ -124,7 +125,9 @@ class DeploymentStore:
             "created_at": previous["created_at"] if previous else now,
             "updated_at": now,
         }
+        fault_point("before:write:deployment")
         atomic_write_json(self._path(deployment_id), {"format": 1, **record})
+        fault_point("after:write:deployment")
         self._items[deployment_id] = record
         return copy.deepcopy(record)
 

@@ -19,6 +19,7 @@ from typing import Any
 from core.errors import SchedulerUnavailable
 from shell.journal import replay_journal
 from shell.lock import SchedulerLock
+from shell.store_health import StoreHealth
 
 from .api import WorkflowApi
 from .artifacts import ArtifactStore
@@ -122,6 +123,7 @@ def build_local_static_workflow_server(
         counter=counter,
         now=now,
         recovery_report=report,
+        store_health=StoreHealth(store_root),
     )
     server = LocalStaticWorkflowServer(store_root=store_root, api=api, recovery_report=report)
     server.clock = read_clock

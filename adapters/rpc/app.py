@@ -45,8 +45,15 @@ from adapters.rpc.protocol import (
     success_response,
 )
 from core.errors import SchedulingError
+from shell.store_health import StoreHealth
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "HEALTH_PATH", "create_app", "default_health"]
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "HEALTH_PATH",
+    "create_app",
+    "default_health",
+    "with_store_health",
+]
 
 DEFAULT_MAX_BODY_BYTES: Final = 1_048_576
 HEALTH_PATH: Final = "/healthz"
@@ -55,11 +62,27 @@ _JSON: Final = "application/json"
 logger = logging.getLogger("adapters.rpc")
 
 
+def with_store_health(report: Mapping[str, Any], store_health: object) -> dict[str, Any]:
+    """`report` as it stands while the store takes writes; while writes fail
+    (see `shell.store_health`), `status` is `"degraded"` and `store` says what
+    fails. The `/healthz` answer is then HTTP 503."""
+    body = dict(report)
+    store = store_health.report() if isinstance(store_health, StoreHealth) else None
+    if store is not None:
+        body["status"] = "degraded"
+        body["store"] = store
+    return body
+
+
 def default_health(api: Any) -> Callable[[], Mapping[str, Any]]:
-    """A health reporter that knows only whether schedules are served."""
+    """A health reporter that knows whether schedules are served and whether
+    the store takes writes (when `api` has a `store_health`)."""
 
     def report() -> Mapping[str, Any]:
-        return {"status": "ok", "schedules": getattr(api, "schedules", None) is not None}
+        return with_store_health(
+            {"status": "ok", "schedules": getattr(api, "schedules", None) is not None},
+            getattr(api, "store_health", None),
+        )
 
     return report
 

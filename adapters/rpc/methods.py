@@ -17,7 +17,7 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from adapters.rpc.protocol import METHOD_NOT_FOUND, InvalidParams, RpcError
-from core.errors import Problem, SchedulerUnavailable
+from core.errors import Problem, SchedulerUnavailable, StoreUnavailable
 
 __all__ = [
     "METHODS",
@@ -316,7 +316,8 @@ def _schedules_of(api: Any) -> Any:
 
 async def invoke(registry: Mapping[str, Method], ctx: RpcContext, method: str, params: Any) -> Any:
     """Run one call. Raises `RpcError` (unknown method), `InvalidParams`, or
-    whatever the API raises (domain errors pass through unchanged)."""
+    whatever the API raises (domain errors pass through unchanged; an
+    `OSError` becomes `StoreUnavailable`)."""
     spec = registry.get(method)
     if spec is None:
         raise RpcError(
@@ -338,4 +339,9 @@ async def invoke(registry: Mapping[str, Method], ctx: RpcContext, method: str, p
         return dict(ctx.health())
     target = _schedules_of(ctx.api) if spec.target == "schedules" else ctx.api
     call: Callable[..., Awaitable[Any]] = getattr(target, spec.attribute)
-    return await call(**kwargs)
+    try:
+        return await call(**kwargs)
+    except OSError as exc:
+        # The APIs answer store errors as StoreUnavailable themselves; one that
+        # slips through is still the store's, not an internal error.
+        raise StoreUnavailable.from_os_error(exc, operation=method) from exc

@@ -20,6 +20,7 @@ Application error codes (stable; never renumber, only append):
     -32006  invalid_state
     -32007  scheduler_unavailable
     -32008  core_misuse
+    -32009  store_unavailable      (disk full, read-only or failing store)
     -32010  unauthorized           (missing or wrong bearer token; HTTP 401)
     -32011  request_too_large      (body over the server's bound; HTTP 413)
     -32012  unsupported_media_type (body not sent as application/json; HTTP 415)
@@ -45,6 +46,7 @@ from core.errors import (
     RevisionConflict,
     SchedulerUnavailable,
     SchedulingError,
+    StoreUnavailable,
     error_class_for_code,
 )
 
@@ -99,6 +101,7 @@ DOMAIN_ERROR_CODES: Final[Mapping[type[SchedulingError], int]] = {
     InvalidState: -32006,
     SchedulerUnavailable: -32007,
     CoreMisuse: -32008,
+    StoreUnavailable: -32009,
 }
 _DOMAIN_CODE_NUMBERS: Final[frozenset[int]] = frozenset(DOMAIN_ERROR_CODES.values())
 

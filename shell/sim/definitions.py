@@ -3,9 +3,10 @@
 Same records (lifecycle log + snapshot, see `shell.definition_store`), same
 write order (mkdir, append the lifecycle record, replace the snapshot, each
 passing the same fault points) and the same errors: `InvalidInput` for bad
-arguments, `NotFound`, `AlreadyExists` (ids are never reused, an interrupted
-create included), `RevisionConflict`, `InvalidState` for a change to a
-deleted schedule, `StoreDamaged` for contradictory records. A crash between
+arguments, `NotFound`, `AlreadyExists` (ids are never reused; a failed
+create leaves nothing, an interrupted one is taken over by the next),
+`RevisionConflict`, `InvalidState` for a change to a deleted schedule,
+`StoreDamaged` for contradictory records. A crash between
 the append and the snapshot leaves the log ahead; loading replays it, and an
 owner's load rewrites the snapshot.
 """
@@ -280,15 +281,21 @@ class MemoryDefinitionStore:
         }
         snapshot = _apply(None, record, schedule_id)
         fault_point("before:mkdir:schedule")
-        if schedule_id in self._disk.schedules:
+        if schedule_id in self._disk.schedules and not self.load(schedule_id).incomplete:
             raise AlreadyExists(
                 f"schedule {schedule_id!r} already exists (ids are never reused)",
                 data={"schedule_id": schedule_id},
             )
+        # An incomplete create's directory is taken over.
         files = self._disk.schedules[schedule_id] = SimScheduleFiles()
-        fault_point("after:mkdir:schedule")
-        self._append(files, record)
-        self._write_snapshot(files, snapshot)
+        try:
+            fault_point("after:mkdir:schedule")
+            self._append(files, record)
+            self._write_snapshot(files, snapshot)
+        except Exception:
+            # A failed create removes what it wrote (a crash does not).
+            del self._disk.schedules[schedule_id]
+            raise
         return LifecycleResult(snapshot=snapshot, record=record)
 
     def apply_change(

@@ -47,6 +47,7 @@ from core.errors import (
     InvalidState,
     NotFound,
     RevisionConflict,
+    StoreUnavailable,
 )
 from shell.clock import ManualClock
 from shell.config import SchedulerServiceConfig
@@ -182,7 +183,6 @@ class _Simulation:
         # Slot -> current schedule id, and whether the create went through.
         self.ids = {slot: f"s{slot:02d}" for slot in range(schedules)}
         self.created: set[int] = set()
-        self.burnt = 0
         self.steps = 0
         self.api_calls = 0
         self.api_rejections = 0
@@ -347,17 +347,14 @@ class _Simulation:
         try:
             await api.get_schedule(schedule_id=schedule_id)
         except NotFound:
-            if api.definitions.exists(schedule_id):
-                # An interrupted create took the id for good.
-                self.burnt += 1
-                schedule_id = self.ids[slot] = f"{self.ids[slot]}-{self.burnt}"
+            pass  # a failed or interrupted create left the id free
         else:
             self.created.add(slot)  # an earlier attempt went through after all
             return
         self.api_calls += 1
         try:
             await api.create_schedule(schedule_id=schedule_id, **action.args["definition"])
-        except (InvalidDefinition, InjectedWriteError, AlreadyExists) as exc:
+        except (InvalidDefinition, StoreUnavailable, AlreadyExists) as exc:
             self.api_rejections += 1
             self.note(f"create {schedule_id} failed: {exc}")
             retry = self.clock.now() + timedelta(seconds=self.rng.randint(60, 300))
@@ -400,7 +397,7 @@ class _Simulation:
                 raise self.fail(f"{action.kind} {schedule_id}: unexpected {exc!r}") from exc
             self.note(f"{action.kind} {schedule_id}: refused, deleted")
             return
-        except (InvalidDefinition, InjectedWriteError) as exc:
+        except (InvalidDefinition, StoreUnavailable) as exc:
             self.api_rejections += 1
             self.note(f"{action.kind} {schedule_id} failed: {exc}")
             return

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from core.errors import StoreUnavailable
 from shell.clock import ManualClock
 from shell.config import SchedulerServiceConfig
 from shell.durable import set_fault_injector
@@ -223,8 +224,9 @@ async def test_a_pause_whose_snapshot_write_fails_still_stops_admissions() -> No
         await world.at(1)
         previous = set_fault_injector(FailOnce("before:replace:definition.json"))
         try:
-            with pytest.raises(InjectedWriteError):
+            with pytest.raises(StoreUnavailable) as failed:
                 await world.api.pause_schedule(schedule_id="m")
+            assert isinstance(failed.value.__cause__, InjectedWriteError)
         finally:
             set_fault_injector(previous)
         # The paused record is durable (the log is the truth), so nothing is admitted.

@@ -15,7 +15,7 @@ from core.occurrences import OCCURRENCE_STATUSES
 def test_every_exit_code_is_distinct_per_error_kind() -> None:
     codes = [code for _, code in EXIT_CODES]
     # Conflicts share 4 on purpose (revision_conflict, already_exists).
-    assert sorted(set(codes)) == [3, 4, 5, 6, 7, 8, 9]
+    assert sorted(set(codes)) == [3, 4, 5, 6, 7, 8, 9, 10]
 
 
 def test_every_occurrence_status_has_a_colour() -> None:

@@ -62,14 +62,18 @@ def test_ids_are_never_reused(store_root: Path) -> None:
     store.apply_change("s1", "deleted", at=T1)
     with pytest.raises(AlreadyExists):
         store.create("s1", DEFN, at=T2)
-    # A directory left by an interrupted create also takes the id.
+    # A directory left by an interrupted create is no schedule: it takes no
+    # id, and the next create takes it over (issue 15: an id is burned only
+    # by a schedule that exists).
     (store_root / "schedules" / "s2").mkdir()
-    with pytest.raises(AlreadyExists):
-        store.create("s2", DEFN, at=T2)
     assert store.list_ids() == ["s1"]
     assert store.load("s2").incomplete
     with pytest.raises(NotFound):
         store.get("s2")
+    store.create("s2", DEFN, at=T2)
+    assert store.list_ids() == ["s1", "s2"]
+    with pytest.raises(AlreadyExists):
+        store.create("s2", DEFN, at=T2)
 
 
 @pytest.mark.parametrize("schedule_id", ["../escape", "a/b", "nul\x00", ".."])
@@ -169,7 +173,9 @@ def test_crash_between_log_append_and_snapshot_is_reconciled(store_root: Path) -
     assert json.loads(files.definition.read_bytes())["lifecycle_seq"] == 2
 
 
-def test_crash_after_mkdir_on_create_leaves_an_incomplete_taken_id(store_root: Path) -> None:
+def test_crash_after_mkdir_on_create_leaves_an_incomplete_create_the_next_takes_over(
+    store_root: Path,
+) -> None:
     store = DefinitionStore(store_root)
     set_fault_injector(CrashAt("after:mkdir:schedule"))
     with pytest.raises(SimulatedCrash):
@@ -177,8 +183,8 @@ def test_crash_after_mkdir_on_create_leaves_an_incomplete_taken_id(store_root: P
     set_fault_injector(None)
     assert store.list_ids() == []
     assert store.load("s1").incomplete
-    with pytest.raises(AlreadyExists):
-        store.create("s1", DEFN, at=T1)
+    assert store.create("s1", DEFN, at=T1).snapshot["created_at"] == T1
+    assert store.get("s1")["revision"] == 1
 
 
 def test_crash_before_first_snapshot_rebuilds_it(store_root: Path) -> None:
