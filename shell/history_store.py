@@ -857,20 +857,23 @@ class HistoryStore:
 
     # --- loading -----------------------------------------------------------------------
 
-    def recover(self, schedule_id: str) -> HistoryRecovery:
+    def recover(self, schedule_id: str, *, full_scan: bool = False) -> HistoryRecovery:
         """Load one schedule's history as its owner, repairing crash artifacts.
 
         Drops a torn final line (warning), replays the log after the index
         checkpoint, brings the index up to date (rebuilding it from the log if
         it cannot be trusted), and keeps the result for appends. Damaged rows
         come back as `problems` and freeze the log. Never raises for damage.
-        Call `sync_recovered()` once after recovering every schedule.
+        With `full_scan` the index is not trusted at all: every row is read
+        and the index rebuilt (O(log): for a log written other than by
+        appends since it was last known sound). Call `sync_recovered()` once
+        after recovering every schedule.
         """
         files = self._files(schedule_id)
         existing = self._logs.get(schedule_id)
         if existing is not None and existing.pending is not None:
             raise RuntimeError(f"history of {schedule_id!r} has writes staged in an open batch")
-        loaded = self._load(files, repair=True, full_open=True)
+        loaded = self._load(files, repair=True, full_open=True, force_rebuild=full_scan)
         state = loaded.state
         problems = tuple(loaded.problems)
         log = _Log(files=files, state=state, problems=problems, overlay={})
@@ -1045,6 +1048,12 @@ class HistoryStore:
             try:
                 loaded: _Loaded | None = None
                 durable_size: int | None = None
+                if force_rebuild and idx_fd is not None:
+                    # The rows are all read, but a log shorter than what the
+                    # index saw committed is damage all the same.
+                    header = _Checkpoint.unpack(os.pread(idx_fd, _HEADER_SIZE, 0))
+                    if isinstance(header, _Checkpoint) and header.size > size:
+                        durable_size = header.size
                 if not force_rebuild:
                     try:
                         loaded = self._load_with_index(files, log_fd, idx_fd, size, full_open)

@@ -759,7 +759,9 @@ class SchedulerService:
         try:
             for command in commands:
                 schedule_id = getattr(command, "schedule_id", None)
-                if schedule_id in refused:
+                if schedule_id in refused and not isinstance(command, BlockSchedule):
+                    # (A block writes nothing to the refusing store, and its
+                    # diagnostic is what the operator must see.)
                     continue
                 try:
                     self._stage(batch, command, now, verdicts, run_ids, after)

@@ -39,7 +39,7 @@ import pytest
 
 from core.errors import InvalidState
 from core.state import schedule_view
-from shell import ManualClock
+from shell import ManualClock, startup_checkpoint
 from shell.durable import CrashAt, set_fault_injector
 from tests.reliability import corruption_scenario as sc
 from tests.reliability.figures import record
@@ -64,6 +64,9 @@ class Blocked:
     # The operator's resume of the interrupted run removes the contradiction:
     # the next start finds the records sound and lifts the block, saying so.
     lifted_by_resume: bool = False
+    # The store is started and stopped cleanly in place before the damage, so
+    # the damaged start has a startup checkpoint of these very files.
+    checkpointed: bool = False
 
 
 @dataclass(frozen=True)
@@ -140,9 +143,45 @@ CASES: dict[str, tuple[sc.Damage, Blocked | Repaired]] = {
         Blocked(DIR + "history.jsonl", "shorter than"),
     ),
     "history-garbage": (sc.history_garbage, Blocked(DIR + "history.jsonl", "unparseable")),
+    # Damage in place behind the index checkpoint: with no startup checkpoint
+    # to compare the log with, only a page that reads it finds it ...
     "history-garbage-inside": (
+        sc.without_startup_checkpoint(sc.history_garbage_inside),
+        Blocked(DIR + "history.jsonl", "unparseable", record="line 4", found_on_read=True),
+    ),
+    "history-instant-flipped": (
+        sc.without_startup_checkpoint(sc.history_instant_flipped),
+        Blocked(
+            DIR + "history.jsonl",
+            "not an ISO-8601 instant",
+            record="line 4, byte",
+            found_on_read=True,
+        ),
+    ),
+    # ... and after a clean stop the start sees the log was written in place
+    # (not only appended to), reads it whole and finds it.
+    "history-garbage-inside-after-a-clean-stop": (
         sc.history_garbage_inside,
-        Blocked(DIR + "history.jsonl", "", record="seq 1", found_on_read=True),
+        Blocked(DIR + "history.jsonl", "unparseable", record="line 4", checkpointed=True),
+    ),
+    "history-instant-flipped-after-a-clean-stop": (
+        sc.history_instant_flipped,
+        Blocked(
+            DIR + "history.jsonl",
+            "not an ISO-8601 instant",
+            record="line 4, byte",
+            checkpointed=True,
+        ),
+    ),
+    # The first damage found is the one named, not what follows from it
+    # (the runs of the rows the replay no longer reaches).
+    "history-first-line-duplicated": (
+        sc.history_first_line_duplicated,
+        Blocked(
+            DIR + "history.jsonl",
+            "duplicate decision for seq 0",
+            record="line 2, byte",
+        ),
     ),
     "history-duplicated": (
         sc.history_duplicated,
@@ -239,6 +278,22 @@ def _run_numbers(root: Path) -> set[int]:
     return {int(p.stem.split("-")[1]) for p in sc.run_files(root)}
 
 
+async def _stop_cleanly_in_place(root: Path) -> None:
+    """Start and stop a server on `root`, leaving a startup checkpoint of its
+    files as they are (a copied store's files are new files to it). Files
+    written just before are taken as settled (see `startup_checkpoint`)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(startup_checkpoint, "_SETTLE_NS", 0)
+        harness = Harness(root, ManualClock(sc.RESTART_AT - timedelta(seconds=10)))
+        try:
+            await harness.boot()
+        finally:
+            await harness.shutdown()
+    entries = startup_checkpoint.read_startup_checkpoint(root)
+    assert sc.VICTIM in entries
+    startup_checkpoint.write_startup_checkpoint(root, entries)  # reading consumed it
+
+
 def _params() -> list[Any]:
     # Blocking a schedule is logged at ERROR on purpose: an operator must see it.
     return [
@@ -257,6 +312,8 @@ async def test_damaged_store_file(
     damage, expected = CASES[case]
     root = tmp_path / "store"
     shutil.copytree(template, root)
+    if isinstance(expected, Blocked) and expected.checkpointed:
+        await _stop_cleanly_in_place(root)
     run = sc.victim_run(root)
     before_runs = _run_numbers(root)
     damage(root)
@@ -495,5 +552,36 @@ async def test_a_damaged_index_entry_blocks_when_read_until_the_index_is_rebuilt
             ("09:34", "completed"),
             ("09:35", "completed"),
         ]
+    finally:
+        await harness.shutdown()
+
+
+@pytest.mark.expected_errors
+async def test_the_diagnostic_names_the_first_damage_not_what_follows_from_it(
+    template: Path, tmp_path: Path
+) -> None:
+    """The bystander's first row written twice: the replay stops at line 2,
+    so its runs of 09:32 and 09:33 claim occurrences the history no longer
+    reaches, and the 09:31 run's completion cannot be recorded. The block
+    shown, in memory and on disk, names the duplicate, with its line."""
+    root = tmp_path / "store"
+    shutil.copytree(template, root)
+    path = Path(sc.ScheduleFiles.of(root, sc.BYSTANDER).history)
+    lines = sc.lines_of(path)
+    path.write_bytes(b"".join([lines[0], *lines]))
+
+    harness = Harness(root, ManualClock(sc.RESTART_AT))
+    try:
+        await harness.boot()
+        await harness.at(sc.minute(4))
+        blocked = (await harness.schedules.get_schedule(schedule_id=sc.BYSTANDER))["blocked"]
+        assert blocked is not None
+        assert (blocked["file"], blocked["reason"]) == (
+            f"schedules/{sc.BYSTANDER}/history.jsonl",
+            "duplicate decision for seq 0",
+        ), blocked
+        assert blocked["record"].startswith("line 2, byte "), blocked
+        view = schedule_view(harness.service.state, sc.BYSTANDER)  # type: ignore[union-attr]
+        assert view.blocked is not None and "duplicate decision for seq 0" in view.blocked
     finally:
         await harness.shutdown()
