@@ -1727,16 +1727,7 @@ class HistoryStore:
         if problems:
             raise InvalidInput.from_problems("history page", problems)
         files = self._files(schedule_id)
-        if not os.path.isdir(files.directory):
-            raise NotFound(
-                f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
-            )
-        log = self._logs.get(schedule_id)
-        if log is not None:
-            state, overlay = log.state, log.overlay
-        else:
-            loaded = self._load(files, repair=False, full_open=False)
-            state, overlay = loaded.state, loaded.state.touched
+        state, overlay, _ = self._reading_state(files)
         if start > state.count:
             raise InvalidInput.from_problems(
                 "history page", [Problem(field="cursor", reason="is past the end of this history")]
@@ -1747,6 +1738,80 @@ class HistoryStore:
         entries = self._page_entries(files, state, overlay, start, end)
         rows = self._page_rows(files, state, overlay, entries, start)
         return rows, (_encode_cursor(schedule_id, end) if end < state.count else None)
+
+    def _reading_state(
+        self, files: ScheduleFiles
+    ) -> tuple[_State, Mapping[int, _Entry], Sequence[StoreProblem]]:
+        """The state a read works from (the owned one, or one loaded from the
+        files without writing anything) and the damage it stops at."""
+        if not os.path.isdir(files.directory):
+            raise NotFound(
+                f"schedule {files.schedule_id!r} does not exist",
+                data={"schedule_id": files.schedule_id},
+            )
+        log = self._logs.get(files.schedule_id)
+        if log is not None:
+            return log.state, log.overlay, log.problems
+        loaded = self._load(files, repair=False, full_open=False)
+        return loaded.state, loaded.state.touched, loaded.problems
+
+    def occurrence_at(self, schedule_id: str, instant: Instant) -> dict[str, Any] | None:
+        """The page entry (see `page`) of the occurrence decided at `instant`,
+        or None when no decision row has that instant. A binary search over
+        the decisions, which strictly increase: O(log n) reads, each row read
+        checked as a page checks it. Raises `NotFound`, `StoreDamaged` (also
+        when the history stops at damage before `instant`), and `InvalidInput`
+        for an instant that is not one."""
+        try:
+            target = parse_instant(canonical_instant(instant))
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput.from_problems(
+                "occurrence", [Problem(field="instant", reason=f"must be an instant: {exc}")]
+            ) from None
+        files = self._files(schedule_id)
+        state, overlay, problems = self._reading_state(files)
+        if problems and (state.last_decided is None or target > state.last_decided):
+            # Its decision, if any, lies behind the damage the history stops at.
+            raise StoreDamaged(problems[0])
+
+        def entry_at(seq: int) -> dict[str, Any]:
+            entries = self._page_entries(files, state, overlay, seq, seq + 1)
+            return self._page_rows(files, state, overlay, entries, seq)[0]
+
+        opened = state.by_instant.get(format_instant(target))
+        if opened is not None:
+            return entry_at(opened)
+        low, high = 0, state.count
+        while low < high:
+            middle = (low + high) // 2
+            row = entry_at(middle)
+            at = parse_instant(row["instant"])
+            if at == target:
+                return row
+            if at < target:
+                low = middle + 1
+            else:
+                high = middle
+        return None
+
+    def locate(self, schedule_id: str, seq: int) -> str:
+        """Where occurrence `seq`'s latest row is, as diagnostics name a row
+        ("line N, byte B (seq S)"); "seq S" when it cannot be found. Reads the
+        log up to that row: for diagnostics only."""
+        files = self._files(schedule_id)
+        try:
+            state, overlay, _ = self._reading_state(files)
+            if not _is_int(seq) or not 0 <= seq < state.count:
+                return f"seq {seq}"
+            (entry,) = self._page_entries(files, state, overlay, seq, seq + 1)
+            fd = os.open(files.history, os.O_RDONLY)
+            try:
+                line = _line_number(fd, entry.latest_off)
+            finally:
+                os.close(fd)
+        except (OSError, StoreDamaged, NotFound):
+            return f"seq {seq}"
+        return f"line {line}, byte {entry.latest_off} (seq {seq})"
 
     def _page_entries(
         self,

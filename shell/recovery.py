@@ -46,7 +46,7 @@ from shell.definition_store import DefinitionStore
 from shell.history_store import HistoryRecovery, HistoryStore, OpenOccurrence
 from shell.ports import HostApi
 from shell.runtime_store import RuntimeLoad
-from shell.schedules_api import SchedulesApi
+from shell.schedules_api import SchedulesApi, unchecked_run_reads
 from shell.startup_checkpoint import CachedSchedule, UnchangedParts, current_identities_text
 from shell.store_format import (
     ScheduleFiles,
@@ -559,26 +559,24 @@ class StartupRecovery:
         if consumed == 0 and replay and not problems:
             self._unseeded.append((schedule_id, replay[0]["at"]))
         if stored is not None and not any(isinstance(e, RecordsContradicted) for e in events):
-            events.extend(self._lift_block(schedule_id, stored, files))
+            events.extend(await self._lift_block(schedule_id, stored, files))
         return events
 
-    def _lift_block(
+    async def _lift_block(
         self, schedule_id: str, stored: Mapping[str, Any], files: ScheduleFiles
     ) -> list[Event]:
         """A schedule blocked before is sound at this start: lift the block, and
-        say so. Damage inside the history is only found by reading it (startup
-        reads the tail), so a block naming the history or its index is lifted
-        only after a read of the whole history finds nothing."""
+        say so. Damage inside the history, and a finished run that disagrees
+        with its row, are only found by reading them (startup reads the
+        history's tail and its open occurrences' runs), so a block naming the
+        history, its index or a run record is lifted only after a read of the
+        whole history, each finished row checked against its run record,
+        finds nothing."""
+        file = stored.get("file")
         read_by_pages = ("", files.relative(files.history), files.relative(files.history_index))
-        if stored.get("file") in read_by_pages:
-            try:
-                cursor: str | None = None
-                while True:
-                    _, cursor = self._api.history.page(schedule_id, limit=100, cursor=cursor)
-                    if cursor is None:
-                        break
-            except StoreDamaged as exc:
-                problem = exc.problem
+        if file in read_by_pages or (isinstance(file, str) and file.startswith("runs/")):
+            problem = await self._api.verify_history(schedule_id)
+            if problem is not None:
                 return [
                     RecordsContradicted(
                         schedule_id=schedule_id,
@@ -619,7 +617,8 @@ class StartupRecovery:
             )
 
         try:
-            run = await self._host.inspect_run(run_id)
+            with unchecked_run_reads():  # checked against the history here
+                run = await self._host.inspect_run(run_id)
         except NotFound:
             if occurrence.status == "admitted":
                 # The crash came between the admitted row and the run record: no

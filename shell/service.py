@@ -82,7 +82,7 @@ from shell.lock import SchedulerLock
 from shell.ports import BatchRunHost, HostApi
 from shell.recovery import RuntimeMark, StartupRecovery, lifecycle_event
 from shell.runtime_store import RuntimeStore
-from shell.schedules_api import LiveScheduleView, SchedulesApi
+from shell.schedules_api import RUN_NOT_CREATED, LiveScheduleView, SchedulesApi
 from shell.startup_checkpoint import (
     CachedSchedule,
     checkpoint_entries,
@@ -1055,7 +1055,7 @@ class SchedulerService:
                 instant=instant,
                 run_id=run_id,
                 status="failed",
-                message=f"the run could not be created: {exc.message}",
+                message=f"{RUN_NOT_CREATED}: {exc.message}",
             )
         )
 
