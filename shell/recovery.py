@@ -439,7 +439,8 @@ class StartupRecovery:
         if entry is not None:
             current = current_identities_text(files)
             unchanged = entry.unchanged(current)
-            full_scan = entry.history_rewritten(current)
+            full_scan = unchanged is not None and not unchanged.history
+            full_scan = full_scan and entry.history_rewritten(current)
         inputs = self._cached_inputs(schedule_id, entry, unchanged, full_scan) or self._read_inputs(
             schedule_id, files, full_scan=full_scan
         )
