@@ -41,9 +41,13 @@ owner with a warning. An unparseable line, a duplicate or out-of-order
 decision, a transition for an unknown seq, a status going backwards, or a row
 after a terminal row stops the replay there and is returned as a
 `StoreProblem`; the log is then frozen (appends refused) and left as found,
-and pages show what precedes the damage. Damage before the checkpoint is not
-re-read at load; `verify()` scans everything, and a page that reads a damaged
-row raises `StoreDamaged`.
+and pages show what precedes the damage. Every row read back is checked by
+the same row rules (`_check_decision`, `_check_transition`), whether replayed,
+taken by a load through the index (the last decision, the open occurrences:
+one that fails sends the load to a full scan, which names it), or read by a
+page. Damage before the checkpoint is not re-read at load; `verify()` and
+`recover(full_scan=True)` scan everything, and a page that reads a damaged
+row raises `StoreDamaged` naming its line and freezes an owned log.
 
 Not thread-safe; one owner process (the scheduler lock holder) writes.
 """
