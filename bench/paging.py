@@ -5,7 +5,9 @@ last page, p50 and p99 over `--samples` calls each.
 
 Set-up writes the rows through the real history store (admitted, running,
 completed per occurrence: a million rows are 333,333 occurrences), closes the
-index cleanly, then builds a fresh server on the store as a restart would.
+index cleanly, creates and completes each occurrence's run (a page checks
+every finished row it serves against its run record), then builds a fresh
+server on the store as a restart would.
 The cursors of the middle and last pages are found by walking every page
 once (that walk is timed too, per page).
 
@@ -62,7 +64,35 @@ async def generate(root: Path, rows: int) -> dict[str, Any]:
             extra_skipped=instants[-1] + timedelta(minutes=1) if extra else None,
         )
         api.schedules.history.close()
+        await _completed_runs(api, instants)
     return {"rows": 3 * occurrences + (1 if extra else 0), "setup_s": time.perf_counter() - began}
+
+
+async def _completed_runs(api: Any, instants: list[datetime]) -> None:
+    """The completed run record of each occurrence (`run-<n>`, as the history
+    names them): a page checks each finished row it serves against its run."""
+    for first in range(0, len(instants), 1000):
+        chunk = instants[first : first + 1000]
+        ids = [f"run-{first + i + 1:06d}" for i in range(len(chunk))]
+        await api.admit_runs(
+            [
+                {
+                    "deployment_id": harness.DEPLOYMENT,
+                    "inputs": {},
+                    "max_steps": None,
+                    "origin": {
+                        "kind": "schedule",
+                        "schedule_id": SCHEDULE,
+                        "instant": instant.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                        "revision": 1,
+                    },
+                    "run_id": run_id,
+                }
+                for run_id, instant in zip(ids, chunk, strict=True)
+            ]
+        )
+        await api.launch_runs(ids)
+        await api.drain(600)
 
 
 async def measure(root: Path, limit: int, samples: int) -> dict[str, Any]:

@@ -933,7 +933,10 @@ class _Call:
         w = self.get(event.schedule_id, event)
         parts = [f"{event.file}: {event.record}: {event.reason}", *event.extra]
         diagnostic = "; ".join(parts)
-        w.blocked = diagnostic
+        if w.blocked is None:
+            # The first damage found is the one shown: what it breaks may
+            # well be what later contradictions only follow from.
+            w.blocked = diagnostic
         for instant in w.waiting:
             self.record(w.schedule_id, instant, "superseded", reason=_BLOCKED)
         w.waiting = ()

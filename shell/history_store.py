@@ -41,9 +41,13 @@ owner with a warning. An unparseable line, a duplicate or out-of-order
 decision, a transition for an unknown seq, a status going backwards, or a row
 after a terminal row stops the replay there and is returned as a
 `StoreProblem`; the log is then frozen (appends refused) and left as found,
-and pages show what precedes the damage. Damage before the checkpoint is not
-re-read at load; `verify()` scans everything, and a page that reads a damaged
-row raises `StoreDamaged`.
+and pages show what precedes the damage. Every row read back is checked by
+the same row rules (`_check_decision`, `_check_transition`), whether replayed,
+taken by a load through the index (the last decision, the open occurrences:
+one that fails sends the load to a full scan, which names it), or read by a
+page. Damage before the checkpoint is not re-read at load; `verify()` and
+`recover(full_scan=True)` scan everything, and a page that reads a damaged
+row raises `StoreDamaged` naming its line and freezes an owned log.
 
 Not thread-safe; one owner process (the scheduler lock holder) writes.
 """
@@ -312,6 +316,10 @@ class _Bad(Exception):
         self.seq = seq
 
 
+class _BadLatest(_Bad):
+    """A page read's latest row of an occurrence is the bad one (not its decision)."""
+
+
 class _IndexDamaged(Exception):
     """The index does not match the log; rebuild it from the log."""
 
@@ -411,11 +419,34 @@ def _apply_row(
         raise _Bad("update must be true when present", seq)
 
 
-def _apply_decision(state: _State, row: dict[str, Any], seq: int, offset: int, length: int) -> None:
-    if seq < state.count:
-        raise _Bad(f"duplicate decision for seq {seq}", seq)
-    if seq > state.count:
-        raise _Bad(f"decision for seq {seq} where seq {state.count} was expected (a gap)", seq)
+class _Decision(NamedTuple):
+    """A decision row's fields, checked by the row rules (`_check_decision`)."""
+
+    status: str
+    instant: datetime
+    instant_text: str
+    first: datetime
+    recorded_text: str
+    run_id: str | None
+    reason: str | None
+    revision: int | None
+    snapshot: dict[str, Any] | None
+
+
+class _Transition(NamedTuple):
+    """A transition row's fields, checked by the row rules (`_check_transition`)."""
+
+    status: str
+    instant_text: str
+    recorded_text: str
+    run_id: str | None
+    reason: str | None
+
+
+def _check_decision(row: Mapping[str, Any], seq: int) -> _Decision:
+    """The fields of decision row `seq`, or `_Bad` naming the first one that
+    breaks the row rules. Every decision row read back (replay, a page, the
+    rows a load takes from the index) passes here."""
     status = row.get("status")
     if status not in DECISION_STATUSES:
         raise _Bad(f"{status!r} is not a decision status", seq)
@@ -442,11 +473,7 @@ def _apply_decision(state: _State, row: dict[str, Any], seq: int, offset: int, l
         snapshot = _check_snapshot(row.get("snapshot"), seq)
     elif row.get("snapshot") is not None:
         raise _Bad("only an admitted row carries a snapshot", seq)
-    _enter_decision(
-        state,
-        seq,
-        offset,
-        length,
+    return _Decision(
         status=status,
         instant=instant,
         instant_text=_canonical_text(row["instant"], instant),
@@ -456,6 +483,47 @@ def _apply_decision(state: _State, row: dict[str, Any], seq: int, offset: int, l
         reason=reason,
         revision=revision,
         snapshot=snapshot,
+    )
+
+
+def _check_transition(row: Mapping[str, Any], seq: int) -> _Transition:
+    """The fields of a transition row of `seq`, or `_Bad` (see `_check_decision`)."""
+    status = row.get("status")
+    if status not in RUN_STATUSES:
+        raise _Bad(f"{status!r} is not a run status", seq)
+    recorded_at = _instant_of(row, "recorded_at", seq)
+    run_id = _optional_str(row, "run_id", seq)
+    reason = _optional_str(row, "reason", seq)
+    instant = _instant_of(row, "instant", seq)
+    return _Transition(
+        status=status,
+        instant_text=_canonical_text(row["instant"], instant),
+        recorded_text=_canonical_text(row["recorded_at"], recorded_at),
+        run_id=run_id,
+        reason=reason,
+    )
+
+
+def _apply_decision(state: _State, row: dict[str, Any], seq: int, offset: int, length: int) -> None:
+    if seq < state.count:
+        raise _Bad(f"duplicate decision for seq {seq}", seq)
+    if seq > state.count:
+        raise _Bad(f"decision for seq {seq} where seq {state.count} was expected (a gap)", seq)
+    fields = _check_decision(row, seq)
+    _enter_decision(
+        state,
+        seq,
+        offset,
+        length,
+        status=fields.status,
+        instant=fields.instant,
+        instant_text=fields.instant_text,
+        first=fields.first,
+        recorded_text=fields.recorded_text,
+        run_id=fields.run_id,
+        reason=fields.reason,
+        revision=fields.revision,
+        snapshot=fields.snapshot,
     )
 
 
@@ -515,13 +583,8 @@ def _apply_transition(
     length: int,
     known: Callable[[int], _Open | _Entry],
 ) -> None:
-    status = row.get("status")
-    if status not in RUN_STATUSES:
-        raise _Bad(f"{status!r} is not a run status", seq)
-    recorded_at = _instant_of(row, "recorded_at", seq)
-    run_id = _optional_str(row, "run_id", seq)
-    reason = _optional_str(row, "reason", seq)
-    instant = _instant_of(row, "instant", seq)
+    fields = _check_transition(row, seq)
+    status, run_id = fields.status, fields.run_id
     if seq >= state.count:
         raise _Bad(f"transition for unknown seq {seq}", seq)
     current = state.open.get(seq)
@@ -537,7 +600,7 @@ def _apply_transition(
             raise _Bad(f"a row after the terminal {prior.status} row of seq {seq}", seq)
     if current.latest_off >= offset:
         return
-    if _canonical_text(row["instant"], instant) != current.instant:
+    if fields.instant_text != current.instant:
         raise _Bad(
             f"transition names instant {row['instant']} but seq {seq} is {current.instant}", seq
         )
@@ -552,10 +615,10 @@ def _apply_transition(
         current,
         status=status,
         run_id=run_id if run_id is not None else current.run_id,
-        reason=reason,
+        reason=fields.reason,
         latest_off=offset,
         latest_len=length,
-        updated_at=_canonical_text(row["recorded_at"], recorded_at),
+        updated_at=fields.recorded_text,
     )
     if status in TERMINAL_STATUSES:
         state.open.pop(seq, None)
@@ -601,13 +664,14 @@ class _Reader:
             row = json.loads(data) if len(data) == length and data.endswith(b"\n") else None
         except ValueError:
             row = None
-        if (
-            not isinstance(row, dict)
-            or row.get("seq") != seq
-            or ("update" in row) == decision
-            or not isinstance(row.get("status"), str)
-        ):
+        if not isinstance(row, dict) or row.get("seq") != seq or ("update" in row) == decision:
             raise _IndexDamaged(f"index entry for seq {seq} does not point at its row")
+        try:
+            # The row rules, as for every row read back: a row that breaks
+            # them sends the load to the full scan, which names it by line.
+            _check_decision(row, seq) if decision else _check_transition(row, seq)
+        except _Bad as bad:
+            raise _IndexDamaged(f"the row of seq {seq} is damaged: {bad.reason}") from None
         self._rows[offset] = row
         return row
 
@@ -618,8 +682,13 @@ class _Reader:
             latest = self.row(entry.latest_off, entry.latest_len, seq, decision=False)
         if latest["status"] != entry.status:
             raise _IndexDamaged(f"index entry for seq {seq} disagrees with its latest row")
-        # These rows were validated when they were appended or replayed, and
-        # the writer stores instants in canonical text: use them as they are.
+        if latest is not decision and (
+            decision["status"] != "admitted" or latest["instant"] != decision["instant"]
+        ):
+            # (A full scan decides, by the replay's rules, whether they do contradict.)
+            raise _IndexDamaged(f"the rows of seq {seq} do not belong together")
+        # `row` checked both by the row rules, and the writer stores instants
+        # in canonical text: use them as they are.
         instant, decided_at, updated_at = (
             decision.get("instant"),
             decision.get("recorded_at"),
@@ -673,20 +742,100 @@ class _Log:
     needs_sync: bool = False
 
 
-def _page_row(seq: int, decision: Mapping[str, Any], latest: Mapping[str, Any]) -> dict[str, Any]:
-    return {
+def _page_row(
+    seq: int,
+    entry: _Entry,
+    decision_data: bytes,
+    latest_data: bytes | None,
+    previous: datetime | None,
+) -> tuple[dict[str, Any], datetime]:
+    """The page entry of occurrence `seq` from its rows as read (`latest_data`
+    None when its decision row is its latest), checked by the row rules and
+    against the index entry that points at them and the decision before it
+    (`previous`); returns it with its decision instant. Raises `_Bad`
+    (`_BadLatest` when the latest row is at fault)."""
+    decision_row = _page_json(decision_data, seq, decision=True)
+    decision = _check_decision(decision_row, seq)
+    if previous is not None and decision.first <= previous:
+        raise _Bad(
+            f"decision for {decision.instant_text} is not after the decision of seq {seq - 1}"
+            " (duplicate or out of order)",
+            seq,
+        )
+    status, run_id, reason, updated_at = (
+        decision.status,
+        decision.run_id,
+        decision.reason,
+        decision.recorded_text,
+    )
+    if latest_data is not None:
+        try:
+            if decision.status != "admitted":
+                raise _Bad(
+                    f"the index points seq {seq} at a transition, but its decision is"
+                    f" {decision.status}, which no transition follows",
+                    seq,
+                )
+            latest = _check_transition(_page_json(latest_data, seq, decision=False), seq)
+            if latest.instant_text != decision.instant_text:
+                raise _Bad(
+                    f"transition names instant {latest.instant_text} but seq {seq} is"
+                    f" {decision.instant_text}",
+                    seq,
+                )
+            if run_id is not None and latest.run_id is not None and latest.run_id != run_id:
+                raise _Bad(f"run id changed from {run_id} to {latest.run_id} for seq {seq}", seq)
+        except _Bad as bad:
+            raise _BadLatest(bad.reason, seq) from None
+        status, reason, updated_at = latest.status, latest.reason, latest.recorded_text
+        run_id = latest.run_id if latest.run_id is not None else run_id
+    if status != entry.status:
+        changed = (
+            f"the row says {status}, but the index recorded {entry.status} when it was"
+            " written: the row was changed since"
+        )
+        raise _BadLatest(changed, seq) if latest_data is not None else _Bad(changed, seq)
+    row = {
         "seq": seq,
-        "instant": decision["instant"],
-        "status": latest["status"],
-        "run_id": latest.get("run_id") or decision.get("run_id"),
-        "reason": latest.get("reason"),
-        "count": decision.get("count", 1),
-        "first_instant": decision.get("first_instant"),
-        "last_instant": decision.get("last_instant"),
-        "revision": decision.get("revision"),
-        "decided_at": decision.get("recorded_at"),
-        "updated_at": latest.get("recorded_at"),
+        "instant": decision.instant_text,
+        "status": status,
+        "run_id": run_id,
+        "reason": reason,
+        "count": decision_row.get("count", 1),
+        "first_instant": decision_row.get("first_instant"),
+        "last_instant": decision_row.get("last_instant"),
+        "revision": decision.revision,
+        "decided_at": decision.recorded_text,
+        "updated_at": updated_at,
     }
+    return row, decision.instant
+
+
+def _page_json(data: bytes, seq: int, *, decision: bool) -> dict[str, Any]:
+    """The row a page read found where the index points for `seq`: one JSON
+    object of that seq, of the kind (decision or transition) expected."""
+    try:
+        row = json.loads(data.decode()) if data.endswith(b"\n") else None
+    except ValueError:
+        raise _Bad("unparseable record", seq) from None
+    if not isinstance(row, dict) or row.get("seq") != seq or ("update" in row) == decision:
+        raise _Bad("the row the index points at is not this occurrence's", seq)
+    if not decision and row["update"] is not True:
+        raise _Bad("update must be true when present", seq)
+    return row
+
+
+def _line_number(fd: int, offset: int) -> int:
+    """The 1-based line of the log that starts at byte `offset` (a diagnostic
+    names it; counting reads the log up to there, once, when damage is found)."""
+    newlines, position = 0, 0
+    while position < offset:
+        chunk = os.pread(fd, min(1 << 20, offset - position), position)
+        if not chunk:
+            break
+        newlines += chunk.count(b"\n")
+        position += len(chunk)
+    return newlines + 1
 
 
 class HistoryStore:
@@ -712,20 +861,23 @@ class HistoryStore:
 
     # --- loading -----------------------------------------------------------------------
 
-    def recover(self, schedule_id: str) -> HistoryRecovery:
+    def recover(self, schedule_id: str, *, full_scan: bool = False) -> HistoryRecovery:
         """Load one schedule's history as its owner, repairing crash artifacts.
 
         Drops a torn final line (warning), replays the log after the index
         checkpoint, brings the index up to date (rebuilding it from the log if
         it cannot be trusted), and keeps the result for appends. Damaged rows
         come back as `problems` and freeze the log. Never raises for damage.
-        Call `sync_recovered()` once after recovering every schedule.
+        With `full_scan` the index is not trusted at all: every row is read
+        and the index rebuilt (O(log): for a log written other than by
+        appends since it was last known sound). Call `sync_recovered()` once
+        after recovering every schedule.
         """
         files = self._files(schedule_id)
         existing = self._logs.get(schedule_id)
         if existing is not None and existing.pending is not None:
             raise RuntimeError(f"history of {schedule_id!r} has writes staged in an open batch")
-        loaded = self._load(files, repair=True, full_open=True)
+        loaded = self._load(files, repair=True, full_open=True, force_rebuild=full_scan)
         state = loaded.state
         problems = tuple(loaded.problems)
         log = _Log(files=files, state=state, problems=problems, overlay={})
@@ -900,6 +1052,12 @@ class HistoryStore:
             try:
                 loaded: _Loaded | None = None
                 durable_size: int | None = None
+                if force_rebuild and idx_fd is not None:
+                    # The rows are all read, but a log shorter than what the
+                    # index saw committed is damage all the same.
+                    header = _Checkpoint.unpack(os.pread(idx_fd, _HEADER_SIZE, 0))
+                    if isinstance(header, _Checkpoint) and header.size > size:
+                        durable_size = header.size
                 if not force_rebuild:
                     try:
                         loaded = self._load_with_index(files, log_fd, idx_fd, size, full_open)
@@ -1573,16 +1731,7 @@ class HistoryStore:
         if problems:
             raise InvalidInput.from_problems("history page", problems)
         files = self._files(schedule_id)
-        if not os.path.isdir(files.directory):
-            raise NotFound(
-                f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
-            )
-        log = self._logs.get(schedule_id)
-        if log is not None:
-            state, overlay = log.state, log.overlay
-        else:
-            loaded = self._load(files, repair=False, full_open=False)
-            state, overlay = loaded.state, loaded.state.touched
+        state, overlay, _ = self._reading_state(files)
         if start > state.count:
             raise InvalidInput.from_problems(
                 "history page", [Problem(field="cursor", reason="is past the end of this history")]
@@ -1591,8 +1740,82 @@ class HistoryStore:
         if start == end:
             return [], None
         entries = self._page_entries(files, state, overlay, start, end)
-        rows = self._page_rows(files, entries, start)
+        rows = self._page_rows(files, state, overlay, entries, start)
         return rows, (_encode_cursor(schedule_id, end) if end < state.count else None)
+
+    def _reading_state(
+        self, files: ScheduleFiles
+    ) -> tuple[_State, Mapping[int, _Entry], Sequence[StoreProblem]]:
+        """The state a read works from (the owned one, or one loaded from the
+        files without writing anything) and the damage it stops at."""
+        if not os.path.isdir(files.directory):
+            raise NotFound(
+                f"schedule {files.schedule_id!r} does not exist",
+                data={"schedule_id": files.schedule_id},
+            )
+        log = self._logs.get(files.schedule_id)
+        if log is not None:
+            return log.state, log.overlay, log.problems
+        loaded = self._load(files, repair=False, full_open=False)
+        return loaded.state, loaded.state.touched, loaded.problems
+
+    def occurrence_at(self, schedule_id: str, instant: Instant) -> dict[str, Any] | None:
+        """The page entry (see `page`) of the occurrence decided at `instant`,
+        or None when no decision row has that instant. A binary search over
+        the decisions, which strictly increase: O(log n) reads, each row read
+        checked as a page checks it. Raises `NotFound`, `StoreDamaged` (also
+        when the history stops at damage before `instant`), and `InvalidInput`
+        for an instant that is not one."""
+        try:
+            target = parse_instant(canonical_instant(instant))
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput.from_problems(
+                "occurrence", [Problem(field="instant", reason=f"must be an instant: {exc}")]
+            ) from None
+        files = self._files(schedule_id)
+        state, overlay, problems = self._reading_state(files)
+        if problems and (state.last_decided is None or target > state.last_decided):
+            # Its decision, if any, lies behind the damage the history stops at.
+            raise StoreDamaged(problems[0])
+
+        def entry_at(seq: int) -> dict[str, Any]:
+            entries = self._page_entries(files, state, overlay, seq, seq + 1)
+            return self._page_rows(files, state, overlay, entries, seq)[0]
+
+        opened = state.by_instant.get(format_instant(target))
+        if opened is not None:
+            return entry_at(opened)
+        low, high = 0, state.count
+        while low < high:
+            middle = (low + high) // 2
+            row = entry_at(middle)
+            at = parse_instant(row["instant"])
+            if at == target:
+                return row
+            if at < target:
+                low = middle + 1
+            else:
+                high = middle
+        return None
+
+    def locate(self, schedule_id: str, seq: int) -> str:
+        """Where occurrence `seq`'s latest row is, as diagnostics name a row
+        ("line N, byte B (seq S)"); "seq S" when it cannot be found. Reads the
+        log up to that row: for diagnostics only."""
+        files = self._files(schedule_id)
+        try:
+            state, overlay, _ = self._reading_state(files)
+            if not _is_int(seq) or not 0 <= seq < state.count:
+                return f"seq {seq}"
+            (entry,) = self._page_entries(files, state, overlay, seq, seq + 1)
+            fd = os.open(files.history, os.O_RDONLY)
+            try:
+                line = _line_number(fd, entry.latest_off)
+            finally:
+                os.close(fd)
+        except (OSError, StoreDamaged, NotFound):
+            return f"seq {seq}"
+        return f"line {line}, byte {entry.latest_off} (seq {seq})"
 
     def _page_entries(
         self,
@@ -1624,7 +1847,12 @@ class HistoryStore:
         return entries
 
     def _page_rows(
-        self, files: ScheduleFiles, entries: list[_Entry], start: int
+        self,
+        files: ScheduleFiles,
+        state: _State,
+        overlay: Mapping[int, _Entry],
+        entries: list[_Entry],
+        start: int,
     ) -> list[dict[str, Any]]:
         spans = {(e.decision_off, e.decision_len) for e in entries}
         spans.update((e.latest_off, e.latest_len) for e in entries)
@@ -1652,42 +1880,69 @@ class HistoryStore:
             return chunks[base][offset - base : offset - base + length]
 
         rows: list[dict[str, Any]] = []
+        previous = self._previous_decision(files, state, overlay, start)
         for i, entry in enumerate(entries):
             seq = start + i
-            decision = self._parse_page_row(
-                files, read(entry.decision_off, entry.decision_len), seq, True
-            )
-            latest = decision
+            latest = None
             if entry.latest_off != entry.decision_off:
-                latest = self._parse_page_row(
-                    files, read(entry.latest_off, entry.latest_len), seq, False
+                latest = read(entry.latest_off, entry.latest_len)
+            try:
+                row, previous = _page_row(
+                    seq, entry, read(entry.decision_off, entry.decision_len), latest, previous
                 )
-            rows.append(_page_row(seq, decision, latest))
+            except _Bad as bad:
+                at_latest = isinstance(bad, _BadLatest)
+                offset = entry.latest_off if at_latest else entry.decision_off
+                self._row_damaged(files, offset, seq, bad.reason)
+            rows.append(row)
         return rows
 
-    def _parse_page_row(
-        self, files: ScheduleFiles, data: bytes, seq: int, decision: bool
-    ) -> dict[str, Any]:
+    def _previous_decision(
+        self, files: ScheduleFiles, state: _State, overlay: Mapping[int, _Entry], start: int
+    ) -> datetime | None:
+        """The instant of the decision before `start`, which the page's first
+        decision must follow (read and checked like a page row)."""
+        if start == 0:
+            return None
+        (entry,) = self._page_entries(files, state, overlay, start - 1, start)
+        fd = os.open(files.history, os.O_RDONLY)
         try:
-            row = json.loads(data.decode()) if data.endswith(b"\n") else None
-        except ValueError:
-            row = None
-        if not isinstance(row, dict) or row.get("seq") != seq or ("update" in row) == decision:
-            self._damaged(
-                files,
-                files.history,
-                f"seq {seq}",
-                "the row the index points at is not this occurrence's",
-            )
-        return row
+            data = os.pread(fd, entry.decision_len, entry.decision_off)
+        finally:
+            os.close(fd)
+        try:
+            return _check_decision(_page_json(data, start - 1, decision=True), start - 1).instant
+        except _Bad as bad:
+            self._row_damaged(files, entry.decision_off, start - 1, bad.reason)
 
-    def _damaged(self, files: ScheduleFiles, path: str, record: str, reason: str) -> NoReturn:
+    def _row_damaged(self, files: ScheduleFiles, offset: int, seq: int, reason: str) -> NoReturn:
+        """A row a read found where the index points breaks the row rules: the
+        history is damaged there. Names the row by line, as a load does."""
+        fd = os.open(files.history, os.O_RDONLY)
+        try:
+            line = _line_number(fd, offset)
+        finally:
+            os.close(fd)
+        self._damaged(
+            files, files.history, f"line {line}, byte {offset} (seq {seq})", reason, freeze=True
+        )
+
+    def _damaged(
+        self, files: ScheduleFiles, path: str, record: str, reason: str, *, freeze: bool = False
+    ) -> NoReturn:
+        """Raise `StoreDamaged` for damage a read found. Damage to the log
+        (`freeze`) freezes an owned history as a load that found it would:
+        appends are refused and the files stay as found, whatever a later
+        load, which trusts what precedes the index checkpoint, makes of them."""
         problem = StoreProblem(
             schedule_id=files.schedule_id, file=files.relative(path), record=record, reason=reason
         )
         _log.warning("history %s is damaged: %s", files.history, problem.describe())
         log = self._logs.get(files.schedule_id)
-        if log is not None and log.pending is None:
+        if log is not None and freeze:
+            if not log.problems:
+                log.problems = (problem,)
+        elif log is not None and log.pending is None:
             # The next owner access re-reads the files (and rebuilds the index).
             self._logs.pop(files.schedule_id, None)
         raise StoreDamaged(problem)

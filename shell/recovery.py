@@ -46,8 +46,8 @@ from shell.definition_store import DefinitionStore
 from shell.history_store import HistoryRecovery, HistoryStore, OpenOccurrence
 from shell.ports import HostApi
 from shell.runtime_store import RuntimeLoad
-from shell.schedules_api import SchedulesApi
-from shell.startup_checkpoint import CachedSchedule, current_identities_text
+from shell.schedules_api import SchedulesApi, unchecked_run_reads
+from shell.startup_checkpoint import CachedSchedule, UnchangedParts, current_identities_text
 from shell.store_format import (
     ScheduleFiles,
     StoreDamaged,
@@ -336,9 +336,12 @@ class StartupRecovery:
             if cursor is None:
                 return claims
 
-    def _read_inputs(self, schedule_id: str, files: ScheduleFiles) -> _Inputs | None:
+    def _read_inputs(
+        self, schedule_id: str, files: ScheduleFiles, *, full_scan: bool = False
+    ) -> _Inputs | None:
         """Read the schedule's files; None when there is nothing to recover
-        (the schedule is gone, incomplete, or blocked as unknown here)."""
+        (the schedule is gone, incomplete, or blocked as unknown here).
+        `full_scan`: read the history whole (see `_recover_history`)."""
         definitions = self._api.definitions
         # (Temp files of atomic writes a crash interrupted are never read as
         # the truth; the service sweeps them once the start is over.)
@@ -359,20 +362,40 @@ class StartupRecovery:
             return None
         loaded = found
         runtime = self._api.runtime.load(schedule_id)
-        recovered = self._api.history.recover(schedule_id)
+        recovered = self._recover_history(schedule_id, full_scan=full_scan)
         stored = loaded.snapshot.get("blocked") if loaded.snapshot is not None else None
         # Nothing is kept for the next checkpoint: the start must be quick,
         # and the checkpoint reads what it needs (`checkpoint_entries`).
         return _Inputs(records, runtime, recovered, loaded.problems, stored)
 
-    def _cached_inputs(self, schedule_id: str, files: ScheduleFiles) -> _Inputs | None:
+    def _recover_history(self, schedule_id: str, *, full_scan: bool) -> HistoryRecovery:
+        """The history recovered; with `full_scan` (its log was written other
+        than by appending since the last checkpoint described it) every row is
+        read, not only those after the index checkpoint: damage written into
+        it since is found now, not when a page reads it."""
+        history = self._api.history
+        if full_scan and isinstance(history, HistoryStore):
+            _log.warning(
+                "schedule %s: its history log was rewritten since the last checkpoint"
+                " (not only appended to); reading it whole",
+                schedule_id,
+            )
+            return history.recover(schedule_id, full_scan=True)
+        return history.recover(schedule_id)
+
+    def _cached_inputs(
+        self,
+        schedule_id: str,
+        entry: CachedSchedule | None,
+        unchanged: UnchangedParts | None,
+        full_scan: bool,
+    ) -> _Inputs | None:
         """The inputs as the last checkpoint recorded them, part by part: the
         lifecycle records if neither the lifecycle log nor the snapshot
         changed since (else None: the schedule is read whole), and the
         runtime record and the history state each from the checkpoint if
         its files did not change, else from the files (a schedule that fired
         since the checkpoint). See `shell/startup_checkpoint.py`."""
-        entry = self._checkpoint.pop(schedule_id, None)
         definitions, history_store = self._api.definitions, self._api.history
         if (
             entry is None
@@ -380,7 +403,6 @@ class StartupRecovery:
             or not isinstance(history_store, HistoryStore)
         ):
             return None
-        unchanged = entry.unchanged(current_identities_text(files))
         if unchanged is None or not unchanged.lifecycle:
             return None
         try:
@@ -395,7 +417,11 @@ class StartupRecovery:
                 exc,
             )
             return None
-        recovered = adopted if adopted is not None else history_store.recover(schedule_id)
+        recovered = (
+            adopted
+            if adopted is not None
+            else self._recover_history(schedule_id, full_scan=full_scan)
+        )
         if unchanged.runtime:
             runtime = RuntimeLoad(schedule_id=schedule_id, record=cached_runtime)
         else:
@@ -407,7 +433,17 @@ class StartupRecovery:
 
     async def _recover_schedule(self, schedule_id: str, claims: Sequence[_Claim]) -> list[Event]:
         files = ScheduleFiles.of(self._root, schedule_id)
-        inputs = self._cached_inputs(schedule_id, files) or self._read_inputs(schedule_id, files)
+        entry = self._checkpoint.pop(schedule_id, None)
+        unchanged: UnchangedParts | None = None
+        full_scan = False
+        if entry is not None:
+            current = current_identities_text(files)
+            unchanged = entry.unchanged(current)
+            full_scan = unchanged is not None and not unchanged.history
+            full_scan = full_scan and entry.history_rewritten(current)
+        inputs = self._cached_inputs(schedule_id, entry, unchanged, full_scan) or self._read_inputs(
+            schedule_id, files, full_scan=full_scan
+        )
         if inputs is None:
             return []
         records, runtime, recovered, load_problems, stored = inputs
@@ -524,26 +560,24 @@ class StartupRecovery:
         if consumed == 0 and replay and not problems:
             self._unseeded.append((schedule_id, replay[0]["at"]))
         if stored is not None and not any(isinstance(e, RecordsContradicted) for e in events):
-            events.extend(self._lift_block(schedule_id, stored, files))
+            events.extend(await self._lift_block(schedule_id, stored, files))
         return events
 
-    def _lift_block(
+    async def _lift_block(
         self, schedule_id: str, stored: Mapping[str, Any], files: ScheduleFiles
     ) -> list[Event]:
         """A schedule blocked before is sound at this start: lift the block, and
-        say so. Damage inside the history is only found by reading it (startup
-        reads the tail), so a block naming the history or its index is lifted
-        only after a read of the whole history finds nothing."""
+        say so. Damage inside the history, and a finished run that disagrees
+        with its row, are only found by reading them (startup reads the
+        history's tail and its open occurrences' runs), so a block naming the
+        history, its index or a run record is lifted only after a read of the
+        whole history, each finished row checked against its run record,
+        finds nothing."""
+        file = stored.get("file")
         read_by_pages = ("", files.relative(files.history), files.relative(files.history_index))
-        if stored.get("file") in read_by_pages:
-            try:
-                cursor: str | None = None
-                while True:
-                    _, cursor = self._api.history.page(schedule_id, limit=100, cursor=cursor)
-                    if cursor is None:
-                        break
-            except StoreDamaged as exc:
-                problem = exc.problem
+        if file in read_by_pages or (isinstance(file, str) and file.startswith("runs/")):
+            problem = await self._api.verify_history(schedule_id)
+            if problem is not None:
                 return [
                     RecordsContradicted(
                         schedule_id=schedule_id,
@@ -584,7 +618,8 @@ class StartupRecovery:
             )
 
         try:
-            run = await self._host.inspect_run(run_id)
+            with unchecked_run_reads():  # checked against the history here
+                run = await self._host.inspect_run(run_id)
         except NotFound:
             if occurrence.status == "admitted":
                 # The crash came between the admitted row and the run record: no

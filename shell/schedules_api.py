@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -27,19 +28,61 @@ from core.definitions import (
     parse_definition,
     parse_update,
 )
-from core.errors import InvalidDefinition, InvalidInput, InvalidState, NotFound, Problem
+from core.errors import (
+    InvalidDefinition,
+    InvalidInput,
+    InvalidState,
+    NotFound,
+    Problem,
+    SchedulingError,
+)
+from core.occurrences import TERMINAL_RUN_STATUSES
 from shell.clock import Clock, SystemClock
 from shell.definition_store import DefinitionStore
 from shell.history_store import HistoryStore
 from shell.ports import HostApi
 from shell.runtime_store import RuntimeStore
-from shell.store_format import StoreDamaged, StoreProblem, format_instant, parse_instant
+from shell.store_format import (
+    ScheduleFiles,
+    StoreDamaged,
+    StoreProblem,
+    format_instant,
+    parse_instant,
+)
 from shell.store_health import StoreHealth, store_call
 from shell.store_ports import DefinitionsPort, HistoryPort, RuntimePort
 
-__all__ = ["LiveScheduleView", "SchedulesApi", "build_schedules_api"]
+__all__ = [
+    "RUN_NOT_CREATED",
+    "LiveScheduleView",
+    "SchedulesApi",
+    "build_schedules_api",
+    "unchecked_run_reads",
+]
 
 _log = logging.getLogger(__name__)
+
+# How the reason of a `failed` row begins when the occurrence's run could
+# not be created (the deployment vanished): the one finished occurrence
+# whose run has no record, truthfully (`shell/service.py`).
+RUN_NOT_CREATED = "the run could not be created"
+
+# Set while the scheduler reads run records itself (recovery, the checks
+# below): `check_inspected_run` is then not asked again for each of them.
+_RUN_READS_UNCHECKED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "run_reads_unchecked", default=False
+)
+
+
+@contextlib.contextmanager
+def unchecked_run_reads() -> Iterator[None]:
+    """Within it, `inspect_run` of this task does not check the run against
+    its schedule's history (the caller checks what it reads itself)."""
+    token = _RUN_READS_UNCHECKED.set(True)
+    try:
+        yield
+    finally:
+        _RUN_READS_UNCHECKED.reset(token)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -362,10 +405,13 @@ class SchedulesApi:
             )
         try:
             rows, next_cursor = self.history.page(schedule_id, limit=limit, cursor=cursor)
+            problem = await self._run_disagreement(schedule_id, rows)
+            if problem is not None:
+                raise StoreDamaged(problem)
         except StoreDamaged as exc:
-            # Damage inside the history is found when it is read: block the schedule.
-            if self._service is not None:
-                self._service.records_damaged(exc.problem)
+            # Damage inside the history, or a run record that disagrees with
+            # it, is found when it is read: block the schedule, serve nothing.
+            self._found_damaged(exc.problem)
             raise
         occurrences = [dict(row) for row in rows]
         if cursor is None:
@@ -385,6 +431,170 @@ class SchedulesApi:
             ]
             occurrences = pending + occurrences
         return {"occurrences": occurrences, "next_cursor": next_cursor}
+
+    # --- history against run records ------------------------------------------------
+
+    def _found_damaged(self, problem: StoreProblem) -> None:
+        if self._service is not None:
+            self._service.records_damaged(problem)
+
+    def _files(self, schedule_id: str) -> ScheduleFiles:
+        return ScheduleFiles.of(self.definitions.store_root, schedule_id)
+
+    def _history_problem(self, schedule_id: str, seq: int, reason: str) -> StoreProblem:
+        files = self._files(schedule_id)
+        locate = getattr(self.history, "locate", None)
+        record = locate(schedule_id, seq) if callable(locate) else f"seq {seq}"
+        return StoreProblem(
+            schedule_id=schedule_id,
+            file=files.relative(files.history),
+            record=record,
+            reason=reason,
+        )
+
+    async def _run_disagreement(
+        self, schedule_id: str, rows: Sequence[Mapping[str, Any]]
+    ) -> StoreProblem | None:
+        """The first row of `rows` (page entries) that says its occurrence's
+        run finished and whose run record disagrees: there is none, it cannot
+        be read, it names another occurrence, or it finished otherwise. A
+        history row that is not finished may lag its run (the report is
+        recorded by the next round), so only finished ones are checked: those
+        are final on both sides. One in-memory read of the host per row."""
+        for row in rows:
+            status, run_id = row.get("status"), row.get("run_id")
+            if status not in TERMINAL_RUN_STATUSES or run_id is None:
+                continue
+            seq = int(row["seq"])
+            try:
+                with unchecked_run_reads():
+                    run = await self._host.inspect_run(run_id)
+            except NotFound:
+                if status == "failed" and str(row.get("reason") or "").startswith(RUN_NOT_CREATED):
+                    continue
+                return self._history_problem(
+                    schedule_id,
+                    seq,
+                    f"the occurrence's run {run_id} was {status} but has no run record",
+                )
+            except InvalidInput:
+                return self._history_problem(
+                    schedule_id, seq, f"the occurrence names run {run_id!r}, which is not a run id"
+                )
+            except SchedulingError as exc:
+                return StoreProblem(
+                    schedule_id=schedule_id,
+                    file=_run_file(run_id),
+                    record="whole file",
+                    reason=exc.message,
+                )
+            problem = self._run_against_row(schedule_id, run, row)
+            if problem is not None:
+                return problem
+        return None
+
+    def _run_against_row(
+        self, schedule_id: str, run: Mapping[str, Any], row: Mapping[str, Any]
+    ) -> StoreProblem | None:
+        """What is wrong with finished history `row` and the run record `run`
+        it names, if anything (see `_run_disagreement`)."""
+        run_id, seq = str(row["run_id"]), int(row["seq"])
+        origin = run.get("origin")
+        origin = origin if isinstance(origin, Mapping) else {}
+        claimed = origin.get("instant")
+        try:
+            same_instant = isinstance(claimed, str) and parse_instant(claimed) == parse_instant(
+                row["instant"]
+            )
+        except ValueError:
+            same_instant = False
+        if (
+            origin.get("kind") != "schedule"
+            or origin.get("schedule_id") != schedule_id
+            or not same_instant
+        ):
+            files = self._files(schedule_id)
+            return StoreProblem(
+                schedule_id=schedule_id,
+                file=_run_file(run_id),
+                record="origin",
+                reason=(
+                    f"run {run_id} names origin {dict(origin)!r}, but seq {seq} of"
+                    f" {files.relative(files.history)} ran it for {schedule_id}"
+                    f" at {row['instant']}"
+                ),
+            )
+        if run.get("status") != row["status"]:
+            return self._history_problem(
+                schedule_id,
+                seq,
+                f"the occurrence's run {run_id} is {row['status']} here, but its record"
+                f" {_run_file(run_id)} says {run.get('status')}: the two disagree",
+            )
+        return None
+
+    async def check_inspected_run(self, run: Mapping[str, Any]) -> None:
+        """Called by the host's `inspect_run` before it answers: a finished
+        run that names a schedule occurrence must agree with that
+        occurrence's history row (found by instant, O(log n) reads). One that
+        does not blocks the schedule and raises `StoreDamaged` instead of
+        being served. A run that is not finished is not checked (the history
+        may lag it), nor one of a schedule that does not exist."""
+        origin = run.get("origin")
+        if (
+            _RUN_READS_UNCHECKED.get()
+            or run.get("status") not in TERMINAL_RUN_STATUSES
+            or not isinstance(origin, Mapping)
+            or origin.get("kind") != "schedule"
+        ):
+            return
+        schedule_id, instant = origin.get("schedule_id"), origin.get("instant")
+        occurrence_at = getattr(self.history, "occurrence_at", None)
+        if not isinstance(schedule_id, str) or not callable(occurrence_at):
+            return
+        run_id = str(run.get("run_id"))
+        try:
+            row = occurrence_at(schedule_id, instant)
+        except StoreDamaged as exc:
+            self._found_damaged(exc.problem)
+            raise
+        except (NotFound, InvalidInput):
+            return  # no such schedule (a start warns of it), or no instant at all
+        problem: StoreProblem | None = None
+        if row is None or row.get("run_id") != run_id:
+            files = self._files(schedule_id)
+            held = f"admitted it as run {row['run_id']}" if row and row.get("run_id") else None
+            problem = StoreProblem(
+                schedule_id=schedule_id,
+                file=_run_file(run_id),
+                record="origin",
+                reason=(
+                    f"run {run_id} ({run.get('status')}) claims occurrence {instant} of"
+                    f" {schedule_id}, but {files.relative(files.history)}"
+                    f" {held or 'has no run for that instant'}"
+                ),
+            )
+        elif row.get("status") in TERMINAL_RUN_STATUSES:
+            problem = self._run_against_row(schedule_id, run, row)
+        if problem is not None:
+            self._found_damaged(problem)
+            raise StoreDamaged(problem)
+
+    async def verify_history(self, schedule_id: str) -> StoreProblem | None:
+        """Read the whole history as pages read it, each finished row checked
+        against its run record; the first problem found, blocking nothing.
+        O(history): for lifting a block at a start."""
+        cursor: str | None = None
+        try:
+            while True:
+                rows, cursor = self.history.page(schedule_id, limit=100, cursor=cursor)
+                problem = await self._run_disagreement(schedule_id, rows)
+                if problem is not None:
+                    return problem
+                if cursor is None:
+                    return None
+        except StoreDamaged as exc:
+            return exc.problem
 
     # --- presentation -------------------------------------------------------------
 
@@ -424,6 +634,11 @@ class SchedulesApi:
             "next_instant": next_instant,
             "held": format_instant(pending[0]) if pending else None,
         }
+
+
+def _run_file(run_id: str) -> str:
+    # The host keeps one record per run under <store_root>/runs (docs/host.md).
+    return f"runs/{run_id}.json"
 
 
 def build_schedules_api(server: Any, *, clock: Clock | None = None) -> SchedulesApi:

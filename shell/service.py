@@ -84,7 +84,7 @@ from shell.lock import SchedulerLock
 from shell.ports import BatchRunHost, HostApi, StopNotingHost
 from shell.recovery import RuntimeMark, StartupRecovery, lifecycle_event
 from shell.runtime_store import RuntimeStore
-from shell.schedules_api import LiveScheduleView, SchedulesApi
+from shell.schedules_api import RUN_NOT_CREATED, LiveScheduleView, SchedulesApi
 from shell.startup_checkpoint import (
     CachedSchedule,
     checkpoint_entries,
@@ -806,7 +806,9 @@ class SchedulerService:
         try:
             for command in commands:
                 schedule_id = getattr(command, "schedule_id", None)
-                if schedule_id in refused:
+                if schedule_id in refused and not isinstance(command, BlockSchedule):
+                    # (A block writes nothing to the refusing store, and its
+                    # diagnostic is what the operator must see.)
                     continue
                 try:
                     self._stage(batch, command, now, verdicts, run_ids, after)
@@ -1100,7 +1102,7 @@ class SchedulerService:
                 instant=instant,
                 run_id=run_id,
                 status="failed",
-                message=f"the run could not be created: {exc.message}",
+                message=f"{RUN_NOT_CREATED}: {exc.message}",
             )
         )
 

@@ -217,6 +217,26 @@ class CachedSchedule:
             history=was[_HISTORY] == now[_HISTORY] and was[_INDEX] == now[_INDEX],
         )
 
+    def history_rewritten(self, current_text: str) -> bool:
+        """Whether the history log is no longer the one this entry was read
+        from with rows appended: another file (inode), or the same size with
+        other times (written in place). The scheduler only appends to it, so
+        such a log was changed by someone else, anywhere in it, and the
+        index that describes it cannot vouch for its rows (a start reads it
+        whole). Shorter is not counted: a load finds that by itself."""
+        was, now = self.identities_text.split(","), current_text.split(",")
+        if len(was) != len(_OTHERS) + 3 or len(now) != len(was):
+            return False
+        before, after = was[_HISTORY], now[_HISTORY]
+        if before == after or before == "-" or after == "-":
+            return False
+        try:
+            inode, size, mtime, _ = (int(v) for v in before.split(":"))
+            new_inode, new_size, new_mtime, _ = (int(v) for v in after.split(":"))
+        except ValueError:
+            return False
+        return new_inode != inode or (new_size == size and new_mtime != mtime)
+
     def parts(self) -> tuple[tuple[dict[str, Any], ...], dict[str, Any] | None, list[Any]]:
         """The lifecycle records, the runtime record and the history state,
         decoded in one call (a start decodes 10,000 entries). Raises

@@ -365,7 +365,9 @@ class WorkflowApi:
             if current is not None and current.cancelling():
                 raise
             # The run itself was cancelled (shutdown): report it as it stands.
-        return await self.inspect_run(run_id)
+        # What this call did is reported as the run record has it, unchecked
+        # against a schedule's history (`inspect_run` checks): it happened.
+        return self._view(self._runs.get(run_id), trace=True)
 
     @store_call(writes=False)
     async def run_deployment(
@@ -433,8 +435,14 @@ class WorkflowApi:
     async def inspect_run(self, run_id: str) -> dict[str, Any]:
         """The run as stored. An admitted run has an empty trace and no output,
         checkpoint or error. NotFound if unknown; InvalidState if its record is
-        unreadable (see recovery_report)."""
-        return self._view(self._runs.get(run_id), trace=True)
+        unreadable (see recovery_report), or if it is a finished run of a
+        schedule whose history disagrees with it (the schedule is then
+        blocked: `SchedulesApi.check_inspected_run`)."""
+        view = self._view(self._runs.get(run_id), trace=True)
+        check = getattr(self.schedules, "check_inspected_run", None)
+        if check is not None:
+            await check(view)
+        return view
 
     @store_call(writes=False)
     async def list_runs(

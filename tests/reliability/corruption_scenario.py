@@ -254,12 +254,42 @@ def history_garbage(root: Path) -> None:
     _append(Files.of(root).schedule.history, b"garbage\n")
 
 
+def without_startup_checkpoint(damage: Damage) -> Damage:
+    """`damage`, with the startup checkpoint gone too, as a crash before the
+    running scheduler wrote one leaves the store: a start cannot compare the
+    files with what it last knew of them."""
+
+    def damaged(root: Path) -> None:
+        damage(root)
+        (root / "startup.checkpoint").unlink(missing_ok=True)
+
+    damaged.__doc__ = damage.__doc__
+    return damaged
+
+
 def history_garbage_inside(root: Path) -> None:
     """An old row overwritten in place with bytes of the same length."""
     path = Path(Files.of(root).schedule.history)
     lines = lines_of(path)
     lines[3] = b"#" * (len(lines[3]) - 1) + b"\n"
     path.write_bytes(b"".join(lines))
+
+
+def history_instant_flipped(root: Path) -> None:
+    """One byte of an old row's instant flipped in place: the line is still
+    JSON, its instant (09:32, of the skipped-overlap decision seq 1) is not."""
+    path = Path(Files.of(root).schedule.history)
+    data = path.read_bytes()
+    at = data.index(b'"instant":"2026-03-02T09:32:00Z"') + len(b'"instant":"2026-03-02T09:32:0')
+    path.write_bytes(data[:at] + b"j" + data[at + 1 :])
+
+
+def history_first_line_duplicated(root: Path) -> None:
+    """The first row written twice (a replayed write, a bad copy): every row
+    after it moves, and the 09:31 occurrence is decided twice."""
+    path = Path(Files.of(root).schedule.history)
+    lines = lines_of(path)
+    path.write_bytes(b"".join([lines[0], *lines]))
 
 
 def history_duplicated(root: Path) -> None:

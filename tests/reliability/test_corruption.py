@@ -39,7 +39,7 @@ import pytest
 
 from core.errors import InvalidState
 from core.state import schedule_view
-from shell import ManualClock
+from shell import ManualClock, startup_checkpoint
 from shell.durable import CrashAt, set_fault_injector
 from tests.reliability import corruption_scenario as sc
 from tests.reliability.figures import record
@@ -64,6 +64,9 @@ class Blocked:
     # The operator's resume of the interrupted run removes the contradiction:
     # the next start finds the records sound and lifts the block, saying so.
     lifted_by_resume: bool = False
+    # The store is started and stopped cleanly in place before the damage, so
+    # the damaged start has a startup checkpoint of these very files.
+    checkpointed: bool = False
 
 
 @dataclass(frozen=True)
@@ -140,9 +143,45 @@ CASES: dict[str, tuple[sc.Damage, Blocked | Repaired]] = {
         Blocked(DIR + "history.jsonl", "shorter than"),
     ),
     "history-garbage": (sc.history_garbage, Blocked(DIR + "history.jsonl", "unparseable")),
+    # Damage in place behind the index checkpoint: with no startup checkpoint
+    # to compare the log with, only a page that reads it finds it ...
     "history-garbage-inside": (
+        sc.without_startup_checkpoint(sc.history_garbage_inside),
+        Blocked(DIR + "history.jsonl", "unparseable", record="line 4", found_on_read=True),
+    ),
+    "history-instant-flipped": (
+        sc.without_startup_checkpoint(sc.history_instant_flipped),
+        Blocked(
+            DIR + "history.jsonl",
+            "not an ISO-8601 instant",
+            record="line 4, byte",
+            found_on_read=True,
+        ),
+    ),
+    # ... and after a clean stop the start sees the log was written in place
+    # (not only appended to), reads it whole and finds it.
+    "history-garbage-inside-after-a-clean-stop": (
         sc.history_garbage_inside,
-        Blocked(DIR + "history.jsonl", "", record="seq 1", found_on_read=True),
+        Blocked(DIR + "history.jsonl", "unparseable", record="line 4", checkpointed=True),
+    ),
+    "history-instant-flipped-after-a-clean-stop": (
+        sc.history_instant_flipped,
+        Blocked(
+            DIR + "history.jsonl",
+            "not an ISO-8601 instant",
+            record="line 4, byte",
+            checkpointed=True,
+        ),
+    ),
+    # The first damage found is the one named, not what follows from it
+    # (the runs of the rows the replay no longer reaches).
+    "history-first-line-duplicated": (
+        sc.history_first_line_duplicated,
+        Blocked(
+            DIR + "history.jsonl",
+            "duplicate decision for seq 0",
+            record="line 2, byte",
+        ),
     ),
     "history-duplicated": (
         sc.history_duplicated,
@@ -239,6 +278,22 @@ def _run_numbers(root: Path) -> set[int]:
     return {int(p.stem.split("-")[1]) for p in sc.run_files(root)}
 
 
+async def _stop_cleanly_in_place(root: Path) -> None:
+    """Start and stop a server on `root`, leaving a startup checkpoint of its
+    files as they are (a copied store's files are new files to it). Files
+    written just before are taken as settled (see `startup_checkpoint`)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(startup_checkpoint, "_SETTLE_NS", 0)
+        harness = Harness(root, ManualClock(sc.RESTART_AT - timedelta(seconds=10)))
+        try:
+            await harness.boot()
+        finally:
+            await harness.shutdown()
+    entries = startup_checkpoint.read_startup_checkpoint(root)
+    assert sc.VICTIM in entries
+    startup_checkpoint.write_startup_checkpoint(root, entries)  # reading consumed it
+
+
 def _params() -> list[Any]:
     # Blocking a schedule is logged at ERROR on purpose: an operator must see it.
     return [
@@ -257,6 +312,8 @@ async def test_damaged_store_file(
     damage, expected = CASES[case]
     root = tmp_path / "store"
     shutil.copytree(template, root)
+    if isinstance(expected, Blocked) and expected.checkpointed:
+        await _stop_cleanly_in_place(root)
     run = sc.victim_run(root)
     before_runs = _run_numbers(root)
     damage(root)
@@ -495,5 +552,176 @@ async def test_a_damaged_index_entry_blocks_when_read_until_the_index_is_rebuilt
             ("09:34", "completed"),
             ("09:35", "completed"),
         ]
+    finally:
+        await harness.shutdown()
+
+
+@pytest.mark.expected_errors
+async def test_the_diagnostic_names_the_first_damage_not_what_follows_from_it(
+    template: Path, tmp_path: Path
+) -> None:
+    """The bystander's first row written twice: the replay stops at line 2,
+    so its runs of 09:32 and 09:33 claim occurrences the history no longer
+    reaches, and the 09:31 run's completion cannot be recorded. The block
+    shown, in memory and on disk, names the duplicate, with its line."""
+    root = tmp_path / "store"
+    shutil.copytree(template, root)
+    path = Path(sc.ScheduleFiles.of(root, sc.BYSTANDER).history)
+    lines = sc.lines_of(path)
+    path.write_bytes(b"".join([lines[0], *lines]))
+
+    harness = Harness(root, ManualClock(sc.RESTART_AT))
+    try:
+        await harness.boot()
+        await harness.at(sc.minute(4))
+        blocked = (await harness.schedules.get_schedule(schedule_id=sc.BYSTANDER))["blocked"]
+        assert blocked is not None
+        assert (blocked["file"], blocked["reason"]) == (
+            f"schedules/{sc.BYSTANDER}/history.jsonl",
+            "duplicate decision for seq 0",
+        ), blocked
+        assert blocked["record"].startswith("line 2, byte "), blocked
+        view = schedule_view(harness.service.state, sc.BYSTANDER)  # type: ignore[union-attr]
+        assert view.blocked is not None and "duplicate decision for seq 0" in view.blocked
+    finally:
+        await harness.shutdown()
+
+
+def _finished_run(root: Path) -> Path:
+    """The record of the bystander's completed 09:31 run."""
+    for path in sc.run_files(root):
+        origin = json.loads(path.read_text(encoding="utf-8")).get("origin") or {}
+        if origin.get("schedule_id") == sc.BYSTANDER and origin.get("instant", "").startswith(
+            "2026-03-02T09:31"
+        ):
+            return path
+    raise AssertionError("the scenario has no completed 09:31 bystander run")
+
+
+def _finished_run_deleted(root: Path) -> None:
+    _finished_run(root).unlink()
+
+
+def _finished_run_truncated(root: Path) -> None:
+    path = _finished_run(root)
+    os.truncate(path, os.path.getsize(path) // 2)
+
+
+def _finished_run_moved(root: Path) -> None:
+    """Rewritten, still a sound record, to claim 09:29, which was never decided."""
+    path = _finished_run(root)
+    record = json.loads(path.read_text(encoding="utf-8"))
+    record["origin"]["instant"] = "2026-03-02T09:29:00Z"
+    path.write_text(json.dumps(record, sort_keys=True, indent=1) + "\n", encoding="utf-8")
+
+
+def _finished_row_rewritten(root: Path) -> None:
+    """The 09:31 row `completed` rewritten in place as `exhausted` (same length)."""
+    path = Path(sc.ScheduleFiles.of(root, sc.BYSTANDER).history)
+    data = path.read_bytes()
+    at = data.index(b'"status":"completed"')
+    path.write_bytes(data[:at] + b'"status":"exhausted"' + data[at + 20 :])
+
+
+def _finished_row_rewritten_and_reindexed(root: Path) -> None:
+    _finished_row_rewritten(root)
+    os.unlink(sc.ScheduleFiles.of(root, sc.BYSTANDER).history_index)
+
+
+# damage, (file, record, reason) of the block, and whether `inspect_run` of
+# the run (rather than a page) finds it by itself.
+FINISHED_RUN_CASES: dict[str, tuple[sc.Damage, tuple[str, str, str], bool]] = {
+    "record-deleted": (
+        _finished_run_deleted,
+        ("schedules/bystander/history.jsonl", "line 3, byte", "has no run record"),
+        False,  # there is no record for inspect_run to read
+    ),
+    "record-truncated": (
+        _finished_run_truncated,
+        ("runs/{run}.json", "whole file", "unreadable record"),
+        False,  # inspect_run refuses it, but cannot tell whose run it was
+    ),
+    "record-moved": (_finished_run_moved, ("runs/{run}.json", "origin", "09:29"), True),
+    "history-row-rewritten": (
+        _finished_row_rewritten,
+        # Found by the index entry written with the row, or (the index rebuilt
+        # by a start that read the rewritten log whole) by the run record.
+        ("schedules/bystander/history.jsonl", "line 3, byte", "exhausted"),
+        True,
+    ),
+    # The same, its index rebuilt from the rewritten log: only the run record
+    # can tell.
+    "history-row-rewritten-and-reindexed": (
+        _finished_row_rewritten_and_reindexed,
+        ("schedules/bystander/history.jsonl", "line 3, byte", "its record runs/"),
+        True,
+    ),
+}
+
+
+def _finished_run_params() -> list[Any]:
+    return [
+        pytest.param(case, found_by, id=f"{case}-{found_by}")
+        for case, (_, _, inspect_finds) in sorted(FINISHED_RUN_CASES.items())
+        for found_by in ("page", "inspect_run")
+        if found_by == "page" or inspect_finds
+    ]
+
+
+@pytest.mark.expected_errors
+@pytest.mark.parametrize(("case", "found_by"), _finished_run_params())
+async def test_a_finished_run_and_its_history_row_that_disagree_block_the_schedule(
+    case: str, found_by: str, template: Path, tmp_path: Path
+) -> None:
+    """A start checks open occurrences against their runs, not every finished
+    one (that is the whole history); a page that serves a finished row checks
+    its run record, and `inspect_run` of a finished run checks its row. The
+    disagreement is answered as an error naming it, never served; the
+    schedule is blocked from then on, across a restart too."""
+    damage, (file, record, reason), _ = FINISHED_RUN_CASES[case]
+    root = tmp_path / "store"
+    shutil.copytree(template, root)
+    run = _finished_run(root).stem
+    damage(root)
+    file = file.format(run=run)
+
+    harness = Harness(root, ManualClock(sc.RESTART_AT))
+    try:
+        await harness.boot()
+        bystander = await harness.schedules.get_schedule(schedule_id=sc.BYSTANDER)
+        assert bystander["blocked"] is None
+        with pytest.raises(InvalidState) as refused:
+            if found_by == "page":
+                await harness.statuses(sc.BYSTANDER)
+            else:
+                await harness.api.inspect_run(run)
+        assert refused.value.data["file"] == file, refused.value.data
+        assert record in refused.value.data["record"], refused.value.data
+        assert reason in refused.value.data["reason"], refused.value.data
+        await harness.service.settle()  # type: ignore[union-attr]
+        blocked = (await harness.schedules.get_schedule(schedule_id=sc.BYSTANDER))["blocked"]
+        assert blocked is not None
+        assert (blocked["file"], blocked["record"], blocked["reason"]) == (
+            refused.value.data["file"],
+            refused.value.data["record"],
+            refused.value.data["reason"],
+        )
+        with pytest.raises(InvalidState):
+            await harness.statuses(sc.BYSTANDER)  # a page never serves it either
+        await harness.at(sc.minute(4))
+        # Blocked: 09:34 is not admitted; the victim is not concerned.
+        assert not any(
+            (r["origin"] or {}).get("schedule_id") == sc.BYSTANDER
+            and r["origin"]["instant"] >= "2026-03-02T09:34"
+            for r in await _all_runs(harness)
+        )
+        assert (await harness.schedules.get_schedule(schedule_id=sc.VICTIM))["blocked"] is None
+
+        # A restart reads the whole history before it lifts such a block.
+        await harness.shutdown()
+        harness = Harness(root, ManualClock(sc.minute(4) + timedelta(seconds=10)))
+        await harness.boot()
+        again = (await harness.schedules.get_schedule(schedule_id=sc.BYSTANDER))["blocked"]
+        assert again is not None and again["file"] == file, again
     finally:
         await harness.shutdown()

@@ -47,15 +47,21 @@ class FileReads:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.schedules: list[str] = []
         self.histories: list[str] = []
+        # Those whose history it read whole (every row, not the index's tail).
+        self.full_scans: list[str] = []
         read_inputs, recover = StartupRecovery._read_inputs, HistoryStore.recover
 
-        def spy(recovery: StartupRecovery, schedule_id: str, files: ScheduleFiles) -> Any:
+        def spy(
+            recovery: StartupRecovery, schedule_id: str, files: ScheduleFiles, **options: Any
+        ) -> Any:
             self.schedules.append(schedule_id)
-            return read_inputs(recovery, schedule_id, files)
+            return read_inputs(recovery, schedule_id, files, **options)
 
-        def history_spy(store: HistoryStore, schedule_id: str) -> Any:
+        def history_spy(store: HistoryStore, schedule_id: str, **options: Any) -> Any:
             self.histories.append(schedule_id)
-            return recover(store, schedule_id)
+            if options.get("full_scan"):
+                self.full_scans.append(schedule_id)
+            return recover(store, schedule_id, **options)
 
         monkeypatch.setattr(StartupRecovery, "_read_inputs", spy)
         monkeypatch.setattr(HistoryStore, "recover", history_spy)
@@ -227,6 +233,36 @@ async def test_history_damaged_while_stopped_blocks_the_schedule_as_without_a_ch
     blocked = views(harness)["schedules"]["every"].blocked
     assert blocked is not None and "history.jsonl" in blocked
     assert views(harness)["schedules"]["edited"].blocked is None
+
+
+async def test_a_history_written_in_place_while_stopped_is_read_whole(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler only appends to a history log: one of the same size with
+    other times (or another file) was written by someone else, anywhere, and
+    its index cannot vouch for its old rows. The start reads it whole and
+    finds the damage there, naming the line; a log that only grew is read
+    from its index checkpoint on, as before."""
+    await populate(harness)
+    await harness.shutdown()
+    history = harness.root / "schedules" / "every" / "history.jsonl"
+    data = history.read_bytes()
+    at = data.index(b'"instant":"2026-03-02T09:32:00Z"') + len(b'"instant":"2026-03-02T09:32:0')
+    history.write_bytes(data[:at] + b"j" + data[at + 1 :])
+    line = data[:at].count(b"\n") + 1
+    appended = harness.root / "schedules" / "edited" / "history.jsonl"
+    with appended.open("ab") as handle:
+        handle.write(b'{"not": "a history row"}\n')
+    reads = FileReads(monkeypatch)
+    await harness.boot(max_concurrent_runs=4)
+    assert reads.full_scans == ["every"]
+    schedules = views(harness)["schedules"]
+    blocked = schedules["every"].blocked
+    assert blocked is not None
+    assert f"history.jsonl (line {line}, byte " in blocked, blocked
+    assert "not an ISO-8601 instant" in blocked
+    assert schedules["edited"].blocked is not None
+    assert schedules["paused"].blocked is None
 
 
 @pytest.mark.parametrize("damaged", ["runtime.jsonl", "history.jsonl", "history.idx"])

@@ -678,7 +678,97 @@ def test_damage_before_the_checkpoint_is_found_by_verify_and_by_pages(
     with pytest.raises(StoreDamaged) as caught:
         reader.page("s1", limit=5, cursor=cursor)
     assert caught.value.data["file"] == "schedules/s1/history.jsonl"
-    assert caught.value.data["record"] == "seq 5"
+    assert caught.value.data["record"] == f"line 6, byte {start} (seq 5)"
+
+
+def _rewrite_in_place(log: Path, old: bytes, new: bytes, *, nth: int = 0) -> int:
+    """Replace the `nth` occurrence of `old` by `new` (same length) where it
+    lies, as a flipped byte or an edit in place would; returns its offset."""
+    assert len(old) == len(new)
+    data = log.read_bytes()
+    at = -1
+    for _ in range(nth + 1):
+        at = data.index(old, at + 1)
+    log.write_bytes(data[:at] + new + data[at + len(old) :])
+    return at
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "nth", "line", "reason"),
+    [
+        # One byte of an instant: valid JSON, not an instant.
+        (b'"2024-01-01T00:05:00Z"', b'"2024-01-01T00:05:0jZ"', 0, 6, "not an ISO-8601 instant"),
+        # A decision status no decision row has.
+        (b'"skipped-overlap"', b'"skipped-overlaq"', 3, 5, "is not a decision status"),
+        # A finished occurrence's latest row rewritten from completed to exhausted.
+        (b'"completed"', b'"exhausted"', 1, 32, "index recorded completed"),
+        # Seq 12's decision now says it is seq 13's.
+        (b'"seq":12,', b'"seq":13,', 0, 13, "not this occurrence's"),
+    ],
+)
+def test_a_page_checks_every_row_it_serves_by_the_row_rules(
+    history: HistoryStore,
+    store_root: Path,
+    old: bytes,
+    new: bytes,
+    nth: int,
+    line: int,
+    reason: str,
+) -> None:
+    """A row behind the index checkpoint changed in place (still JSON) is not
+    re-read by a load; a page that would serve it refuses, naming the line."""
+    _build(history, 30)
+    history.close()
+    log = _files(store_root).history
+    at = _rewrite_in_place(log, old, new, nth=nth)
+    start = log.read_bytes().rfind(b"\n", 0, at) + 1
+    damaged = log.read_bytes()
+    for reader in (_restart(store_root), history):
+        with pytest.raises(StoreDamaged) as caught:
+            all_rows(reader, "s1", limit=100)
+        assert caught.value.data["file"] == "schedules/s1/history.jsonl"
+        assert caught.value.data["record"].startswith(f"line {line}, byte {start} (seq ")
+        assert reason in caught.value.data["reason"]
+    assert log.read_bytes() == damaged
+
+
+def test_a_page_that_finds_damage_freezes_the_owned_history(
+    history: HistoryStore, store_root: Path
+) -> None:
+    """The owner's later load would trust the index again; the history stays
+    frozen (appends refused) as if the load had found the damage."""
+    _build(history, 30)
+    history.close()
+    log = _files(store_root).history
+    _rewrite_in_place(log, b'"2024-01-01T00:05:00Z"', b'"2024-01-01T00:05:0jZ"')
+    owner = _restart(store_root)
+    assert owner.recover("s1").problems == ()
+    with pytest.raises(StoreDamaged) as found:
+        all_rows(owner, "s1")
+    damaged = log.read_bytes()
+    with pytest.raises(StoreDamaged) as refused:
+        decide(owner, "s1", 40)
+    assert refused.value.problem == found.value.problem
+    assert owner.problems("s1") == (found.value.problem,)
+    assert log.read_bytes() == damaged
+
+
+def test_a_load_checks_the_rows_it_takes_from_the_index_by_the_row_rules(
+    history: HistoryStore, store_root: Path
+) -> None:
+    """An open occurrence's row behind the checkpoint, damaged in place, is
+    read by the load: it scans the log and names the line."""
+    decide(history, "s1", 0, "admitted")
+    move(history, "s1", 0, "running", run_id="run-1")
+    decide(history, "s1", 1, "skipped-overlap")
+    history.close()
+    log = _files(store_root).history
+    _rewrite_in_place(log, b'"instant":"2024-01-01T00:00:00Z"', b'"instant":"2024-01-01T00:00:0jZ"')
+    recovered = _restart(store_root).recover("s1")
+    assert [(p.record, p.file) for p in recovered.problems] == [
+        ("line 1, byte 0 (seq 0)", "schedules/s1/history.jsonl")
+    ]
+    assert "not an ISO-8601 instant" in recovered.problems[0].reason
 
 
 # --- cost --------------------------------------------------------------

@@ -299,6 +299,45 @@ def test_records_contradicted_blocks_without_clearing_overlap() -> None:
     assert later == ()
 
 
+def test_a_blocked_schedule_shows_the_first_contradiction_found() -> None:
+    """Later contradictions (runs the damaged history no longer knows) follow
+    from the first; the diagnostic shown names the first."""
+    found = RecoveredRun(instant=at(10), run_id="run-1", status="running")
+    first = "history.jsonl (line 2): duplicate decision for seq 0"
+    state, _ = decide(
+        initial_state(max_concurrent_runs=2),
+        at(10, 30),
+        [
+            recovered(active_runs=(found,), watermark=at(10, 30), blocked_reason=first),
+            RecordsContradicted(
+                schedule_id="r", file="history.jsonl", record="line 2", reason="duplicate"
+            ),
+            RecordsContradicted(
+                schedule_id="r", file="runs/run-2.json", record="origin", reason="never admitted"
+            ),
+        ],
+    )
+    assert schedule_view(state, "r").blocked == first
+    state, commands = decide(
+        initial_state(max_concurrent_runs=2),
+        at(10, 30),
+        [
+            recovered(active_runs=(found,), watermark=at(10, 30)),
+            RecordsContradicted(
+                schedule_id="r", file="history.jsonl", record="line 2", reason="duplicate"
+            ),
+            RecordsContradicted(
+                schedule_id="r", file="runs/run-2.json", record="origin", reason="never admitted"
+            ),
+        ],
+    )
+    assert schedule_view(state, "r").blocked == "history.jsonl: line 2: duplicate"
+    assert [c.diagnostic for c in commands if isinstance(c, BlockSchedule)] == [
+        "history.jsonl: line 2: duplicate",
+        "runs/run-2.json: origin: never admitted",
+    ]
+
+
 def test_two_recovered_runs_at_one_instant_are_misuse() -> None:
     found = RecoveredRun(instant=at(10), run_id="run-1", status="running")
     with pytest.raises(CoreMisuse, match="share an instant"):
