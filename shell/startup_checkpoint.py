@@ -131,6 +131,11 @@ def file_identities(files: ScheduleFiles) -> Identities:
     return tuple(result)
 
 
+def _inode(identity_text: str) -> int | None:
+    inode, _, _ = identity_text.partition(":")
+    return int(inode) if inode.isdigit() else None
+
+
 def current_identities_text(files: ScheduleFiles) -> str:
     """`identities_text(file_identities(files))`, without the tuples: a start
     computes it for every schedule."""
@@ -219,11 +224,15 @@ class CachedSchedule:
 
     def history_rewritten(self, current_text: str) -> bool:
         """Whether the history log is no longer the one this entry was read
-        from with rows appended: another file (inode), or the same size with
-        other times (written in place). The scheduler only appends to it, so
-        such a log was changed by someone else, anywhere in it, and the
-        index that describes it cannot vouch for its rows (a start reads it
-        whole). Shorter is not counted: a load finds that by itself."""
+        from with rows appended: the same size with other times (written in
+        place), or another file while the schedule's lifecycle log is still
+        the same file (the log alone replaced, as `sed -i` does). The
+        scheduler only appends to it, so such a log was changed by someone
+        else, anywhere in it, and the index that describes it cannot vouch
+        for its rows (a start reads it whole). Every file new at once is a
+        copied or restored store, not a rewrite: the entry does not describe
+        those files, and they are read as without a checkpoint. Shorter is
+        not counted: a load finds that by itself."""
         was, now = self.identities_text.split(","), current_text.split(",")
         if len(was) != len(_OTHERS) + 3 or len(now) != len(was):
             return False
@@ -235,7 +244,9 @@ class CachedSchedule:
             new_inode, new_size, new_mtime, _ = (int(v) for v in after.split(":"))
         except ValueError:
             return False
-        return new_inode != inode or (new_size == size and new_mtime != mtime)
+        if new_inode != inode:
+            return _inode(was[_LIFECYCLE]) == _inode(now[_LIFECYCLE]) is not None
+        return new_size == size and new_mtime != mtime
 
     def parts(self) -> tuple[tuple[dict[str, Any], ...], dict[str, Any] | None, list[Any]]:
         """The lifecycle records, the runtime record and the history state,

@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -263,6 +265,52 @@ async def test_a_history_written_in_place_while_stopped_is_read_whole(
     assert "not an ISO-8601 instant" in blocked
     assert schedules["edited"].blocked is not None
     assert schedules["paused"].blocked is None
+
+
+async def test_a_history_log_replaced_by_another_file_is_read_whole(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An editor that writes a new file and renames it over the log (as
+    `sed -i` does) leaves the lifecycle log the same file: the history log
+    alone was replaced, and the start reads it whole."""
+    await populate(harness)
+    await harness.shutdown()
+    history = harness.root / "schedules" / "every" / "history.jsonl"
+    data = history.read_bytes()
+    at = data.index(b'"instant":"2026-03-02T09:32:00Z"') + len(b'"instant":"2026-03-02T09:32:0')
+    replacement = history.with_name("history.jsonl.edit")
+    replacement.write_bytes(data[:at] + b"j" + data[at + 1 :])
+    os.replace(replacement, history)
+    reads = FileReads(monkeypatch)
+    await harness.boot(max_concurrent_runs=4)
+    assert reads.full_scans == ["every"]
+    blocked = views(harness)["schedules"]["every"].blocked
+    assert blocked is not None and "not an ISO-8601 instant" in blocked, blocked
+
+
+async def test_a_copied_store_is_not_taken_for_rewritten_logs(
+    harness: Harness,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A store copied or restored from a backup has every file new at once:
+    the checkpoint does not describe those files, which are read as without
+    it, and no log is reported as rewritten."""
+    await populate(harness)
+    await harness.shutdown()
+    copy = tmp_path / "copy"
+    shutil.copytree(harness.root, copy)
+    reads = FileReads(monkeypatch)
+    caplog.set_level(logging.WARNING)
+    copied = Harness(copy, harness.clock)
+    try:
+        await copied.boot(max_concurrent_runs=4)
+        assert reads.full_scans == []
+        assert not [r for r in caplog.records if "rewritten" in r.getMessage()]
+        assert all(v.blocked is None for v in views(copied)["schedules"].values())
+    finally:
+        await copied.shutdown()
 
 
 @pytest.mark.parametrize("damaged", ["runtime.jsonl", "history.jsonl", "history.idx"])
