@@ -409,6 +409,14 @@ class _Call:
             data={"schedule_id": w.schedule_id, "event": type(event).__name__},
         )
 
+    def ignore_report(self, event: Event, w: _Work, detail: str) -> None:
+        self.commands.append(
+            LogWarning(
+                message=f"ignored {type(event).__name__} {event!r} for schedule "
+                f"{w.schedule_id!r} ({w.describe()}): {detail}"
+            )
+        )
+
     # --- commands -----------------------------------------------------------
 
     def record(
@@ -808,18 +816,31 @@ class _Call:
         self.refresh(w)
 
     def on_run_status(self, event: RunStatusChanged) -> None:
+        # A report about a run this state does not track (a run of a schedule
+        # blocked by damaged records, or one whose schedule is not loaded) is
+        # the world telling us something stale, not the shell breaking the
+        # protocol: it is logged and ignored, and the rest of the call stands.
+        if event.schedule_id not in self.work and event.schedule_id not in self.state.schedules:
+            self.commands.append(
+                LogWarning(
+                    message=f"ignored {type(event).__name__} {event!r}: schedule "
+                    f"{event.schedule_id!r} is unknown to the scheduler"
+                )
+            )
+            return
         w = self.get(event.schedule_id, event)
         instant = _utc(event.instant, "RunStatusChanged.instant")
-        run = w.active.get(instant)
-        if run is None:
-            raise self.misuse(event, w, f"no active run is known for {_iso(instant)}")
-        if run.run_id is not None and run.run_id != event.run_id:
-            raise self.misuse(
-                event, w, f"the run of {_iso(instant)} is {run.run_id!r}, not {event.run_id!r}"
-            )
         status: RunStatus = event.status
         if status == "admitted":
             raise self.misuse(event, w, "admission is reported by OccurrenceAdmitted")
+        run = w.active.get(instant)
+        if run is None:
+            self.ignore_report(event, w, f"no active run is known for {_iso(instant)}")
+            return
+        if run.run_id is not None and run.run_id != event.run_id:
+            detail = f"the run of {_iso(instant)} is {run.run_id!r}, not {event.run_id!r}"
+            self.ignore_report(event, w, detail)
+            return
         if status in TERMINAL_RUN_STATUSES:
             self.release(w, instant, run, remove=True)
         elif status == "interrupted":
@@ -959,7 +980,9 @@ class _Call:
         if self.work:
             evolver = schedules.evolver()
             for sid, w in self.work.items():
-                if self.before[sid] != (w.watermark, w.held, w.waiting):
+                # A blocked schedule's files stay as they were found: a fresh
+                # runtime record would hide the damage from the next start.
+                if w.blocked is None and self.before[sid] != (w.watermark, w.held, w.waiting):
                     self.persist(w)
                 evolver[sid] = w.freeze()
             schedules = evolver.persistent()
@@ -1014,10 +1037,14 @@ def decide(
     must be carried out. Pure and deterministic: the same arguments always
     give equal results, and `state` and `events` are never changed.
 
-    Raises CoreMisuse when the caller breaks the protocol (a naive `now`, an
-    event about a schedule or run the state does not know, a revision that
-    does not increase, a duplicate schedule id), and InvalidInput for a bad
-    capacity. A failed call changes nothing: the old state is still valid.
+    Raises CoreMisuse when the caller breaks the protocol (a naive `now`, a
+    lifecycle or admission event about a schedule or admission the state does
+    not know, a revision that does not increase, a duplicate schedule id), and
+    InvalidInput for a bad capacity. A failed call changes nothing: the old
+    state is still valid. A run's status report that the state cannot place
+    (an unknown schedule, no active run at its instant, another run id) is not
+    misuse: the world reports what happened to runs, and a stale report is
+    answered with a `LogWarning` and ignored.
     """
     if not isinstance(state, SchedulerState):
         raise CoreMisuse(f"decide needs a SchedulerState, got {type(state).__name__}")

@@ -41,7 +41,7 @@ from core.events import (
     ScheduleResumed,
     ScheduleUpdated,
 )
-from core.occurrences import TERMINAL_RUN_STATUSES
+from core.recovery_checks import OpenAdmission, RunClaim, claim_problems, recovered_run
 from shell.definition_store import DefinitionStore
 from shell.history_store import HistoryRecovery, HistoryStore, OpenOccurrence
 from shell.ports import HostApi
@@ -52,7 +52,6 @@ from shell.store_format import (
     ScheduleFiles,
     StoreDamaged,
     StoreProblem,
-    format_instant,
     parse_instant,
 )
 
@@ -61,8 +60,6 @@ __all__ = ["RuntimeMark", "StartupRecovery", "lifecycle_event"]
 # The service's logger: recovery was part of the service, and operators'
 # filters and the JSON log's logger field name it.
 _log = logging.getLogger("shell.service")
-
-_NO_RUN_DIAGNOSTIC = "no run record"
 
 
 # What a runtime record says besides its watermark: (held, waiting, lifecycle_seq).
@@ -167,14 +164,6 @@ class _Inputs(NamedTuple):
     stored_block: Mapping[str, Any] | None
 
 
-class _Claim(NamedTuple):
-    """A run whose origin names a schedule occurrence."""
-
-    run_id: str
-    instant: datetime
-    status: str
-
-
 def _run_number(run_id: str) -> int | None:
     # Host run ids end in their number (run-000042) and sort by it.
     match = re.search(r"(\d+)$", run_id)
@@ -187,52 +176,24 @@ def _run_file(run_id: str) -> str:
 
 
 def _claim_problems(
-    schedule_id: str, claims: Sequence[_Claim], recovered: HistoryRecovery
+    schedule_id: str, claims: Sequence[RunClaim], recovered: HistoryRecovery
 ) -> list[StoreProblem]:
-    """Runs that claim an occurrence the history does not give them.
-
-    Two runs claiming one occurrence, a run claiming an open occurrence the
-    history admitted as another run, an active run claiming an instant with no
-    open occurrence, and any run claiming an instant after the last decision
-    all contradict the history. (A finished run claiming an older instant is
-    not checked here: that would read the whole history at every start.)
-    """
+    """`core.recovery_checks.claim_problems` on what the history store read,
+    each naming the claiming run's record file."""
     open_runs = {parse_instant(o.instant): o.run_id for o in recovered.open_occurrences}
     last = recovered.last_decided_instant
-    last_instant = parse_instant(last) if last is not None else None
-    first: dict[datetime, str] = {}
-    problems: list[StoreProblem] = []
-    for claim in claims:
-        where = f"occurrence {format_instant(claim.instant)} of {schedule_id}"
-        earlier = first.setdefault(claim.instant, claim.run_id)
-        admitted = open_runs.get(claim.instant)
-        if earlier != claim.run_id:
-            reason = f"claims {where}, also claimed by run {earlier}"
-        elif claim.instant in open_runs:
-            if admitted is None or admitted == claim.run_id:
-                continue
-            reason = f"claims {where}, which the history admitted as run {admitted}"
-        elif claim.status not in TERMINAL_RUN_STATUSES:
-            reason = (
-                f"is {claim.status} and claims {where}, which the history never admitted"
-                " (no open occurrence at that instant)"
-            )
-        elif last_instant is None or claim.instant > last_instant:
-            reason = (
-                f"claims {where}, which the history never admitted"
-                f" (its last decision is {last or 'none'})"
-            )
-        else:
-            continue
-        problems.append(
-            StoreProblem(
-                schedule_id=schedule_id,
-                file=_run_file(claim.run_id),
-                record="origin",
-                reason=f"run {claim.run_id} {reason}",
-            )
+    found = claim_problems(
+        schedule_id, claims, open_runs, parse_instant(last) if last is not None else None
+    )
+    return [
+        StoreProblem(
+            schedule_id=schedule_id,
+            file=_run_file(problem.run_id),
+            record=problem.record,
+            reason=problem.reason,
         )
-    return problems
+        for problem in found
+    ]
 
 
 class StartupRecovery:
@@ -311,9 +272,9 @@ class StartupRecovery:
             reserved = await self._host.reserve_run_ids(min(1000, wanted - last))
             last = _run_number(reserved[-1]) or wanted
 
-    async def _run_claims(self, known: set[str]) -> dict[str, list[_Claim]]:
+    async def _run_claims(self, known: set[str]) -> dict[str, list[RunClaim]]:
         """Every run whose origin names a schedule, by schedule, oldest run first."""
-        claims: dict[str, list[_Claim]] = {}
+        claims: dict[str, list[RunClaim]] = {}
         cursor: str | None = None
         while True:
             page = await self._host.list_runs(cursor=cursor, limit=100)
@@ -330,7 +291,7 @@ class StartupRecovery:
                     )
                     continue
                 claims.setdefault(schedule_id, []).append(
-                    _Claim(run["run_id"], parse_instant(origin["instant"]), run["status"])
+                    RunClaim(run["run_id"], parse_instant(origin["instant"]), run["status"])
                 )
             cursor = page["next_cursor"]
             if cursor is None:
@@ -431,7 +392,7 @@ class StartupRecovery:
             self._captured[schedule_id] = entry
         return _Inputs(records, runtime, recovered, (), None)
 
-    async def _recover_schedule(self, schedule_id: str, claims: Sequence[_Claim]) -> list[Event]:
+    async def _recover_schedule(self, schedule_id: str, claims: Sequence[RunClaim]) -> list[Event]:
         files = ScheduleFiles.of(self._root, schedule_id)
         entry = self._checkpoint.pop(schedule_id, None)
         unchanged: UnchangedParts | None = None
@@ -602,71 +563,47 @@ class StartupRecovery:
     async def _recovered_run(
         self, schedule_id: str, occurrence: OpenOccurrence, files: ScheduleFiles
     ) -> tuple[RecoveredRun, StoreProblem | None]:
-        """The open occurrence's run as the run store has it, and the problem
-        that blocks the schedule when the two contradict each other (the run
-        then stays active as the history has it: overlap is not cleared)."""
-        instant = parse_instant(occurrence.instant)
-        run_id = occurrence.run_id
-        if run_id is None:
-            return RecoveredRun(instant=instant, run_id=None, status="admitted"), None
-        kept = RecoveredRun(instant=instant, run_id=run_id, status=occurrence.status)  # type: ignore[arg-type]
-        seq = f"seq {occurrence.seq}"
-
-        def problem(file: str, record: str, reason: str) -> tuple[RecoveredRun, StoreProblem]:
-            return kept, StoreProblem(
-                schedule_id=schedule_id, file=file, record=record, reason=reason
-            )
-
-        try:
-            with unchecked_run_reads():  # checked against the history here
-                run = await self._host.inspect_run(run_id)
-        except NotFound:
-            if occurrence.status == "admitted":
-                # The crash came between the admitted row and the run record: no
-                # effect can have happened, so the run may still be created.
-                self._orphans.append(run_id)
-                return RecoveredRun(instant=instant, run_id=None, status="admitted"), None
-            return problem(
-                files.relative(files.history),
-                seq,
-                f"the occurrence's run {run_id} was {occurrence.status}"
-                f" but has {_NO_RUN_DIAGNOSTIC}",
-            )
-        except SchedulingError as exc:
-            return problem(_run_file(run_id), "whole file", exc.message)
-        origin = run.get("origin")
-        origin = origin if isinstance(origin, Mapping) else {}
-        claimed = origin.get("instant")
-        if (
-            origin.get("kind") != "schedule"
-            or origin.get("schedule_id") != schedule_id
-            or not isinstance(claimed, str)
-            or parse_instant(claimed) != instant
-        ):
-            return problem(
-                _run_file(run_id),
-                "origin",
-                f"run {run_id} names origin {dict(origin)!r}, but {seq} of"
-                f" {files.relative(files.history)} admitted it for"
-                f" {schedule_id} at {occurrence.instant}",
-            )
-        status = run["status"]
-        if status == "admitted" and occurrence.status != "admitted":
-            return problem(
-                _run_file(run_id),
-                "status",
-                f"run {run_id} is admitted, but the history saw it {occurrence.status}"
-                " (its status went backwards)",
-            )
-        error = run.get("error")
-        message = error.get("message") if isinstance(error, Mapping) else None
-        return (
-            RecoveredRun(
-                instant=instant,
-                run_id=run_id,
-                status=status,
-                message=message,
-                never_started=status == "admitted",
-            ),
-            None,
+        """The open occurrence's run as the run store has it, checked by
+        `core.recovery_checks.recovered_run`, and the problem that blocks the
+        schedule when the two contradict each other."""
+        admission = OpenAdmission(
+            instant=parse_instant(occurrence.instant),
+            run_id=occurrence.run_id,
+            status=occurrence.status,
+            seq=occurrence.seq,
+        )
+        record: Mapping[str, Any] | None = None
+        if occurrence.run_id is not None:
+            try:
+                with unchecked_run_reads():  # checked against the history here
+                    record = await self._host.inspect_run(occurrence.run_id)
+            except NotFound:
+                record = None
+            except SchedulingError as exc:
+                kept = RecoveredRun(
+                    instant=admission.instant,
+                    run_id=occurrence.run_id,
+                    status=occurrence.status,  # type: ignore[arg-type]
+                )
+                return kept, StoreProblem(
+                    schedule_id=schedule_id,
+                    file=_run_file(occurrence.run_id),
+                    record="whole file",
+                    reason=exc.message,
+                )
+        verdict = recovered_run(
+            schedule_id, admission, record, history_name=files.relative(files.history)
+        )
+        if verdict.orphan is not None:
+            self._orphans.append(verdict.orphan)
+        problem = verdict.problem
+        if problem is None:
+            return verdict.run, None
+        file = (
+            files.relative(files.history)
+            if problem.witness == "history"
+            else _run_file(problem.run_id)
+        )
+        return verdict.run, StoreProblem(
+            schedule_id=schedule_id, file=file, record=problem.record, reason=problem.reason
         )

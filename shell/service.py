@@ -58,7 +58,6 @@ from core.commands import (
 )
 from core.decide import decide, next_wakeup
 from core.errors import (
-    CoreMisuse,
     InvalidDefinition,
     SchedulerUnavailable,
     SchedulingError,
@@ -489,7 +488,7 @@ class SchedulerService:
         events = self._take_events()
         self._contradicted = [e for e in events if isinstance(e, RecordsContradicted)]
         now = self._clock.now()
-        self._state, commands = self._decide(now, events)
+        self._state, commands = decide(self._state, now, events)
         self._touched.update(_schedule_ids(events, commands))
         persisted = {c.schedule_id for c in commands if isinstance(c, PersistRuntime)}
         consumed, self._consumed_now = self._consumed_now, set()
@@ -497,6 +496,10 @@ class SchedulerService:
         for schedule_id in sorted(consumed - persisted):
             if schedule_id in self._state.schedules:
                 view = schedule_view(self._state, schedule_id)
+                if view.blocked is not None:
+                    # Its files stay as found, as decide leaves them (no
+                    # PersistRuntime for a blocked schedule).
+                    continue
                 extra.append(
                     PersistRuntime(
                         schedule_id=schedule_id,
@@ -506,41 +509,6 @@ class SchedulerService:
                     )
                 )
         return await self._commit((*commands, *extra), now)
-
-    def _decide(
-        self, now: datetime, events: list[Event]
-    ) -> tuple[SchedulerState, tuple[Command, ...]]:
-        """`decide`, without the events it refuses.
-
-        decide applies events in order and refuses the whole call for one it
-        cannot apply (a status report of a run it does not track, for example a
-        run of a schedule blocked by damaged records). One such event must not
-        cost every other schedule its round: find it (decide is pure, so a
-        prefix that fails holds it), drop it with a warning, decide again.
-        """
-        while True:
-            try:
-                return decide(self._state, now, events)
-            except CoreMisuse as exc:
-                try:
-                    decide(self._state, now, [])
-                except CoreMisuse:
-                    raise exc from None  # not an event's fault
-                good, bad = 0, len(events)  # decide(events[:good]) passes, [:bad] fails
-                while bad - good > 1:
-                    middle = (good + bad) // 2
-                    try:
-                        decide(self._state, now, events[:middle])
-                    except CoreMisuse:
-                        bad = middle
-                    else:
-                        good = middle
-                _log.warning(
-                    "dropped a %s the scheduler cannot apply: %s",
-                    type(events[bad - 1]).__name__,
-                    exc,
-                )
-                del events[bad - 1]
 
     async def _resynchronize(self) -> None:
         """Rebuild the state from the stores and the run API, as a start does.
@@ -896,11 +864,6 @@ class SchedulerService:
             )
             after.launches.append((command.schedule_id, run_id, command.instant, snapshot))
         elif isinstance(command, PersistRuntime):
-            blocked = self._state.schedules.get(command.schedule_id)
-            if blocked is not None and blocked.blocked is not None:
-                # A blocked schedule's files stay as found: a fresh runtime
-                # record would hide the damage from the next start.
-                return
             lifecycle_seq = self._consumed.get(command.schedule_id, 0)
             mark: RuntimeMark = (command.held, tuple(command.waiting), lifecycle_seq)
             if self._runtime_implied(command, mark, after):

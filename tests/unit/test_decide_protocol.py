@@ -7,6 +7,7 @@ from datetime import datetime
 
 import pytest
 
+from core.commands import LogWarning, PersistRuntime
 from core.decide import decide, next_wakeup
 from core.errors import CoreMisuse, InvalidInput
 from core.events import (
@@ -34,10 +35,6 @@ UNKNOWN_SCHEDULE: list[tuple[str, Event]] = [
     ("deleted", ScheduleDeleted(schedule_id="ghost", at=at(10))),
     ("admitted", OccurrenceAdmitted(schedule_id="ghost", instant=at(10), run_id="run-1")),
     ("preflight", PreflightFailed(schedule_id="ghost", instant=at(10), reason="x")),
-    (
-        "status",
-        RunStatusChanged(schedule_id="ghost", instant=at(10), run_id="run-1", status="running"),
-    ),
     (
         "contradicted",
         RecordsContradicted(schedule_id="ghost", file="f", record="r", reason="why"),
@@ -78,16 +75,6 @@ MISUSE: list[tuple[str, Callable[[], Event], str]] = [
         "does not follow revision 1",
     ),
     (
-        "status of an unknown run",
-        lambda: RunStatusChanged(schedule_id="r", instant=at(11), run_id="run-1", status="running"),
-        "no active run",
-    ),
-    (
-        "status with the wrong run id",
-        lambda: RunStatusChanged(schedule_id="r", instant=at(10), run_id="run-9", status="running"),
-        "not 'run-9'",
-    ),
-    (
         "status admitted",
         lambda: RunStatusChanged(
             schedule_id="r", instant=at(10), run_id="run-1", status="admitted"
@@ -124,6 +111,58 @@ def test_protocol_breaches_name_the_state_and_the_event(
     assert detail in message
     assert type(event).__name__ in message
     assert "revision 1" in message  # the schedule's state is described
+
+
+# Run reports the state cannot place: stale news from the world, not misuse.
+UNPLACED_REPORTS: list[tuple[str, RunStatusChanged, str]] = [
+    (
+        "unknown schedule",
+        RunStatusChanged(schedule_id="ghost", instant=at(10), run_id="run-1", status="failed"),
+        "schedule 'ghost' is unknown",
+    ),
+    (
+        "no active run at the instant",
+        RunStatusChanged(schedule_id="r", instant=at(11), run_id="run-1", status="running"),
+        "no active run is known for 2024-01-15T11:00:00Z",
+    ),
+    (
+        "another run id",
+        RunStatusChanged(schedule_id="r", instant=at(10), run_id="run-9", status="completed"),
+        "is 'run-1', not 'run-9'",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "event", "detail"), UNPLACED_REPORTS, ids=[u[0] for u in UNPLACED_REPORTS]
+)
+def test_a_run_report_the_state_cannot_place_is_logged_and_ignored(
+    name: str, event: RunStatusChanged, detail: str
+) -> None:
+    """The other events of the call still apply: a stale report must not cost
+    every other schedule its round (the shell used to bisect the call)."""
+    state, now = _admitted_state()
+    good = RunStatusChanged(schedule_id="r", instant=at(10), run_id="run-1", status="running")
+    after, commands = decide(state, now, [event, good])
+    warnings = [c for c in commands if isinstance(c, LogWarning)]
+    assert len(warnings) == 1 and detail in warnings[0].message, warnings
+    assert "RunStatusChanged" in warnings[0].message
+    alone, alone_commands = decide(state, now, [good])
+    assert schedule_view(after, "r") == schedule_view(alone, "r")
+    assert [c for c in commands if not isinstance(c, LogWarning)] == list(alone_commands)
+
+
+def test_a_blocked_schedule_gets_no_runtime_record() -> None:
+    """Its files stay as they were found, whatever its watermark does: decide
+    emits no PersistRuntime for it (the shell used to drop them)."""
+    state = started_state(cron("r"))
+    state, _ = run(
+        state, at(10), RecordsContradicted(schedule_id="r", file="f", record="r", reason="why")
+    )
+    assert schedule_view(state, "r").blocked is not None
+    later, commands = decide(state, at(13), [SchedulePaused(schedule_id="r", at=at(12))])
+    assert schedule_view(later, "r").paused
+    assert not [c for c in commands if isinstance(c, PersistRuntime)], commands
 
 
 @pytest.mark.parametrize("event_type", [SchedulePaused, ScheduleResumed])
