@@ -24,6 +24,7 @@ __all__ = [
     "RevisionConflict",
     "SchedulerUnavailable",
     "SchedulingError",
+    "StoreFenced",
     "StoreUnavailable",
     "error_class_for_code",
 ]
@@ -118,6 +119,19 @@ class SchedulerUnavailable(SchedulingError):
     code: ClassVar[str] = "scheduler_unavailable"
 
 
+class StoreFenced(SchedulerUnavailable):
+    """This process was fenced off its store: the store's `scheduler.lock`
+    was removed or replaced, or the store root renamed, while its scheduler
+    held the lock. Every write under the store root is refused from then on
+    (nothing is written), for the life of that lock; reads keep working.
+    Restart the server to own the store again.
+
+    A `SchedulerUnavailable` (JSON-RPC -32007, `wf-schedule` exit 7) with its
+    own code. `data`: `lock` (the lock file's path), `store_root`, `pid`."""
+
+    code: ClassVar[str] = "store_fenced"
+
+
 # The errnos that mean "no space": a full filesystem, or the owner's quota.
 _DISK_FULL: Final = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
 
@@ -179,6 +193,7 @@ _BY_CODE: dict[str, type[SchedulingError]] = {
         RevisionConflict,
         InvalidState,
         SchedulerUnavailable,
+        StoreFenced,
         StoreUnavailable,
         CoreMisuse,
     )

@@ -58,6 +58,7 @@ from core.errors import (
 )
 from core.limits import MAX_SAFE_INTEGER
 from shell.durable import append_records, atomic_write_json, fault_point, fsync_directory
+from shell.fence import check_fence
 from shell.jsonlog import read_lines, repair_torn_tail
 from shell.store_format import (
     DEFINITION_FILE,
@@ -593,6 +594,7 @@ class DefinitionStore:
         snapshot = _apply(None, record, schedule_id)
 
         parent = os.path.dirname(files.directory)
+        check_fence(files.directory)
         os.makedirs(parent, exist_ok=True)
         fault_point("before:mkdir:schedule")
         try:
@@ -636,6 +638,7 @@ class DefinitionStore:
         """Remove a create's directory with its lifecycle log, snapshot and
         temp files (and nothing else: another file means it is not a create's).
         Best effort unless `strict`; True when the directory is gone."""
+        check_fence(files.directory)
         try:
             for name in os.listdir(files.directory):
                 if name in (LIFECYCLE_FILE, DEFINITION_FILE) or name.startswith("."):

@@ -36,6 +36,11 @@ then), and only after that are the files written, without a flush. A crash
 leaves either none of the batch (the record is torn: nothing was written to
 the files yet) or all of it (the next owner's replay writes whatever the
 files lack). `sync_also` paths are flushed at the journal's next checkpoint.
+
+Fencing: every write here first asks `shell.fence.check_fence` (a group
+commit once for its whole batch, before its first byte), so nothing is
+written under a store root whose scheduler lock was removed or replaced:
+the write raises `core.errors.StoreFenced` instead.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import itertools
 import logging
 import os
 import secrets
@@ -50,6 +56,8 @@ import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, Protocol, TypeAlias
 
+from core.errors import StoreFenced
+from shell.fence import check_fence, check_fence_all
 from shell.store_format import canonical_json, encode_json_line
 
 __all__ = [
@@ -340,6 +348,7 @@ def _write_temp(target: str, data: bytes, *, sync: bool) -> str:
 def replace_unsynced(path: str, data: bytes) -> None:
     """Replace `path` with `data` atomically (temp file and rename), with no
     flush: for a write whose content is durable elsewhere (a journal)."""
+    check_fence(path)
     _replace_with_temp(path, data, sync=False)
 
 
@@ -380,6 +389,7 @@ def remove_stale_temp_files(
     writes in flight. Returns the names removed.
     """
     removed: list[str] = []
+    check_fence(directory)
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
@@ -414,6 +424,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     """
     target = os.fspath(path)
     name = os.path.basename(target)
+    check_fence(target)
     fault_point(f"before:replace:{name}")
     _replace_with_temp(target, data, sync=True)
     fsync_directory(os.path.dirname(target) or ".")
@@ -451,6 +462,7 @@ def append_records(
     target = os.fspath(path)
     name = os.path.basename(target)
     data = b"".join(encode_json_line(r) for r in records)
+    check_fence(target)
     fault_point(f"before:append:{name}")
     fd, created = _open_append(target)
     try:
@@ -607,6 +619,7 @@ class GroupCommit:
         temps: dict[str, str] = {}
         basename = os.path.basename
         try:
+            self._check_fence()
             fault_point("before:commit")
             files: list[str] = []
             directories: list[str] = []
@@ -655,6 +668,14 @@ class GroupCommit:
         self._run(self._on_commit)
         fault_point("after:commit")
 
+    def _check_fence(self) -> None:
+        """Once per batch, before its first byte: `StoreFenced` if any of its
+        paths lies under a fenced store root (a couple of stats, not one
+        check per file)."""
+        check_fence_all(
+            itertools.chain(self._appends, self._late_appends, self._replaces, self._also_sync)
+        )
+
     def _journal_entries(self) -> list[JournalEntry]:
         """Every write of the batch with its offset, checked against what each
         file's owner expected; nothing is written yet."""
@@ -684,6 +705,7 @@ class GroupCommit:
     def _commit_journaled(self, journal: Journal) -> None:
         basename = os.path.basename
         try:
+            self._check_fence()
             fault_point("before:commit")
             entries = self._journal_entries()
             if entries:
@@ -696,7 +718,8 @@ class GroupCommit:
                     fault_point(f"after:apply:{basename(path)}")
                 else:
                     fault_point(f"before:replace:{basename(path)}")
-                    replace_unsynced(path, data)
+                    # Not `replace_unsynced`: the batch passed its fence check.
+                    _replace_with_temp(path, data, sync=False)
                     fault_point(f"after:replace:{basename(path)}")
         except SimulatedCrash:
             self._state = "crashed"
@@ -711,6 +734,10 @@ class GroupCommit:
         self._run(self._on_commit)
         try:
             journal.after_commit()
+        except StoreFenced:
+            # The batch is written; only emptying the journal was refused (and
+            # said so): the next owner replays it.
+            pass
         except OSError as exc:
             # The batch is durable in the journal, which keeps its records
             # until a checkpoint succeeds: the next commit tries again.

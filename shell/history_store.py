@@ -73,6 +73,7 @@ from typing import Any, Final, NamedTuple, NoReturn, TypeGuard
 from core.errors import InvalidInput, InvalidState, NotFound, Problem
 from core.occurrences import DECISION_STATUSES, RUN_STATUSES, TERMINAL_STATUSES
 from shell.durable import GroupCommit, atomic_write_bytes, fault_point, sync_paths
+from shell.fence import check_fence
 from shell.jsonlog import complete_end, iter_lines, repair_torn_tail
 from shell.store_format import (
     HISTORY_INDEX_FILE,
@@ -1034,6 +1035,7 @@ class HistoryStore:
         except FileNotFoundError:
             if repair:
                 # An index without its log describes nothing.
+                check_fence(files.history_index)
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(files.history_index)
             return _Loaded(state=_State(), problems=[])
@@ -1256,6 +1258,7 @@ class HistoryStore:
         header: _Checkpoint | None = None,
         truncate_to: int | None = None,
     ) -> None:
+        check_fence(files.history_index)
         fault_point(f"before:index:{HISTORY_INDEX_FILE}")
         fd = os.open(files.history_index, os.O_RDWR | os.O_CREAT, 0o644)
         try:

@@ -69,6 +69,7 @@ from shell.durable import (
     syncfs_available,
     write_all,
 )
+from shell.fence import check_fence
 
 __all__ = [
     "CHECKPOINT_AFTER_S",
@@ -240,6 +241,7 @@ def replay_journal(store_root: str | os.PathLike[str]) -> ReplayReport:
         )
     if not records and not report.torn_bytes:
         return report
+    check_fence(path)
     last_replace: dict[str, tuple[int, int]] = {}
     for number, entries in enumerate(records):
         for position, (kind, target, _, _) in enumerate(entries):
@@ -277,6 +279,8 @@ def replay_journal(store_root: str | os.PathLike[str]) -> ReplayReport:
 
 
 def _checkpoint(root: Path, path: Path, written: Sequence[str] = ()) -> None:
+    # Emptying the journal is a write: a fenced owner leaves it to the next one.
+    check_fence(path)
     fault_point("before:checkpoint")
     if syncfs_available():
         sync_paths([], [str(root)], mode="syncfs")
@@ -347,6 +351,7 @@ class CommitJournal:
         if self._fd is None:
             raise RuntimeError(f"commit journal {self.path} is not open")
         record = _encode(self._root_text, entries)
+        check_fence(self.path)
         fault_point(f"before:append:{JOURNAL_FILE}")
         try:
             write_all(self._fd, record)

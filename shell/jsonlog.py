@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from shell.durable import fault_point
+from shell.fence import check_fence
 from shell.store_format import read_file
 
 __all__ = [
@@ -93,6 +94,8 @@ def repair_torn_tail(path: str | os.PathLike[str], *, floor: int = 0) -> int:
         if size <= floor or os.pread(fd, 1, size - 1) == b"\n":
             return 0
         end = complete_end(fd, size, floor)
+        # Only when there is a torn line to cut: reading stays fenced-free.
+        check_fence(target)
         fault_point(f"before:truncate:{name}")
         os.ftruncate(fd, end)
         os.fsync(fd)

@@ -16,7 +16,10 @@ Fencing: `verify()` checks that the paths still name the file and the
 directory we locked. If an operator (or a cleanup script) removed or
 replaced the lock file, or renamed the store root, the service stops
 admitting, and says so; it keeps the directory lock until it stops, so no
-second service can take the store meanwhile.
+second service can take the store meanwhile. A held lock also registers a
+write fence on its store root (`shell.fence`): once the lock file or the root
+no longer names what was locked, every writer of the store refuses to write
+(`StoreFenced`), not only the scheduler's admissions.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 
 from core.errors import SchedulerUnavailable
 from shell.durable import fault_point, fsync_directory
+from shell.fence import Fence, clear_fences, register_fence, unregister_fence
 from shell.store_format import LOCK_FILE, format_instant
 
 __all__ = ["SchedulerLock"]
@@ -56,6 +60,7 @@ class SchedulerLock:
         self._clock = clock
         self._fd: int | None = None
         self._root_fd: int | None = None
+        self._fence: Fence | None = None
         self.holder: dict[str, Any] | None = None
 
     @property
@@ -83,6 +88,8 @@ class SchedulerLock:
             os.close(root_fd)
             raise
         self._root_fd = root_fd
+        assert self._fd is not None
+        self._fence = register_fence(self.store_root, self.path, lock_fd=self._fd, root_fd=root_fd)
         return holder
 
     def _lock_root(self) -> int:
@@ -99,10 +106,14 @@ class SchedulerLock:
 
     def refuse_if_owned(self) -> None:
         """Raise the refusal `acquire()` would when a live process owns the
-        store (even one whose lock file was removed), creating nothing."""
+        store (even one whose lock file was removed), creating nothing.
+
+        Passing it means this process may take the store: a fence an earlier
+        (stopped) owner in this process left tripped is forgotten."""
         if not self.store_root.is_dir():
             return
         os.close(self._lock_root())
+        clear_fences(self.store_root)
 
     def _lock_file(self) -> dict[str, Any]:
         while True:
@@ -206,15 +217,28 @@ class SchedulerLock:
 
         False after `release()`, when the lock file was removed or replaced
         under us, or when the store root path no longer names the directory
-        we locked (it was renamed or replaced).
+        we locked (it was renamed or replaced); from the first False on (while
+        held), always False, and the store's write fence is tripped.
         """
-        if self._fd is None or self._root_fd is None or not self._same_file(self._fd):
+        if self._fd is None or self._root_fd is None:
             return False
+        fence = self._fence
+        if fence is not None and fence.tripped:
+            # Sticky: a lock file put back does not make the store ours again.
+            return False
+        if self._same_file(self._fd) and self._root_is_ours(self._root_fd):
+            return True
+        if fence is not None:
+            # Every writer of the store refuses from now on; the caller says so.
+            fence.tripped = True
+        return False
+
+    def _root_is_ours(self, root_fd: int) -> bool:
         try:
             on_disk = os.stat(self.store_root)
         except FileNotFoundError:
             return False
-        mine = os.fstat(self._root_fd)
+        mine = os.fstat(root_fd)
         return (mine.st_dev, mine.st_ino) == (on_disk.st_dev, on_disk.st_ino)
 
     def ensure_held(self) -> None:
@@ -235,6 +259,10 @@ class SchedulerLock:
             return
         self._fd = self._root_fd = None
         self.holder = None
+        if self._fence is not None:
+            # A tripped fence stays: the store is not this process's to write.
+            unregister_fence(self._fence)
+            self._fence = None
         try:
             if self._same_file(fd):
                 os.ftruncate(fd, 0)
@@ -248,6 +276,10 @@ class SchedulerLock:
     def abandon(self) -> None:
         """Close both descriptors without touching the file, as the kernel does
         when the holder dies (crash tests simulate a dead process with it)."""
+        if self._fence is not None:
+            # A dead process fences nothing: the test's next owner writes freely.
+            unregister_fence(self._fence, keep_tripped=False)
+            self._fence = None
         for fd in (self._fd, self._root_fd):
             if fd is not None:
                 os.close(fd)

@@ -67,6 +67,7 @@ from typing import Any, Final, NamedTuple
 from core.errors import SchedulingError
 from shell.definition_store import DefinitionLoad, DefinitionStore
 from shell.durable import atomic_write_bytes
+from shell.fence import check_fence
 from shell.history_store import HistoryStore
 from shell.runtime_store import RuntimeStore
 from shell.store_format import ScheduleFiles
@@ -310,6 +311,7 @@ def read_startup_checkpoint(store_root: str | os.PathLike[str]) -> dict[str, Cac
             data = handle.read()
     except FileNotFoundError:
         return {}
+    check_fence(path)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
     try:

@@ -33,8 +33,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Concatenate, Final, Literal, ParamSpec, Protocol, TypeVar
 
-from core.errors import StoreUnavailable
+from core.errors import StoreFenced, StoreUnavailable
 from shell.durable import fault_point, write_all
+from shell.fence import check_fence
 from shell.store_format import format_instant
 
 __all__ = ["PROBE_BYTES", "HealthSource", "StoreHealth", "store_call"]
@@ -145,6 +146,11 @@ class StoreHealth:
             return
         self._probed_at = now
         path = os.path.join(self.store_root, f"{_PROBE_NAME}.{os.getpid()}.tmp")
+        try:
+            check_fence(path)
+        except StoreFenced:
+            # A fenced store is not probed: the probe is a write.
+            return
         try:
             fault_point("before:write:store-probe")
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)

@@ -17,6 +17,7 @@ from typing import Any, Final, cast
 from core.errors import InvalidInput, NotFound, Problem
 from core.limits import MAX_VERSION
 from shell.durable import fault_point
+from shell.fence import check_fence
 
 from .artifacts import ArtifactStore
 from .identifiers import ID_PATTERN, check_identifier, check_positive_int
@@ -160,6 +161,7 @@ class DeploymentStore:
     def delete(self, deployment_id: Any) -> dict[str, Any]:
         """Remove the deployment and return what it was. Runs keep their snapshots."""
         record = self._lookup(deployment_id)
+        check_fence(self._path(deployment_id))
         os.unlink(self._path(deployment_id))
         fsync_dir(self.dir)
         del self._items[deployment_id]

@@ -20,6 +20,12 @@ nothing more: its executing mark stays, and the next startup recovery
 abandons the run truthfully. A clean stop that gives up on executing runs
 first notes on each one's mark why (`note_stopped`), so that recovery says the
 server stopped it rather than that the process died.
+
+A fenced store (its scheduler lock removed or replaced: `StoreFenced`) takes
+no write: an executing run goes on to its end in memory, but neither its
+steps nor its stop are recorded (its listeners are not told), and no stop
+note is written. Its record keeps its executing mark, so the next owner's
+recovery fails it as abandoned, which is the truth from the store's side.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from core.errors import InvalidInput, InvalidState, SchedulingError
+from core.errors import InvalidInput, InvalidState, SchedulingError, StoreFenced
 
 from .artifacts import ArtifactStore
 from .engine import Position, Stop, execute, trace_entry
@@ -229,6 +235,13 @@ class RunExecutor:
                 record_step=lambda entry, position: self._record_step(run_id, entry, position),
             )
             await self._record_stop(run_id, stop)
+        except StoreFenced:
+            # Not a host error to record: nothing may be recorded any more.
+            _log.warning(
+                "run %s stopped, but the store is fenced: its stop is not recorded"
+                " (the next owner's recovery fails it as abandoned)",
+                run_id,
+            )
         except asyncio.CancelledError:
             # Shutdown: write nothing; the executing mark tells the next startup.
             raise
@@ -240,6 +253,14 @@ class RunExecutor:
                 del self._tasks[run_id]
 
     async def _record_step(self, run_id: str, entry: dict[str, Any], position: Position) -> None:
+        try:
+            await self._write_step(run_id, entry, position)
+        except StoreFenced:
+            # The run goes on in memory: its steps are not undone by the fence,
+            # only no longer recorded (the fence said so once).
+            return
+
+    async def _write_step(self, run_id: str, entry: dict[str, Any], position: Position) -> None:
         async with self._store.lock(run_id):
             record = self._store.get(run_id)
             record = record.model_copy(
@@ -347,9 +368,16 @@ class RunExecutor:
             mark = record.executing
             if record.status != "running" or mark is None or mark.stopped is not None:
                 return None
-            await self._store.commit(
-                record.model_copy(update={"executing": mark.model_copy(update={"stopped": note})})
-            )
+            try:
+                await self._store.commit(
+                    record.model_copy(
+                        update={"executing": mark.model_copy(update={"stopped": note})}
+                    )
+                )
+            except StoreFenced:
+                # A fenced stop writes nothing; the next owner's recovery says
+                # the process died (it cannot tell the stop from a crash).
+                return None
         return run_id
 
     async def cancel_executing(self) -> list[str]:

@@ -6,6 +6,10 @@ fsynced, renamed over the old name, and the directory is fsynced so the rename
 itself survives a power loss. A reader therefore sees the old record or the
 new one, never a torn mix. Temporary files left by a crash start with `.` and
 end in `.tmp`; readers ignore them.
+
+Under a scheduler lock, every write first passes the store's write fence
+(`shell.fence`): once the lock file was removed or replaced, a write raises
+`core.errors.StoreFenced` before its first byte (a batch is checked once).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 from typing import Any, Final, cast
 
 from shell.durable import sync_paths
+from shell.fence import check_fence, check_fence_all
 
 __all__ = [
     "SPARE_PREFIX",
@@ -87,10 +92,11 @@ def atomic_write_text(path: Path, text: str, *, spares: SparePool | None = None)
     into a recycled file and swapped in (see `SparePool`).
     """
     directory = path.parent
-    ensure_dir(directory)
     if spares is not None:
         _install_many([(path, text.encode("utf-8"))], spares)
         return
+    check_fence(path)
+    ensure_dir(directory)
     fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -130,6 +136,7 @@ def atomic_write_many(
     if spares is not None:
         _install_many([(path, text.encode("utf-8")) for path, text in items], spares)
         return
+    check_fence_all(path for path, _ in items)
     temps: list[tuple[str, Path]] = []
     directories: dict[Path, None] = {}
     installed = 0
@@ -289,6 +296,7 @@ def _rewrite(spares: SparePool, data: bytes) -> str:
 def _install_many(items: Sequence[tuple[Path, bytes]], spares: SparePool) -> None:
     if not items:
         return
+    check_fence_all(path for path, _ in items)
     written: list[tuple[str, Path]] = []
     swapped: list[str] = []
     installed = 0
