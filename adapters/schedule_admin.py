@@ -17,7 +17,7 @@ Exit status (stable, for scripts):
     4  conflict                        (revision_conflict, already_exists)
     5  invalid input                   (invalid_input, invalid_definition, invalid_params)
     6  invalid state                   (invalid_state)
-    7  scheduler unavailable           (scheduler_unavailable)
+    7  scheduler unavailable           (scheduler_unavailable; store_fenced)
     8  server unreachable
     9  unauthorized (token missing or wrong)
    10  store unavailable: disk full, read-only or failing (store_unavailable;

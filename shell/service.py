@@ -277,11 +277,21 @@ class SchedulerService:
                 self._task = None
         self._api.detach_service(self)
         still = await self._host.drain(self._config.drain_grace_s)
-        if still and isinstance(self._host, StopNotingHost):
+        owned = self._lock.verify()
+        if still and owned and isinstance(self._host, StopNotingHost):
             # While this process still owns the store: no other start can be
-            # recovering these runs yet.
+            # recovering these runs yet. A fenced one writes no note (the
+            # store's writers refuse it anyway): recovery says the process died.
             await self._host.note_stopped("drain-expired", self._config.drain_grace_s)
-        if still:
+        if still and not owned:
+            _log.warning(
+                "%d run(s) still executing after %.1fs of drain on a fenced store: their"
+                " records are not written any more; the next start fails them as abandoned: %s",
+                len(still),
+                self._config.drain_grace_s,
+                ", ".join(still),
+            )
+        elif still:
             _log.warning(
                 "%d run(s) still executing after %.1fs of drain; they keep their executing"
                 " marks and the next start fails them as abandoned (the drain ran out): %s",
@@ -289,7 +299,7 @@ class SchedulerService:
                 self._config.drain_grace_s,
                 ", ".join(still),
             )
-        if not self._lock.verify():
+        if not owned:
             # Fenced: the store may be another's now (or its path names
             # another directory), so closing writes nothing; the next owner
             # replays the journal and the logs as after a crash.

@@ -18,7 +18,7 @@ Application error codes (stable; never renumber, only append):
     -32004  already_exists
     -32005  revision_conflict
     -32006  invalid_state
-    -32007  scheduler_unavailable
+    -32007  scheduler_unavailable  (also store_fenced: the store's lock was lost)
     -32008  core_misuse
     -32009  store_unavailable      (disk full, read-only or failing store)
     -32010  unauthorized           (missing or wrong bearer token; HTTP 401)

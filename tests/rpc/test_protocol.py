@@ -31,6 +31,7 @@ from core.errors import (
     RevisionConflict,
     SchedulerUnavailable,
     SchedulingError,
+    StoreFenced,
 )
 
 PARSE_CASES: list[tuple[bytes, int]] = [
@@ -125,6 +126,8 @@ DOMAIN_CASES: list[tuple[SchedulingError, int, str]] = [
     (RevisionConflict("stale", data={"current_revision": 3}), -32005, "revision_conflict"),
     (InvalidState("nope"), -32006, "invalid_state"),
     (SchedulerUnavailable("off"), -32007, "scheduler_unavailable"),
+    # A refinement keeps its parent's number and names itself in data.code.
+    (StoreFenced("fenced", data={"lock": "/s/scheduler.lock"}), -32007, "store_fenced"),
     (CoreMisuse("oops"), -32008, "core_misuse"),
     (
         InvalidParams("p", problems=[Problem(field="x", reason="y")]),
