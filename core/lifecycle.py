@@ -12,11 +12,12 @@ First rule that applies (a decision table, `tests/unit/test_lifecycle.py`):
 2. `blocked`: its records failed closed; an operator must repair them (a
    blocked schedule neither advances nor admits, so it is not `finished`).
 3. `finished`: a one-shot whose single instant is decided and closed. Decided:
-   recorded in its history, or behind its watermark, or passed while paused
-   (a resume starts after the resume time, so the paused span is consumed and
-   never replayed). Closed: no run of it is still active (admitted, running
-   or interrupted, which a resume payload may still continue) and it is not
-   held or waiting for a slot. A paused fired one-shot is `finished` too:
+   recorded in its history, or behind its watermark, or inside its latest
+   paused span (after the pause, up to the resume or now): a resume starts
+   after the resume time, so the paused span is consumed and never replayed.
+   Closed: no run of it is still active (admitted, running or interrupted,
+   which a resume payload may still continue) and it is not held or waiting
+   for a slot. A paused fired one-shot is `finished` too:
    nothing more can ever happen to it, and resuming it changes nothing.
 4. `paused`.
 5. `active`: everything else, including a one-shot whose run is still going
@@ -44,12 +45,15 @@ def oneshot_finished(
     at: datetime,
     now: datetime,
     paused: bool,
+    paused_at: datetime | None,
+    resumed_at: datetime | None,
     watermark: datetime | None,
     recorded_status: str | None,
     open_instants: Collection[datetime],
 ) -> bool:
     """True when a one-shot's only instant `at` is decided and nothing of it is open.
 
+    `paused_at` / `resumed_at`: the latest pause and resume (None: none yet).
     `watermark`: the schedule's watermark (None: not known). `recorded_status`:
     the latest status of the history row decided at `at` (None: no row, or
     not read). `open_instants`: the instants held, waiting for a slot, or with
@@ -63,8 +67,25 @@ def oneshot_finished(
         return recorded_status in TERMINAL_STATUSES
     if watermark is not None and at <= watermark:
         return True
-    # Passed while paused: the resume consumes it with no row.
-    return paused and at <= now
+    return _in_latest_paused_span(at, now, paused, paused_at, resumed_at)
+
+
+def _in_latest_paused_span(
+    at: datetime,
+    now: datetime,
+    paused: bool,
+    paused_at: datetime | None,
+    resumed_at: datetime | None,
+) -> bool:
+    """`at` lies in `(paused_at, end]`, the latest paused span (it ends now
+    while still paused): `decide` consumes it with no row, even before the
+    scheduler has caught up with the watermark. An instant equal to the pause
+    time is decided before the pause applies, so the span is open at its
+    start. Older spans are behind the watermark once the resume is read."""
+    if paused_at is None or at <= paused_at:
+        return False
+    end = now if paused else resumed_at
+    return end is not None and at <= end
 
 
 def lifecycle_state(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -43,67 +44,91 @@ def test_states_are_listed_in_precedence_order() -> None:
     assert LIFECYCLE_STATES == ("deleted", "blocked", "finished", "paused", "active")
 
 
-# (case, now, paused, watermark, recorded status, open instants, finished)
-ONESHOT: list[
-    tuple[str, datetime, bool, datetime | None, str | None, tuple[datetime, ...], bool]
-] = [
-    ("instant ahead", BEFORE, False, BEFORE, None, (), False),
-    ("instant ahead, paused", BEFORE, True, BEFORE, None, (), False),
-    ("run completed", AFTER, False, AFTER, "completed", (), True),
-    ("run failed", AFTER, False, AFTER, "failed", (), True),
-    ("skipped as missed", AFTER, False, AFTER, "skipped-misfire", (), True),
-    ("preflight rejected", AFTER, False, AFTER, "preflight-rejected", (), True),
-    ("superseded by a pause", AFTER, True, AFTER, "superseded", (), True),
-    ("run still running (live)", AFTER, False, AFTER, None, (AT,), False),
-    ("run still running (history)", AFTER, False, AFTER, "running", (), False),
-    ("run interrupted, may resume", AFTER, False, AFTER, "interrupted", (), False),
-    ("admitted, run not started", AFTER, False, AFTER, "admitted", (), False),
-    ("held for overlap or a slot", AFTER, False, AFTER, None, (AT,), False),
-    ("completed, history not read", AFTER, False, AFTER, None, (), True),
-    ("behind the watermark, no row (consumed)", AFTER, False, AT, None, (), True),
-    ("passed, watermark not yet moved", AFTER, False, BEFORE, None, (), False),
-    ("passed, watermark unknown", AFTER, False, None, None, (), False),
-    ("passed while paused (never replayed)", AFTER, True, BEFORE, None, (), True),
-    ("fired, then paused while the run goes on", AFTER, True, AFTER, "running", (), False),
-    ("fired, completed, then paused", AFTER, True, AFTER, "completed", (), True),
+PAUSED_AT = AT - timedelta(minutes=1)
+
+# (case, facts, finished); unnamed facts are: now AFTER, not paused, never
+# paused, watermark AFTER, no history row read, nothing open.
+ONESHOT: list[tuple[str, dict[str, Any], bool]] = [
+    ("instant ahead", {"now": BEFORE, "watermark": BEFORE}, False),
+    (
+        "instant ahead, paused",
+        {"now": BEFORE, "watermark": BEFORE, "paused": True, "paused_at": BEFORE},
+        False,
+    ),
+    ("run completed", {"recorded_status": "completed"}, True),
+    ("run failed", {"recorded_status": "failed"}, True),
+    ("skipped as missed", {"recorded_status": "skipped-misfire"}, True),
+    ("preflight rejected", {"recorded_status": "preflight-rejected"}, True),
+    ("superseded by a pause", {"recorded_status": "superseded", "paused": True}, True),
+    ("run still running (live)", {"open_instants": (AT,)}, False),
+    ("run still running (history)", {"recorded_status": "running"}, False),
+    ("run interrupted, may resume", {"recorded_status": "interrupted"}, False),
+    ("admitted, run not started", {"recorded_status": "admitted"}, False),
+    ("completed, history not read", {}, True),
+    ("behind the watermark, no row (consumed)", {"watermark": AT}, True),
+    ("passed, watermark not yet moved (may still fire)", {"watermark": BEFORE}, False),
+    ("passed, watermark unknown", {"watermark": None}, False),
+    (
+        "passed while paused (never replayed)",
+        {"watermark": BEFORE, "paused": True, "paused_at": PAUSED_AT},
+        True,
+    ),
+    (
+        "paused at the instant: decided before the pause",
+        {"watermark": BEFORE, "paused": True, "paused_at": AT},
+        False,
+    ),
+    (
+        "paused after the instant the scheduler has not decided yet",
+        {"watermark": BEFORE, "paused": True, "paused_at": AFTER},
+        False,
+    ),
+    (
+        "resumed after it, the scheduler not caught up",
+        {"watermark": BEFORE, "paused_at": PAUSED_AT, "resumed_at": AFTER},
+        True,
+    ),
+    (
+        "paused and resumed before it",
+        {"watermark": BEFORE, "paused_at": BEFORE, "resumed_at": PAUSED_AT},
+        False,
+    ),
+    (
+        "fired, then paused while the run goes on",
+        {"recorded_status": "running", "paused": True, "paused_at": AFTER},
+        False,
+    ),
+    (
+        "fired, completed, then paused",
+        {"recorded_status": "completed", "paused": True, "paused_at": AFTER},
+        True,
+    ),
 ]
+
+DEFAULTS: dict[str, Any] = {
+    "now": AFTER,
+    "paused": False,
+    "paused_at": None,
+    "resumed_at": None,
+    "watermark": AFTER,
+    "recorded_status": None,
+    "open_instants": (),
+}
 
 
 @pytest.mark.parametrize(
-    ("now", "paused", "watermark", "recorded", "open_instants", "finished"),
+    ("facts", "finished"),
     [row[1:] for row in ONESHOT],
     ids=[row[0] for row in ONESHOT],
 )
-def test_oneshot_finished(
-    now: datetime,
-    paused: bool,
-    watermark: datetime | None,
-    recorded: str | None,
-    open_instants: tuple[datetime, ...],
-    finished: bool,
-) -> None:
-    got = oneshot_finished(
-        at=AT,
-        now=now,
-        paused=paused,
-        watermark=watermark,
-        recorded_status=recorded,
-        open_instants=open_instants,
-    )
-    assert got is finished
+def test_oneshot_finished(facts: dict[str, Any], finished: bool) -> None:
+    assert oneshot_finished(at=AT, **{**DEFAULTS, **facts}) is finished
 
 
 def test_a_paused_fired_oneshot_is_finished_and_a_running_one_active() -> None:
     done = oneshot_finished(
-        at=AT,
-        now=AFTER,
-        paused=True,
-        watermark=AFTER,
-        recorded_status="completed",
-        open_instants=(),
+        at=AT, **{**DEFAULTS, "recorded_status": "completed", "paused": True, "paused_at": AFTER}
     )
     assert lifecycle_state(deleted=False, blocked=False, paused=True, finished=done) == "finished"
-    going = oneshot_finished(
-        at=AT, now=AFTER, paused=False, watermark=AFTER, recorded_status=None, open_instants=(AT,)
-    )
+    going = oneshot_finished(at=AT, **{**DEFAULTS, "open_instants": (AT,)})
     assert lifecycle_state(deleted=False, blocked=False, paused=False, finished=going) == "active"
