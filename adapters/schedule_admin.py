@@ -53,8 +53,8 @@ from core.errors import (
     SchedulingError,
     StoreUnavailable,
 )
-from core.lifecycle import lifecycle_state
 from core.occurrences import OCCURRENCE_STATUSES
+from core.schedule_state import lifecycle_state
 
 # rich is imported when there is something to print: it costs as much as the
 # rest of the CLI's imports together, and `--help` prints through click.
@@ -118,7 +118,7 @@ STATUS_STYLES: Final[Mapping[str, str]] = {
     "superseded": "dim",
 }
 
-# A schedule's state (`core/lifecycle.py`), coloured on a terminal.
+# A schedule's state (`core/schedule_state.py`), coloured on a terminal.
 STATE_STYLES: Final[Mapping[str, str]] = {
     "deleted": "dim",
     "blocked": "bold red",

@@ -86,12 +86,6 @@ if TYPE_CHECKING:
         ScheduleResumed,
         ScheduleUpdated,
     )
-    from core.lifecycle import (
-        LIFECYCLE_STATES,
-        LifecycleState,
-        lifecycle_state,
-        oneshot_finished,
-    )
     from core.occurrences import (
         DECISION_STATUSES,
         OCCURRENCE_STATUSES,
@@ -100,6 +94,12 @@ if TYPE_CHECKING:
         TERMINAL_STATUSES,
         OccurrenceStatus,
         RunStatus,
+    )
+    from core.schedule_state import (
+        LIFECYCLE_STATES,
+        LifecycleState,
+        lifecycle_state,
+        oneshot_finished,
     )
     from core.state import (
         NO_RUNS,
@@ -266,7 +266,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "ScheduleResumed",
         "ScheduleUpdated",
     ),
-    "core.lifecycle": (
+    "core.schedule_state": (
         "LIFECYCLE_STATES",
         "LifecycleState",
         "lifecycle_state",

@@ -37,8 +37,8 @@ from core.errors import (
     Problem,
     SchedulingError,
 )
-from core.lifecycle import lifecycle_state, oneshot_finished
 from core.occurrences import TERMINAL_RUN_STATUSES
+from core.schedule_state import lifecycle_state, oneshot_finished
 from shell.clock import Clock, SystemClock
 from shell.definition_store import DefinitionStore
 from shell.history_store import HistoryStore
@@ -678,7 +678,7 @@ class SchedulesApi:
         pending: tuple[datetime, ...],
         now: datetime,
     ) -> bool:
-        """Gather the facts `core.lifecycle.oneshot_finished` decides on. A
+        """Gather the facts `core.schedule_state.oneshot_finished` decides on. A
         running service's view is the truth (the stores may lag it), so the
         history is read only without one: then the runtime record's watermark
         and the occurrence's row (one O(log n) lookup) stand in for it."""

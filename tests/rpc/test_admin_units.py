@@ -16,8 +16,8 @@ from adapters.schedule_admin import (
     _state_of,
     parse_when,
 )
-from core.lifecycle import LIFECYCLE_STATES
 from core.occurrences import OCCURRENCE_STATUSES
+from core.schedule_state import LIFECYCLE_STATES
 
 
 def test_every_exit_code_is_distinct_per_error_kind() -> None:

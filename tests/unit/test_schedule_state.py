@@ -1,4 +1,4 @@
-"""The lifecycle state `get`/`list` show: a decision table (`core/lifecycle.py`)."""
+"""The lifecycle state `get`/`list` show: a decision table (`core/schedule_state.py`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from core.lifecycle import LIFECYCLE_STATES, lifecycle_state, oneshot_finished
+from core.schedule_state import LIFECYCLE_STATES, lifecycle_state, oneshot_finished
 
 AT = datetime(2026, 3, 2, 10, 0, tzinfo=UTC)
 BEFORE = AT - timedelta(minutes=5)

@@ -6,7 +6,7 @@ looks `active` forever. `lifecycle_state` derives the one state a reader
 wants from those flags and a few facts the shell gathers about the one-shot's
 instant; the shell decides nothing itself.
 
-First rule that applies (a decision table, `tests/unit/test_lifecycle.py`):
+First rule that applies (a decision table, `tests/unit/test_schedule_state.py`):
 
 1. `deleted`: nothing is admitted after a delete, whatever else holds.
 2. `blocked`: its records failed closed; an operator must repair them (a
