@@ -54,6 +54,7 @@ from core.errors import (
     StoreUnavailable,
 )
 from core.occurrences import OCCURRENCE_STATUSES
+from core.schedule_state import lifecycle_state
 
 # rich is imported when there is something to print: it costs as much as the
 # rest of the CLI's imports together, and `--help` prints through click.
@@ -66,6 +67,7 @@ __all__ = [
     "ENV_TOKEN",
     "ENV_URL",
     "EXIT_CODES",
+    "STATE_STYLES",
     "STATUS_STYLES",
     "WfScheduleGroup",
     "exit_code_for",
@@ -114,6 +116,15 @@ STATUS_STYLES: Final[Mapping[str, str]] = {
     "skipped-misfire": "dim",
     "coalesced": "dim",
     "superseded": "dim",
+}
+
+# A schedule's state (`core/schedule_state.py`), coloured on a terminal.
+STATE_STYLES: Final[Mapping[str, str]] = {
+    "deleted": "dim",
+    "blocked": "bold red",
+    "finished": "blue",
+    "paused": "yellow",
+    "active": "green",
 }
 
 _RELATIVE: Final = re.compile(r"^\+(\d+(?:\.\d+)?)([smhd])$")
@@ -423,13 +434,16 @@ def _merge_definition(
 
 
 def _state_of(schedule: Mapping[str, Any]) -> Text:
-    if schedule.get("deleted"):
-        return _text("deleted", style="dim")
-    if schedule.get("blocked"):
-        return _text("blocked", style="bold red")
-    if schedule.get("paused"):
-        return _text("paused", style="yellow")
-    return _text("active", style="green")
+    state = schedule.get("state")
+    if not isinstance(state, str):
+        # A server from before `state`: its flags (it cannot tell `finished`).
+        state = lifecycle_state(
+            deleted=bool(schedule.get("deleted")),
+            blocked=bool(schedule.get("blocked")),
+            paused=bool(schedule.get("paused")),
+            finished=False,
+        )
+    return _text(state, style=STATE_STYLES.get(state, ""))
 
 
 def _trigger_text(trigger: Any) -> str:
@@ -458,6 +472,8 @@ def _show_schedule(schedule: Mapping[str, Any], as_json: bool, verb: str | None 
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
     for key, value in schedule.items():
+        if key == "state":
+            continue  # shown last, coloured
         if key == "trigger":
             shown: Any = _trigger_text(value)
         elif isinstance(value, dict | list):

@@ -95,6 +95,12 @@ if TYPE_CHECKING:
         OccurrenceStatus,
         RunStatus,
     )
+    from core.schedule_state import (
+        LIFECYCLE_STATES,
+        LifecycleState,
+        lifecycle_state,
+        oneshot_finished,
+    )
     from core.state import (
         NO_RUNS,
         ActiveRun,
@@ -113,6 +119,7 @@ __all__ = [
     "BINDING_KEY",
     "BINDING_NAMES",
     "DECISION_STATUSES",
+    "LIFECYCLE_STATES",
     "NO_RUNS",
     "OCCURRENCE_STATUSES",
     "RUN_STATUSES",
@@ -136,6 +143,7 @@ __all__ = [
     "InvalidDefinition",
     "InvalidInput",
     "InvalidState",
+    "LifecycleState",
     "LogWarning",
     "NotFound",
     "OccurrenceAdmitted",
@@ -175,7 +183,9 @@ __all__ = [
     "error_class_for_code",
     "initial_state",
     "is_binding",
+    "lifecycle_state",
     "next_wakeup",
+    "oneshot_finished",
     "parse_definition",
     "parse_patch",
     "resolve_inputs",
@@ -255,6 +265,12 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "ScheduleRecovered",
         "ScheduleResumed",
         "ScheduleUpdated",
+    ),
+    "core.schedule_state": (
+        "LIFECYCLE_STATES",
+        "LifecycleState",
+        "lifecycle_state",
+        "oneshot_finished",
     ),
     "core.occurrences": (
         "DECISION_STATUSES",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from core.errors import (
     SchedulingError,
 )
 from core.occurrences import TERMINAL_RUN_STATUSES
+from core.schedule_state import lifecycle_state, oneshot_finished
 from shell.clock import Clock, SystemClock
 from shell.definition_store import DefinitionStore
 from shell.history_store import HistoryStore
@@ -92,6 +94,10 @@ class LiveScheduleView:
     pending: tuple[datetime, ...]
     held: datetime | None
     blocked: str | None
+    # Every trigger instant at or before it is decided, held or waiting.
+    watermark: datetime
+    # The instants whose runs are still active (admitted, running, interrupted).
+    active: tuple[datetime, ...] = ()
 
 
 class _Service(Protocol):
@@ -292,7 +298,14 @@ class SchedulesApi:
                 continue
             except InvalidState as exc:
                 # A schedule whose records cannot be rebuilt is still listed, blocked.
-                listed.append({"schedule_id": schedule_id, "blocked": exc.data, "deleted": False})
+                listed.append(
+                    {
+                        "schedule_id": schedule_id,
+                        "blocked": exc.data,
+                        "deleted": False,
+                        "state": "blocked",
+                    }
+                )
                 continue
             if snapshot["deleted"] and not include_deleted:
                 continue
@@ -612,10 +625,14 @@ class SchedulesApi:
         schedule_id = snapshot["schedule_id"]
         definition = dict(snapshot["definition"])
         live = self._service.live_view(schedule_id) if self._service is not None else None
+        try:
+            parsed: ScheduleDefinition | None = parse_definition(definition)
+        except InvalidDefinition:
+            parsed = None
         next_instant: str | None = None
-        if not snapshot["paused"] and not snapshot["deleted"]:
+        if not snapshot["paused"] and not snapshot["deleted"] and parsed is not None:
             try:
-                upcoming = compile_trigger(parse_definition(definition).trigger).next_after(now)
+                upcoming = compile_trigger(parsed.trigger).next_after(now)
             except InvalidDefinition:
                 upcoming = None
             next_instant = format_instant(upcoming) if upcoming is not None else None
@@ -623,17 +640,86 @@ class SchedulesApi:
         blocked = snapshot.get("blocked")
         if blocked is None and live is not None and live.blocked is not None:
             blocked = {"file": None, "record": None, "reason": live.blocked, "at": None}
+        finished = False
+        if parsed is not None and isinstance(parsed.trigger, OneShotTrigger):
+            finished = self._oneshot_finished(
+                schedule_id, parsed.trigger.at, snapshot, live, pending, now
+            )
+        state = lifecycle_state(
+            deleted=bool(snapshot["deleted"]),
+            blocked=blocked is not None,
+            paused=bool(snapshot["paused"]),
+            finished=finished,
+        )
         return {
             **definition,
             "revision": snapshot["revision"],
+            "state": state,
             "created_at": snapshot["created_at"],
             "updated_at": snapshot["updated_at"],
             "paused": snapshot["paused"],
+            # The latest pause and resume (a resume keeps `paused_at`: when
+            # the span it ended began), and the delete; None until one happened.
+            "paused_at": snapshot.get("paused_at"),
+            "resumed_at": snapshot.get("resumed_at"),
             "deleted": snapshot["deleted"],
+            "deleted_at": snapshot.get("deleted_at"),
             "blocked": blocked,
             "next_instant": next_instant,
             "held": format_instant(pending[0]) if pending else None,
         }
+
+    def _oneshot_finished(
+        self,
+        schedule_id: str,
+        at: datetime,
+        snapshot: Mapping[str, Any],
+        live: LiveScheduleView | None,
+        pending: tuple[datetime, ...],
+        now: datetime,
+    ) -> bool:
+        """Gather the facts `core.schedule_state.oneshot_finished` decides on. A
+        running service's view is the truth (the stores may lag it), so the
+        history is read only without one: then the runtime record's watermark
+        and the occurrence's row (one O(log n) lookup) stand in for it."""
+        decide_finished = functools.partial(
+            oneshot_finished,
+            at=at,
+            now=now,
+            paused=bool(snapshot["paused"]),
+            paused_at=_instant_or_none(snapshot.get("paused_at")),
+            resumed_at=_instant_or_none(snapshot.get("resumed_at")),
+        )
+        if live is not None:
+            return decide_finished(
+                watermark=live.watermark,
+                recorded_status=None,
+                open_instants=(*pending, *live.active),
+            )
+        watermark: datetime | None = None
+        loaded = self.runtime.load(schedule_id)
+        if loaded.record is not None and loaded.record.get("watermark"):
+            watermark = parse_instant(loaded.record["watermark"])
+        recorded: str | None = None
+        occurrence_at = getattr(self.history, "occurrence_at", None)
+        if callable(occurrence_at):
+            try:
+                row = occurrence_at(schedule_id, at)
+            except (StoreDamaged, NotFound, InvalidInput):
+                # Damage blocks the schedule where it is served (a page); a
+                # state is no place to report it, so the row is not known.
+                row = None
+            recorded = str(row["status"]) if row is not None else None
+        return decide_finished(
+            watermark=watermark,
+            recorded_status=recorded,
+            open_instants=pending,
+        )
+
+
+def _instant_or_none(text: object) -> datetime | None:
+    # Snapshot instants were checked when the snapshot was read.
+    return parse_instant(text) if isinstance(text, str) else None
 
 
 def _run_file(run_id: str) -> str:

@@ -389,7 +389,13 @@ class SchedulerService:
             return None
         view = schedule_view(self._state, schedule_id)
         pending = tuple(sorted({*view.waiting, *((view.held,) if view.held else ())}))
-        return LiveScheduleView(pending=pending, held=view.held, blocked=view.blocked)
+        return LiveScheduleView(
+            pending=pending,
+            held=view.held,
+            blocked=view.blocked,
+            watermark=view.watermark,
+            active=tuple(view.active),
+        )
 
     def records_damaged(self, problem: StoreProblem) -> None:
         """A read found damaged records (a history page): block the schedule."""

@@ -8,14 +8,31 @@ from datetime import UTC, datetime
 import pytest
 from rich.console import Console
 
-from adapters.schedule_admin import EXIT_CODES, STATUS_STYLES, _occurrence_table, parse_when
+from adapters.schedule_admin import (
+    EXIT_CODES,
+    STATE_STYLES,
+    STATUS_STYLES,
+    _occurrence_table,
+    _state_of,
+    parse_when,
+)
 from core.occurrences import OCCURRENCE_STATUSES
+from core.schedule_state import LIFECYCLE_STATES
 
 
 def test_every_exit_code_is_distinct_per_error_kind() -> None:
     codes = [code for _, code in EXIT_CODES]
     # Conflicts share 4 on purpose (revision_conflict, already_exists).
     assert sorted(set(codes)) == [3, 4, 5, 6, 7, 8, 9, 10]
+
+
+def test_every_schedule_state_has_a_colour_and_the_payload_state_is_shown() -> None:
+    assert set(STATE_STYLES) == set(LIFECYCLE_STATES)
+    finished = {"state": "finished", "paused": True, "deleted": False, "blocked": None}
+    assert _state_of(finished).plain == "finished"
+    # A server from before `state`: derived from its flags.
+    assert _state_of({"paused": True, "deleted": False, "blocked": None}).plain == "paused"
+    assert _state_of({"paused": True, "deleted": True}).plain == "deleted"
 
 
 def test_every_occurrence_status_has_a_colour() -> None:

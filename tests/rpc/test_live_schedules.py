@@ -299,3 +299,50 @@ async def test_occurrences_last_is_newest_first_and_watch_follows_new_rows(live:
     later = [(r["instant"], r["status"]) for r in seen[1:]]
     assert {instant for instant, _ in later} == {utc_text(noon)}
     assert len(later) == len(set(later))
+
+
+async def test_get_and_list_show_a_fired_oneshot_finished_and_when_it_was_paused(
+    live: Live,
+) -> None:
+    app = live.app
+    at = MONDAY + timedelta(minutes=5)
+    await app.create_schedule(
+        schedule_id="once",
+        deployment_id="hello.default",
+        trigger={"kind": "oneshot", "at": utc_text(at)},
+    )
+    got = await _cli_json(app, "get", "once")
+    assert (got["state"], got["paused_at"], got["resumed_at"], got["deleted_at"]) == (
+        "active",
+        None,
+        None,
+        None,
+    )
+    await live.advance_to(at)
+    await wait_until(lambda: live.row_at("once", at, "completed"))
+    await live.service.settle()  # the run's end reaches the scheduler
+    got = await _cli_json(app, "get", "once")
+    assert (got["state"], got["paused"], got["next_instant"]) == ("finished", False, None)
+
+    paused_at = at + timedelta(minutes=1)
+    await live.clock.set(paused_at)
+    paused = await _cli_json(app, "pause", "once")
+    assert (paused["state"], paused["paused_at"]) == ("finished", utc_text(paused_at))
+    got = await _cli_json(app, "get", "once")
+    assert (got["state"], got["paused"], got["paused_at"]) == (
+        "finished",
+        True,
+        utc_text(paused_at),
+    )
+    [listed] = await _cli_json(app, "list")
+    assert (listed["schedule_id"], listed["state"]) == ("once", "finished")
+
+    code, out, err = await wf_schedule("get", "once", url=app.url)
+    assert (code, err) == (0, "")
+    lines = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.strip()}
+    assert lines["state"] == ["finished"] and lines["paused_at"] == [utc_text(paused_at)]
+    code, out, err = await wf_schedule("list", url=app.url)
+    assert (code, err) == (0, "")
+    header, row = out.splitlines()[:2]
+    assert header.split()[3] == "STATE"
+    assert row.split()[:6] == ["once", "hello.default", "once", "at", utc_text(at), "finished"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from core.errors import (
     RevisionConflict,
 )
 
-from .conftest import CONSTANT_PLAN, Harness
+from .conftest import CONSTANT_PLAN, GATE_PLAN, START, Harness
 
 GREETING_PLAN: dict[str, Any] = {
     **CONSTANT_PLAN,
@@ -189,3 +190,95 @@ async def test_get_schedule_shows_the_full_definition(ready: Harness) -> None:
     assert got["lateness_allowance_s"] == 60
     assert (got["paused"], got["deleted"], got["blocked"]) == (False, False, None)
     assert got["next_instant"] == "2026-03-02T10:00:00Z"
+
+
+# --- the derived state and the lifecycle times (issue 15, item 11) ---------------
+
+
+async def _oneshot(harness: Harness, schedule_id: str, deployment_id: str) -> datetime:
+    at = START + timedelta(minutes=5)
+    await harness.schedules.create_schedule(
+        schedule_id=schedule_id,
+        deployment_id=deployment_id,
+        trigger={"kind": "oneshot", "at": at.isoformat()},
+        inputs={"when": "now"},
+    )
+    return at
+
+
+async def test_a_fired_oneshot_whose_run_completed_is_finished(ready: Harness) -> None:
+    at = await _oneshot(ready, "soon", "report.default")
+    assert (await ready.schedules.get_schedule(schedule_id="soon"))["state"] == "active"
+    await ready.at(at)
+    assert await ready.statuses("soon") == [("09:35", "completed")]
+    got = await ready.schedules.get_schedule(schedule_id="soon")
+    assert (got["state"], got["paused"], got["deleted"], got["next_instant"]) == (
+        "finished",
+        False,
+        False,
+        None,
+    )
+    listed = {s["schedule_id"]: s["state"] for s in await ready.schedules.list_schedules()}
+    assert listed == {"report": "active", "soon": "finished"}
+    # Pausing it changes the flags, not the state: nothing more can happen.
+    paused = await ready.schedules.pause_schedule(schedule_id="soon")
+    assert (paused["state"], paused["paused"]) == ("finished", True)
+    deleted = await ready.schedules.delete_schedule(schedule_id="soon")
+    assert deleted["state"] == "deleted"
+
+
+async def test_a_fired_oneshot_whose_run_is_still_open_is_active(ready: Harness) -> None:
+    await ready.deploy("gate.default", GATE_PLAN)
+    at = await _oneshot(ready, "gated", "gate.default")
+    await ready.at(at)
+    [row] = await ready.occurrences("gated")
+    assert row["status"] == "interrupted"  # the run waits for a resume: still open
+    assert (await ready.schedules.get_schedule(schedule_id="gated"))["state"] == "active"
+    await ready.api.resume_run(row["run_id"], {"go": True})
+    await ready.service.settle()  # type: ignore[union-attr]
+    assert await ready.statuses("gated") == [("09:35", "completed")]
+    assert (await ready.schedules.get_schedule(schedule_id="gated"))["state"] == "finished"
+
+
+async def test_the_state_is_read_from_the_stores_without_a_service(ready: Harness) -> None:
+    at = await _oneshot(ready, "soon", "report.default")
+    await ready.at(at)
+    await ready.shutdown()
+    # A fresh API on the same store, no service attached: runtime and history.
+    alone = ready.build_server().api.schedules
+    got = await alone.get_schedule(schedule_id="soon")
+    assert got["state"] == "finished"
+    assert (await alone.get_schedule(schedule_id="report"))["state"] == "active"
+
+
+async def test_a_oneshot_that_passed_while_paused_is_finished(ready: Harness) -> None:
+    at = await _oneshot(ready, "soon", "report.default")
+    await ready.schedules.pause_schedule(schedule_id="soon")
+    assert (await ready.schedules.get_schedule(schedule_id="soon"))["state"] == "paused"
+    await ready.at(at + timedelta(minutes=1))
+    # A resume starts after the resume time: the instant is never replayed.
+    assert (await ready.schedules.get_schedule(schedule_id="soon"))["state"] == "finished"
+    resumed = await ready.schedules.resume_schedule(schedule_id="soon")
+    assert resumed["state"] == "finished"
+    assert await ready.statuses("soon") == []
+
+
+async def test_pause_resume_and_delete_record_when_they_happened(ready: Harness) -> None:
+    got = await ready.schedules.get_schedule(schedule_id="report")
+    assert (got["paused_at"], got["resumed_at"], got["deleted_at"]) == (None, None, None)
+    await ready.clock.set(START + timedelta(minutes=1))
+    paused = await ready.schedules.pause_schedule(schedule_id="report")
+    assert paused["paused_at"] == "2026-03-02T09:31:00Z" and paused["state"] == "paused"
+    await ready.clock.set(START + timedelta(minutes=2))
+    again = await ready.schedules.pause_schedule(schedule_id="report")
+    assert again["paused_at"] == "2026-03-02T09:31:00Z"  # idempotent: the first pause
+    resumed = await ready.schedules.resume_schedule(schedule_id="report")
+    assert resumed["resumed_at"] == "2026-03-02T09:32:00Z" and resumed["state"] == "active"
+    assert resumed["paused_at"] == "2026-03-02T09:31:00Z"  # when the span began
+    await ready.clock.set(START + timedelta(minutes=3))
+    deleted = await ready.schedules.delete_schedule(schedule_id="report")
+    assert deleted["deleted_at"] == "2026-03-02T09:33:00Z"
+    listed = await ready.schedules.list_schedules(include_deleted=True)
+    assert [(s["paused_at"], s["resumed_at"], s["deleted_at"]) for s in listed] == [
+        ("2026-03-02T09:31:00Z", "2026-03-02T09:32:00Z", "2026-03-02T09:33:00Z")
+    ]
