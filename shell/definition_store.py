@@ -56,6 +56,13 @@ from core.errors import (
     Problem,
     RevisionConflict,
 )
+from core.lifecycle import (
+    LIFECYCLE_KINDS,
+    LifecycleKind,
+    LifecycleRefusal,
+    apply_record,
+    seq_refusal,
+)
 from core.limits import MAX_SAFE_INTEGER
 from shell.durable import append_records, atomic_write_json, fault_point, fsync_directory
 from shell.fence import check_fence
@@ -81,16 +88,15 @@ __all__ = [
     "DefinitionStore",
     "LifecycleKind",
     "LifecycleResult",
+    "snapshot_after",
 ]
 
 _log = logging.getLogger(__name__)
 
 DEFINITION_FORMAT: Final = 1
 
-LifecycleKind = Literal["created", "updated", "paused", "resumed", "deleted"]
 ChangeKind = Literal["updated", "paused", "resumed", "deleted"]
 CHANGE_KINDS: Final[frozenset[str]] = frozenset(get_args(ChangeKind))
-_KINDS: Final[frozenset[str]] = frozenset(get_args(LifecycleKind))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -204,10 +210,11 @@ def _parse_record(line: bytes, expected_seq: int) -> dict[str, Any]:
     if not isinstance(record, dict):
         raise _Bad(where, "record is not a JSON object")
     seq = record.get("seq")
-    if seq != expected_seq or not _is_int(seq):
-        raise _Bad(where, f"seq {seq!r} where {expected_seq} was expected (missing or duplicate)")
+    wrong_seq = seq_refusal(seq, expected_seq)
+    if wrong_seq is not None:
+        raise _Bad(where, wrong_seq)
     where = f"line {expected_seq} (seq {seq})"
-    if record.get("kind") not in _KINDS:
+    if record.get("kind") not in LIFECYCLE_KINDS:
         raise _Bad(where, f"unknown kind {record.get('kind')!r}")
     try:
         _check_instant_field(record, "at", optional=False)
@@ -224,51 +231,25 @@ def _parse_record(line: bytes, expected_seq: int) -> dict[str, Any]:
     return record
 
 
+def snapshot_after(
+    snapshot: Mapping[str, Any] | None, record: Mapping[str, Any], schedule_id: str
+) -> dict[str, Any] | LifecycleRefusal:
+    """The snapshot after `record`, or why it cannot follow: the rules are
+    `core.lifecycle`'s; a created record's snapshot gets this store's own keys."""
+    applied = apply_record(snapshot, record)
+    if snapshot is None and not isinstance(applied, LifecycleRefusal):
+        applied.update(format=DEFINITION_FORMAT, schedule_id=schedule_id, blocked=None)
+    return applied
+
+
 def _apply(
     snapshot: dict[str, Any] | None, record: Mapping[str, Any], schedule_id: str
 ) -> dict[str, Any]:
-    """The snapshot after `record`; raises _Bad if the record contradicts it."""
-    seq, kind, at, revision = record["seq"], record["kind"], record["at"], record["revision"]
-    where = f"line {seq} (seq {seq})"
-    if kind == "created":
-        if snapshot is not None or seq != 1 or revision != 1:
-            raise _Bad(where, "a created record that is not the first record at revision 1")
-        return {
-            "format": DEFINITION_FORMAT,
-            "schedule_id": schedule_id,
-            "revision": 1,
-            "definition": record["definition"],
-            "created_at": at,
-            "updated_at": None,
-            "paused": False,
-            "paused_at": None,
-            "resumed_at": None,
-            "deleted": False,
-            "deleted_at": None,
-            "blocked": None,
-            "lifecycle_seq": 1,
-        }
-    if snapshot is None:
-        raise _Bad(where, f"a {kind} record before the created record")
-    if snapshot["deleted"]:
-        raise _Bad(where, f"a {kind} record after the schedule was deleted")
-    expected_revision = snapshot["revision"] + (1 if kind == "updated" else 0)
-    if revision != expected_revision:
-        raise _Bad(where, f"revision {revision} where {expected_revision} was expected")
-    new = dict(snapshot, revision=revision, lifecycle_seq=seq)
-    if kind == "updated":
-        new.update(definition=record["definition"], updated_at=at)
-    elif kind == "paused":
-        if snapshot["paused"]:
-            raise _Bad(where, "paused while already paused")
-        new.update(paused=True, paused_at=at)
-    elif kind == "resumed":
-        if not snapshot["paused"]:
-            raise _Bad(where, "resumed while not paused")
-        new.update(paused=False, resumed_at=at)
-    else:
-        new.update(deleted=True, deleted_at=at)
-    return new
+    """`snapshot_after`, raising _Bad if the record contradicts the snapshot."""
+    applied = snapshot_after(snapshot, record, schedule_id)
+    if isinstance(applied, LifecycleRefusal):
+        raise _Bad(applied.record, applied.reason)
+    return applied
 
 
 class DefinitionStore:

@@ -71,7 +71,14 @@ from pathlib import Path
 from typing import Any, Final, NamedTuple, NoReturn, TypeGuard
 
 from core.errors import InvalidInput, InvalidState, NotFound, Problem
-from core.occurrences import DECISION_STATUSES, RUN_STATUSES, TERMINAL_STATUSES
+from core.occurrences import (
+    DECISION_STATUSES,
+    RUN_STATUSES,
+    TERMINAL_STATUSES,
+    decision_row_refusal,
+    run_row_refusal,
+    span_refusal,
+)
 from shell.durable import GroupCommit, atomic_write_bytes, fault_point, sync_paths
 from shell.fence import check_fence
 from shell.jsonlog import complete_end, iter_lines, repair_torn_tail
@@ -114,7 +121,6 @@ _STATUS_CODES: Final = (
     "preflight-rejected",
 )
 _CODE_OF: Final = {status: code for code, status in enumerate(_STATUS_CODES, start=1)}
-_RANK: Final = {"admitted": 0, "running": 1, "interrupted": 1}
 
 _MAGIC: Final = b"WFHIDX\x00\x00"
 _INDEX_VERSION: Final = 1
@@ -456,19 +462,17 @@ def _check_decision(row: Mapping[str, Any], seq: int) -> _Decision:
     run_id = _optional_str(row, "run_id", seq)
     reason = _optional_str(row, "reason", seq)
     revision = row.get("revision")
-    if revision is not None and (not _is_int(revision) or revision < 1):
-        raise _Bad(f"revision must be a positive integer, got {revision!r}", seq)
     count = row.get("count", 1)
-    if not _is_int(count) or count < 1:
-        raise _Bad(f"count must be a positive integer, got {count!r}", seq)
+    has_span = row.get("first_instant") is not None or row.get("last_instant") is not None
+    refusal = decision_row_refusal(revision=revision, count=count, has_span=has_span)
+    if refusal is not None:
+        raise _Bad(refusal, seq)
     first = instant
     if count > 1:
         first = _instant_of(row, "first_instant", seq)
-        last = _instant_of(row, "last_instant", seq)
-        if not first < last or last != instant:
-            raise _Bad("a coalesced row needs first_instant < last_instant == instant", seq)
-    elif row.get("first_instant") is not None or row.get("last_instant") is not None:
-        raise _Bad("first_instant/last_instant only belong to a row with count > 1", seq)
+        refusal = span_refusal(first, _instant_of(row, "last_instant", seq), instant)
+        if refusal is not None:
+            raise _Bad(refusal, seq)
     snapshot = None
     if status == "admitted":
         snapshot = _check_snapshot(row.get("snapshot"), seq)
@@ -605,13 +609,9 @@ def _apply_transition(
         raise _Bad(
             f"transition names instant {row['instant']} but seq {seq} is {current.instant}", seq
         )
-    if status == current.status:
-        if not (current.run_id is None and run_id is not None):
-            raise _Bad(f"duplicate {status} row for seq {seq}", seq)
-    elif status not in TERMINAL_STATUSES and _RANK[status] < _RANK[current.status]:
-        raise _Bad(f"status went backwards from {current.status} to {status} for seq {seq}", seq)
-    if current.run_id is not None and run_id is not None and run_id != current.run_id:
-        raise _Bad(f"run id changed from {current.run_id} to {run_id} for seq {seq}", seq)
+    refusal = run_row_refusal(current.status, current.run_id, status, run_id, seq)
+    if refusal is not None:
+        raise _Bad(refusal, seq)
     updated = replace(
         current,
         status=status,

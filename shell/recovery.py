@@ -41,6 +41,7 @@ from core.events import (
     ScheduleResumed,
     ScheduleUpdated,
 )
+from core.lifecycle import LifecycleRefusal, apply_record
 from core.recovery_checks import OpenAdmission, RunClaim, claim_problems, recovered_run
 from shell.definition_store import DefinitionStore
 from shell.history_store import HistoryRecovery, HistoryStore, OpenOccurrence
@@ -106,27 +107,33 @@ def lifecycle_event(schedule_id: str, record: Mapping[str, Any]) -> Event:
 
 
 def _fold(records: Sequence[Mapping[str, Any]]) -> _Folded:
-    first = records[0]
-    folded = _Folded(
-        definition=dict(first["definition"]),
-        revision=first["revision"],
-        created_at=parse_instant(first["at"]),
+    """The lifecycle folded through `records` by `core.lifecycle`'s rules (the
+    ones the definition store checked them with); raises ValueError naming a
+    record that does not follow."""
+    state: dict[str, Any] | None = None
+    for record in records:
+        applied = apply_record(state, record)
+        if isinstance(applied, LifecycleRefusal):
+            raise ValueError(f"{applied.record}: {applied.reason}")
+        state = applied
+    if state is None:
+        raise ValueError("no lifecycle record to fold")
+
+    def instant(key: str) -> datetime | None:
+        text = state[key]
+        return parse_instant(text) if text is not None else None
+
+    created_at = instant("created_at")
+    assert created_at is not None
+    return _Folded(
+        definition=dict(state["definition"]),
+        revision=state["revision"],
+        created_at=created_at,
+        updated_at=instant("updated_at"),
+        resumed_at=instant("resumed_at"),
+        paused=state["paused"],
+        deleted=state["deleted"],
     )
-    for record in records[1:]:
-        at = parse_instant(record["at"])
-        kind = record["kind"]
-        if kind == "updated":
-            folded.definition = dict(record["definition"])
-            folded.revision = record["revision"]
-            folded.updated_at = at
-        elif kind == "paused":
-            folded.paused = True
-        elif kind == "resumed":
-            folded.paused = False
-            folded.resumed_at = at
-        elif kind == "deleted":
-            folded.deleted = True
-    return folded
 
 
 def _missed_reports(

@@ -26,12 +26,13 @@ from core.errors import (
     Problem,
     RevisionConflict,
 )
+from core.lifecycle import LifecycleRefusal
 from shell.definition_store import (
     CHANGE_KINDS,
-    DEFINITION_FORMAT,
     ChangeKind,
     DefinitionLoad,
     LifecycleResult,
+    snapshot_after,
 )
 from shell.durable import fault_point
 from shell.sim.disk import SimDisk, SimScheduleFiles
@@ -52,8 +53,6 @@ __all__ = ["SIM_STORE_ROOT", "MemoryDefinitionStore"]
 # The root diagnostics name files under; nothing is ever read or written there.
 SIM_STORE_ROOT: Final = Path("/wf-sim")
 
-_KINDS: Final = frozenset({"created", "updated", "paused", "resumed", "deleted"})
-
 
 class _Contradiction(Exception):
     def __init__(self, record: str, reason: str) -> None:
@@ -65,52 +64,12 @@ class _Contradiction(Exception):
 def _apply(
     snapshot: dict[str, Any] | None, record: Mapping[str, Any], schedule_id: str
 ) -> dict[str, Any]:
-    """The snapshot after `record`; raises `_Contradiction` if it does not follow."""
-    seq, kind, at, revision = record["seq"], record["kind"], record["at"], record["revision"]
-    where = f"line {seq} (seq {seq})"
-    if kind not in _KINDS:
-        raise _Contradiction(where, f"unknown kind {kind!r}")
-    if kind == "created":
-        if snapshot is not None or seq != 1 or revision != 1:
-            raise _Contradiction(where, "a created record that is not the first at revision 1")
-        return {
-            "format": DEFINITION_FORMAT,
-            "schedule_id": schedule_id,
-            "revision": 1,
-            "definition": record["definition"],
-            "created_at": at,
-            "updated_at": None,
-            "paused": False,
-            "paused_at": None,
-            "resumed_at": None,
-            "deleted": False,
-            "deleted_at": None,
-            "blocked": None,
-            "lifecycle_seq": 1,
-        }
-    if snapshot is None:
-        raise _Contradiction(where, f"a {kind} record before the created record")
-    if snapshot["deleted"]:
-        raise _Contradiction(where, f"a {kind} record after the schedule was deleted")
-    if seq != snapshot["lifecycle_seq"] + 1:
-        raise _Contradiction(where, f"seq {seq} after seq {snapshot['lifecycle_seq']}")
-    expected_revision = snapshot["revision"] + (1 if kind == "updated" else 0)
-    if revision != expected_revision:
-        raise _Contradiction(where, f"revision {revision} where {expected_revision} was expected")
-    new = dict(snapshot, revision=revision, lifecycle_seq=seq)
-    if kind == "updated":
-        new.update(definition=record["definition"], updated_at=at)
-    elif kind == "paused":
-        if snapshot["paused"]:
-            raise _Contradiction(where, "paused while already paused")
-        new.update(paused=True, paused_at=at)
-    elif kind == "resumed":
-        if not snapshot["paused"]:
-            raise _Contradiction(where, "resumed while not paused")
-        new.update(paused=False, resumed_at=at)
-    else:
-        new.update(deleted=True, deleted_at=at)
-    return new
+    """The snapshot after `record`, judged as the file store judges it;
+    raises `_Contradiction` if it does not follow."""
+    applied = snapshot_after(snapshot, record, schedule_id)
+    if isinstance(applied, LifecycleRefusal):
+        raise _Contradiction(applied.record, applied.reason)
+    return applied
 
 
 def _instant_arg(value: Instant, field: str) -> str:

@@ -33,7 +33,14 @@ from datetime import datetime
 from typing import Any, Final
 
 from core.errors import InvalidInput, InvalidState, NotFound, Problem
-from core.occurrences import DECISION_STATUSES, RUN_STATUSES, TERMINAL_STATUSES
+from core.occurrences import (
+    DECISION_STATUSES,
+    RUN_STATUSES,
+    TERMINAL_STATUSES,
+    decision_row_refusal,
+    run_row_refusal,
+    span_refusal,
+)
 from shell.durable import GroupCommit
 from shell.history_store import MAX_PAGE_LIMIT, HistoryRecovery, OpenOccurrence
 from shell.sim.disk import SimDisk
@@ -51,7 +58,6 @@ from shell.store_format import (
 
 __all__ = ["MemoryHistoryStore"]
 
-_RANK: Final = {"admitted": 0, "running": 1, "interrupted": 1}
 _CURSOR: Final = struct.Struct("<2s8sQ")
 _CURSOR_TAG: Final = b"m1"
 
@@ -133,13 +139,16 @@ def _apply(state: _State, row: object) -> None:
         if status not in DECISION_STATUSES:
             raise _Refused(f"{status!r} is not a decision status", seq)
         count = row.get("count", 1)
+        has_span = row.get("first_instant") is not None or row.get("last_instant") is not None
+        refusal = decision_row_refusal(revision=row.get("revision"), count=count, has_span=has_span)
+        if refusal is not None:
+            raise _Refused(refusal, seq)
         first = instant
-        if count != 1:
-            if not isinstance(count, int) or isinstance(count, bool) or count < 2:
-                raise _Refused(f"count must be a positive integer, got {count!r}", seq)
+        if count > 1:
             first = _instant(row, "first_instant", seq)
-            if not first < _instant(row, "last_instant", seq) == instant:
-                raise _Refused("a coalesced row needs first_instant < last_instant == instant", seq)
+            refusal = span_refusal(first, _instant(row, "last_instant", seq), instant)
+            if refusal is not None:
+                raise _Refused(refusal, seq)
         if (status == "admitted") != isinstance(row.get("snapshot"), dict):
             raise _Refused("an admitted row, and only it, carries a snapshot", seq)
         if state.last_decided is not None and first <= state.last_decided:
@@ -178,13 +187,9 @@ def _apply(state: _State, row: object) -> None:
     if instant_text != current.instant:
         raise _Refused(f"transition names {instant_text} but seq {seq} is {current.instant}", seq)
     run_id = row.get("run_id")
-    if status == current.status:
-        if not (current.run_id is None and run_id is not None):
-            raise _Refused(f"duplicate {status} row for seq {seq}", seq)
-    elif status not in TERMINAL_STATUSES and _RANK[status] < _RANK[current.status]:
-        raise _Refused(f"status went backwards from {current.status} to {status}", seq)
-    if current.run_id is not None and run_id is not None and run_id != current.run_id:
-        raise _Refused(f"run id changed from {current.run_id} to {run_id} for seq {seq}", seq)
+    refusal = run_row_refusal(current.status, current.run_id, status, run_id, seq)
+    if refusal is not None:
+        raise _Refused(refusal, seq)
     if status in TERMINAL_STATUSES:
         del state.open[seq]
         state.by_instant.pop(current.instant, None)
