@@ -9,20 +9,26 @@ Time moves as a range: each schedule has a *watermark*, the newest instant
 already considered, and every call decides the trigger instants in
 `(watermark, now]`.
 
-1. Clock. `now` is clamped to the newest `now` seen before; a step backwards
-   is logged once (`LogWarning`) and never replays anything.
+The rules carry the letters of `docs/decision-tables.md`, which states each
+one for operators and plays its scenarios through this module; the code
+names the letter where it applies a rule (`# rule C: ...`).
+
+One call runs five phases, in order:
+
+1. Clock. `now` is clamped to the newest `now` seen before (rule L).
 2. Events, in order. A lifecycle event (created, updated, paused, resumed,
    deleted) carries `at`: the schedule is first settled up to
    `min(at, now)` (lateness still measured against `now`), then the change
-   applies. Run reports (admitted, preflight failed, status changed) and
-   capacity changes apply at `now`. Recovery findings rebuild a schedule
-   from what the stores said at startup.
+   applies (rule K). Run reports (admitted, preflight failed, status
+   changed) and capacity changes apply at `now`. Recovery findings rebuild a
+   schedule from what the stores said at startup (rules M, O, I).
 3. Settle. Every schedule whose due time is `<= now` (found through the due
-   index, never by a scan) decides its instants up to `now`.
+   index, never by a scan) decides its instants up to `now` (rules A-E).
 4. Fill. While execution slots are free, candidates waiting for a slot are
-   admitted, oldest instant first across schedules.
+   admitted, oldest instant first across schedules (rule F).
 5. Persist. Each schedule whose watermark, held candidate or waiting instants
-   changed gets one `PersistRuntime`, after its history rows.
+   changed gets one `PersistRuntime`, after its history rows (rule M); a
+   blocked schedule gets none (rule I).
 
 A schedule's decision rows are emitted in instant order (the history refuses
 a decision older than the newest one): nothing newer than a waiting instant
@@ -30,54 +36,72 @@ is decided before it.
 
 Deciding an instant `t` (`watermark < t <= now`), first rule that applies:
 
-a. Paused or deleted: `t` is consumed with no row (the paused span is never
-   replayed). Blocked: the schedule does not advance; its instants are
-   decided when its records are repaired (as downtime), or as missed when a
-   lifecycle change needs them decided first.
-b. Missed (`now - t > lateness_allowance_s`; exactly equal is on time):
+A. Paused or deleted: `t` is consumed with no row (the paused span is never
+   replayed: a pause and a resume move the watermark to
+   `max(watermark, at)`). Pause and delete record the held candidate and
+   waiting instants `superseded`. Deleted schedules admit nothing but track
+   their active runs to the end. (Blocked schedules: rule I.)
+B. Missed (`now - t > lateness_allowance_s`; exactly equal is on time):
    misfire "skip" records `skipped-misfire`; misfire "latest" makes `t` the
    held candidate, an older held candidate becoming `superseded` (or
-   `coalesced` when it was itself missed earlier in this same call). A run of
-   consecutive missed instants is decided in one step: one `skipped-misfire`
-   row with a count, or one `coalesced` row for all but the newest; when an
-   on-time instant follows in the same call, the newest missed one is part of
-   that `coalesced` row too (the on-time instant replaces the whole catch-up).
-c. On time, overlap blocks (skip: any active run; parallel: active runs
+   `coalesced` when it was itself missed earlier in this same call).
+C. On time, overlap blocks (skip: any active run; parallel: active runs
    `>= max_active_runs`): misfire "skip" records `skipped-overlap`; "latest"
    holds `t` (superseding an older held candidate).
-d. On time, no slot free (or an older candidate is queued for one, or an
+D. On time, no slot free (or an older candidate is queued for one, or an
    older instant of the schedule waits): `t` waits. Under "latest" the
    waiting instant is the held candidate; under "skip" it joins the
    schedule's FIFO of waiting instants, whose oldest is its candidate. A
    waiting instant that is past the allowance when next looked at is decided
-   by (b). When an admission fills the schedule's overlap places, the
-   instants still waiting are decided by (c) at once (they are newer than the
-   admitted one, so the rows stay in order).
-e. Otherwise `AdmitOccurrence`: the run counts as active and holds a slot at
+   by (B).
+E. Otherwise `AdmitOccurrence`: the run counts as active and holds a slot at
    once; the shell preflights it and writes its decision row in command
    order (`admitted`, or `preflight-rejected` with the reason), then answers
    `OccurrenceAdmitted` or `PreflightFailed` (the place and slot are
    released).
 
-A held candidate (misfire "latest") is admitted whenever overlap and capacity
-allow, whatever its age; a newer instant replaces it, so there is never a
-burst. A scheduled run holds a slot from admission until it first stops
-(interrupted or terminal); only a terminal status releases its overlap place.
-Every status report of a scheduled run is recorded in history.
+The rules around them:
 
-Lifecycle: creation sets the watermark to the creation time (never a
-backfill); an update, a pause and a resume move it to `max(watermark, at)`.
-Pause and delete record the held candidate and waiting instants
-`superseded`; an update keeps them only while the new policy admits them.
-Deleted schedules admit nothing but track their active runs to the end.
-
-Recovery: the effective watermark is the newest of the persisted one, the
-newest decision row, creation, last update and last resume; a held candidate
-at or before the newest decision row was already decided. Admitted runs are
-restarted (`CreateAdmittedRun`, `StartRun`), tracked (running), kept without
-a slot (interrupted) or recorded (terminal). Contradictory records block the
-schedule (`BlockSchedule`): it keeps its active runs and held candidate and
-neither advances nor admits until a later startup finds the records sound.
+F. Slots and overlap places. A held candidate (misfire "latest") is admitted
+   whenever overlap and capacity allow, whatever its age; a newer instant
+   replaces it, so there is never a burst. A scheduled run holds a slot from
+   admission until it first stops (interrupted or terminal); only a terminal
+   status releases its overlap place. Free slots go to the oldest waiting
+   instant, whichever schedule it belongs to.
+G. One row per catch-up. A run of consecutive missed instants is decided in
+   one step: one `skipped-misfire` row with a count, or one `coalesced` row
+   for all but the newest; when an on-time instant follows in the same call,
+   the newest missed one is part of that `coalesced` row too (the on-time
+   instant replaces the whole catch-up).
+H. Waiting instants and overlap. Waiting instants reserve no overlap place;
+   when an admission fills the schedule's overlap places, the instants still
+   waiting are decided by (C) at once (they are newer than the admitted one,
+   so the rows stay in order).
+I. Blocked. Contradictory records block the schedule (`BlockSchedule`): it
+   keeps its active runs (tracked, not started) and held candidate, its
+   waiting instants become `superseded`, and it neither advances nor admits
+   until a later startup finds the records sound; its instants are then
+   decided as downtime, or as missed when a lifecycle change needs them
+   decided first. It gets no `PersistRuntime`.
+J. Creation never backfills: it sets the watermark to the creation time, so
+   a one-shot whose instant is not after its creation never fires.
+K. Lifecycle changes land where they were made. An update moves the
+   watermark to `max(watermark, at)` and keeps the held candidate and
+   waiting instants only while the new policy admits them. A pause or
+   delete applied after the moment it was made (replayed at startup)
+   decides the instants before it as missed, never as admitted.
+L. Clock. A step backwards is logged once (`LogWarning`) and never replays
+   anything.
+M. Crash repair. `PersistRuntime` follows the rows it depends on, so at
+   recovery the effective watermark is the newest of the persisted one, the
+   newest decision row, creation, last update and last resume, and a held
+   candidate at or before the newest decision row was already decided.
+N. Run reports. Every status report of a scheduled run is recorded in
+   history; one that cannot be placed (unknown schedule, no active run at
+   its instant, another run id) is answered with a `LogWarning` and ignored.
+O. Recovered runs. Admitted runs are restarted (`CreateAdmittedRun`,
+   `StartRun`), tracked (running), kept without a slot (interrupted) or
+   recorded (terminal).
 """
 
 from __future__ import annotations
@@ -133,7 +157,8 @@ _TICK: Final = timedelta(microseconds=1)
 # Rebuild an index once stale entries outnumber live ones by this much.
 _COMPACT_SLACK: Final = 64
 
-# An admission the shell has not answered yet: active, holding a slot.
+# rule E: an admission the shell has not answered yet is active and holds a
+# slot already, so nothing admitted after it in this call can overbook.
 _IN_FLIGHT: Final = ActiveRun(run_id=None, status="admitted", holds_slot=True)
 
 _PAUSED: Final = "schedule paused"
@@ -305,10 +330,13 @@ _Sched: TypeAlias = _Work | ScheduleState
 
 def _due_of(s: _Sched) -> datetime | None:
     """When the schedule next needs `decide` on its own (None: only events wake it)."""
+    # rules A, I: nothing of a paused, deleted or blocked schedule is due.
     if s.paused or s.deleted or s.blocked is not None:
         return None
     due = s.next_instant
     if s.waiting:
+        # rule D: wake when the oldest waiting instant turns late, so (B)
+        # decides it then rather than at some later event.
         late = s.waiting[0] + s.allowance + _TICK
         if due is None or late < due:
             due = late
@@ -319,6 +347,8 @@ def _candidate(s: _Sched) -> datetime | None:
     """The instant the schedule would admit next if a slot were free, if any."""
     if s.paused or s.deleted or s.blocked is not None or len(s.active) >= s.limit:
         return None
+    # rule D: under "latest" the held candidate waits; under "skip" the oldest
+    # waiting instant does (the FIFO keeps the rows in instant order).
     if s.latest:
         return s.held
     return s.waiting[0] if s.waiting else None
@@ -355,6 +385,7 @@ class _Call:
         self.commands: list[Command] = []
         self.clock_behind = False
         last = state.last_now
+        # rule L: deciding as of an older `now` would replay decided instants.
         if last is not None and now < last:
             if not state.clock_behind:
                 self.commands.append(
@@ -462,6 +493,8 @@ class _Call:
 
     def supersede_all(self, w: _Work, reason: str) -> None:
         """Drop the held candidate and waiting instants, oldest row first."""
+        # rule A (pause, delete): they cannot run any more, and each needs its
+        # row so that no instant goes undecided.
         dropped = sorted((*w.waiting, *((w.held,) if w.held is not None else ())))
         for instant in dropped:
             self.record(w.schedule_id, instant, "superseded", reason=reason)
@@ -493,6 +526,8 @@ class _Call:
         candidate with an older instant is queued for it."""
         if self.slots >= self.capacity:
             return False
+        # rule F: free slots go to the oldest waiting instant across
+        # schedules, so a newer on-time instant must not jump the queue.
         mine = (instant, schedule_id)
         while self.queue:
             top = self.queue.peek()
@@ -515,6 +550,9 @@ class _Call:
     def settle(self, w: _Work, upto: datetime, *, all_missed: bool = False) -> None:
         """Decide the schedule's instants in `(watermark, upto]` as of `self.now`
         (`all_missed`: as missed whatever their age)."""
+        # rule A: a paused or deleted schedule's instants are consumed by the
+        # watermark moves of pause/resume, never here. rule I: a blocked one
+        # does not advance unless a lifecycle change needs its instants.
         if w.paused or w.deleted or (w.blocked is not None and not all_missed):
             return
         now = self.now
@@ -524,8 +562,11 @@ class _Call:
         if nxt is None or nxt > upto:
             return
         trigger = w.trigger
+        # rule B: missed means more than the allowance late, as of `now`.
         missed_upto = upto if all_missed else min(upto, now - w.allowance - _TICK)
         if nxt <= missed_upto:
+            # rule G: the whole run of missed instants is one step and one
+            # row, so a downtime of any length costs the same.
             after = _next_after(trigger, nxt)
             if after is None or after > missed_upto:
                 first = last = nxt
@@ -550,6 +591,7 @@ class _Call:
         w.next_instant = nxt
 
     def expire_waiting(self, w: _Work) -> None:
+        # rules D, B: an instant waits for a slot only while it is on time.
         limit = self.now - w.allowance
         keep: list[datetime] = []
         for instant in w.waiting:
@@ -566,16 +608,20 @@ class _Call:
         """Decide the missed instants `first..last` (`count` of them);
         `replaced`: an on-time instant follows in this same call."""
         sid = w.schedule_id
+        # rule B, misfire "skip".
         if not w.latest:
             self.record_span(sid, first, last, count, "skipped-misfire")
             return
+        # rule B, misfire "latest": the newest missed instant takes the place
+        # of the held candidate.
         if w.held is not None:
             was_missed = self.missed_held.get(sid) == w.held
             self.record(sid, w.held, "coalesced" if was_missed else "superseded")
             w.held = None
         if replaced:
-            # The newest missed instant was never a candidate anyone waited
-            # on: it is coalesced with the rest of the catch-up, in one row.
+            # rule G: the newest missed instant was never a candidate anyone
+            # waited on: it is coalesced with the rest of the catch-up, in one
+            # row.
             self.record_span(sid, first, last, count, "coalesced")
             return
         if count > 1:
@@ -588,28 +634,31 @@ class _Call:
     def on_time(self, w: _Work, instant: datetime) -> None:
         sid = w.schedule_id
         if w.latest:
+            # rules C, D under "latest": a newer on-time instant replaces the
+            # held one, so there is never a burst.
             if w.held is not None:
                 self.record(sid, w.held, "superseded")
                 w.held = None
             if len(w.active) < w.limit and self.slot_free_for(instant, sid):
-                self.admit(w, instant)
+                self.admit(w, instant)  # rule E
             else:
                 w.held = instant
             return
-        # Waiting instants exist only while the overlap limit is not reached
-        # (see `overlap_waiting`), so a skipped instant is never recorded
-        # before an older one that still waits.
+        # rule H: waiting instants exist only while the overlap limit is not
+        # reached (see `overlap_waiting`), so a skipped instant is never
+        # recorded before an older one that still waits.
         if len(w.active) >= w.limit:
-            self.record(sid, instant, "skipped-overlap")
+            self.record(sid, instant, "skipped-overlap")  # rule C
         elif not w.waiting and self.slot_free_for(instant, sid):
-            self.admit(w, instant)
+            self.admit(w, instant)  # rule E
         else:
-            w.waiting = (*w.waiting, instant)
+            w.waiting = (*w.waiting, instant)  # rule D
 
     def overlap_waiting(self, w: _Work, *, reason: str | None = None) -> None:
         """Once the overlap places are taken, the waiting instants cannot run:
         decide them now, oldest first (`skipped-overlap`, or `superseded`
         with `reason` when a change of policy took the places away)."""
+        # rule H: a waiting instant reserves no overlap place.
         if w.waiting and len(w.active) >= w.limit:
             for instant in w.waiting:
                 if reason is None:
@@ -619,6 +668,8 @@ class _Call:
             w.waiting = ()
 
     def persist(self, w: _Work) -> None:
+        # rule M: called from `finish` only, so the runtime record follows
+        # every row it depends on.
         runtime: _Runtime = (w.watermark, w.held, w.waiting)
         self.commands.append(
             PersistRuntime(
@@ -665,6 +716,7 @@ class _Call:
             self.refresh(w)
 
     def fill(self) -> None:
+        # rule F: freed slots go to the oldest queued candidate first.
         while self.slots < self.capacity and self.queue:
             instant, sid = self.queue.pop()
             s = self.peek(sid)
@@ -679,8 +731,8 @@ class _Call:
                 w.held = None
             else:
                 w.waiting = w.waiting[1:]
-            self.admit(w, instant)
-            self.overlap_waiting(w)
+            self.admit(w, instant)  # rule E
+            self.overlap_waiting(w)  # rule H
             self.refresh(w)
 
     # --- events -------------------------------------------------------------
@@ -689,7 +741,7 @@ class _Call:
         """Note each schedule's last pause or delete that is applied after the
         moment it was made (replayed at startup). Up to it, the schedule's
         instants are decided as missed: an admission would be made now, after
-        the pause or delete, whatever the instant."""
+        the pause or delete, whatever the instant (rule K)."""
         for position, event in enumerate(events):
             if isinstance(event, SchedulePaused | ScheduleDeleted):
                 at = event.at
@@ -697,10 +749,11 @@ class _Call:
                     self.late_stops[event.schedule_id] = position
 
     def lifecycle_settle(self, w: _Work, at: datetime) -> None:
-        # A blocked schedule holds its instants back; a lifecycle change needs
-        # them decided up to the change, and since the block kept them from
-        # running they are decided as missed. So are the instants settled
-        # before a late pause or delete (see `find_late_stops`).
+        # rule I: a blocked schedule holds its instants back; a lifecycle
+        # change needs them decided up to the change, and since the block
+        # kept them from running they are decided as missed. rule K: so are
+        # the instants settled before a late pause or delete (see
+        # `find_late_stops`).
         late_stop = self.late_stops.get(w.schedule_id, -1) >= self.position
         self.settle(w, min(at, self.now), all_missed=w.blocked is not None or late_stop)
 
@@ -714,6 +767,8 @@ class _Call:
         if event.revision < 1:
             raise CoreMisuse(f"cannot apply {event!r}: revision must be >= 1")
         at = _utc(event.at, "ScheduleCreated.at")
+        # rule J: the watermark starts at the creation, so nothing before it
+        # is ever decided.
         w = _Work.fresh(definition, event.revision, at, at)
         self.work[sid] = w
         self.before[sid] = None
@@ -728,6 +783,8 @@ class _Call:
                 event, w, f"revision {event.revision} does not follow revision {w.revision}"
             )
         at = _utc(event.at, "ScheduleUpdated.at")
+        # rule K: the old definition decides up to the update, the new one
+        # after it; nothing is backfilled.
         self.lifecycle_settle(w, at)
         w.watermark = max(w.watermark, at)
         w.set_definition(event.definition, event.revision)
@@ -736,6 +793,7 @@ class _Call:
 
     def conform(self, w: _Work, reason: str) -> None:
         """Make held/waiting instants fit the (new) misfire and overlap policy."""
+        # rule K: they are kept only while the new policy would admit them.
         sid = w.schedule_id
         if w.latest:
             if w.waiting:
@@ -761,6 +819,7 @@ class _Call:
             raise self.misuse(event, w, "a deleted schedule cannot be paused")
         at = _utc(event.at, "SchedulePaused.at")
         self.lifecycle_settle(w, at)
+        # rule A: idempotent; the paused span is consumed by the watermark.
         if not w.paused:
             w.paused = True
             self.supersede_all(w, _PAUSED)
@@ -773,6 +832,8 @@ class _Call:
             raise self.misuse(event, w, "a deleted schedule cannot be resumed")
         at = _utc(event.at, "ScheduleResumed.at")
         self.lifecycle_settle(w, at)
+        # rule A: resuming starts after the resume; the paused span is never
+        # replayed.
         if w.paused:
             w.paused = False
             w.watermark = max(w.watermark, at)
@@ -783,6 +844,7 @@ class _Call:
         w = self.get(event.schedule_id, event)
         at = _utc(event.at, "ScheduleDeleted.at")
         self.lifecycle_settle(w, at)
+        # rule A: soft; the active runs stay tracked to the end.
         if not w.deleted:
             w.deleted = True
             self.supersede_all(w, _DELETED)
@@ -792,6 +854,8 @@ class _Call:
     def on_admitted(self, event: OccurrenceAdmitted) -> None:
         w = self.get(event.schedule_id, event)
         instant = _utc(event.instant, "OccurrenceAdmitted.instant")
+        # rule E: the admission was counted when it was emitted; the answer
+        # only names its run.
         run = w.active.get(instant)
         if run is None:
             raise self.misuse(event, w, f"no admission of {_iso(instant)} is in flight")
@@ -809,17 +873,18 @@ class _Call:
         run = w.active.get(instant)
         if run is None or run.run_id is not None or run.status != "admitted":
             raise self.misuse(event, w, f"no admission of {_iso(instant)} is in flight")
-        # The shell wrote the `preflight-rejected` row in command order when the
-        # preflight failed (a later row of this schedule may already follow it),
+        # rule E: the shell wrote the `preflight-rejected` row in command order
+        # when the preflight failed (a later row of this schedule may already follow it),
         # so only the reservation is released here.
         self.release(w, instant, run, remove=True)
         self.refresh(w)
 
     def on_run_status(self, event: RunStatusChanged) -> None:
-        # A report about a run this state does not track (a run of a schedule
-        # blocked by damaged records, or one whose schedule is not loaded) is
-        # the world telling us something stale, not the shell breaking the
-        # protocol: it is logged and ignored, and the rest of the call stands.
+        # rule N: a report about a run this state does not track (a run of a
+        # schedule blocked by damaged records, or one whose schedule is not
+        # loaded) is the world telling us something stale, not the shell
+        # breaking the protocol: it is logged and ignored, and the rest of the
+        # call stands.
         if event.schedule_id not in self.work and event.schedule_id not in self.state.schedules:
             self.commands.append(
                 LogWarning(
@@ -841,6 +906,8 @@ class _Call:
             detail = f"the run of {_iso(instant)} is {run.run_id!r}, not {event.run_id!r}"
             self.ignore_report(event, w, detail)
             return
+        # rule F: a run holds its slot until it first stops; only a terminal
+        # status gives back its overlap place.
         if status in TERMINAL_RUN_STATUSES:
             self.release(w, instant, run, remove=True)
         elif status == "interrupted":
@@ -868,6 +935,8 @@ class _Call:
         if event.revision < 1:
             raise CoreMisuse(f"cannot apply {event!r}: revision must be >= 1")
         created_at = _utc(event.created_at, "ScheduleRecovered.created_at")
+        # rule M: a crash may have lost the runtime record after the rows it
+        # depends on; every durable mark bounds what was already considered.
         marks = [created_at]
         for value, what in (
             (event.watermark, "watermark"),
@@ -917,9 +986,10 @@ class _Call:
         w.blocked = event.blocked_reason
         for run in runs:
             self.recover_run(event, w, run)
-        # Instants left waiting by a crash after an admission that took the
+        # rule H: instants left waiting by a crash after an admission that took the
         # last overlap place (its row durable, the runtime record not).
         self.overlap_waiting(w)
+        # rules A, K: the recovered definition and flags rule what may wait.
         if w.paused or w.deleted:
             self.supersede_all(w, _PAUSED if not w.deleted else _DELETED)
         else:
@@ -929,6 +999,7 @@ class _Call:
     def recover_run(self, event: ScheduleRecovered, w: _Work, run: RecoveredRun) -> None:
         instant = _utc(run.instant, "RecoveredRun.instant")
         sid = w.schedule_id
+        # rule O: an admitted occurrence is never replayed, only carried on.
         if run.status in TERMINAL_RUN_STATUSES:
             self.record(sid, instant, run.status, run_id=run.run_id, reason=run.message)
             return
@@ -940,7 +1011,8 @@ class _Call:
         if run.run_id is None and run.status != "admitted":
             raise self.misuse(event, w, f"{run.status} run of {_iso(instant)} has no run id")
         if w.blocked is not None:
-            # Fail closed: a blocked schedule's runs are tracked, not started.
+            # rule I: fail closed; a blocked schedule's runs are tracked, not
+            # started.
             w.active = w.active.with_run(instant, ActiveRun(run.run_id, run.status, False))
             return
         if run.run_id is None:
@@ -954,6 +1026,8 @@ class _Call:
         w = self.get(event.schedule_id, event)
         parts = [f"{event.file}: {event.record}: {event.reason}", *event.extra]
         diagnostic = "; ".join(parts)
+        # rule I: the schedule stops advancing and admitting; its waiting
+        # instants cannot wait for a repair of unknown duration.
         if w.blocked is None:
             # The first damage found is the one shown: what it breaks may
             # well be what later contradictions only follow from.
@@ -980,8 +1054,10 @@ class _Call:
         if self.work:
             evolver = schedules.evolver()
             for sid, w in self.work.items():
-                # A blocked schedule's files stay as they were found: a fresh
-                # runtime record would hide the damage from the next start.
+                # rule I: a blocked schedule's files stay as they were found: a
+                # fresh runtime record would hide the damage from the next
+                # start. rule M: persisting here, last, puts the runtime
+                # record after every row of the call.
                 if w.blocked is None and self.before[sid] != (w.watermark, w.held, w.waiting):
                     self.persist(w)
                 evolver[sid] = w.freeze()
