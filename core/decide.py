@@ -189,7 +189,12 @@ def _count_between(trigger: CompiledTrigger, after: datetime, upto: datetime) ->
 
 
 class _Work:
-    """A mutable copy of one `ScheduleState`, private to one `decide` call."""
+    """A mutable copy of one `ScheduleState`, private to one `decide` call.
+
+    Field for field the same as `ScheduleState` (spelt out rather than
+    generated: copying is on the hot path); `tests/unit/test_decide_work.py`
+    fails when the two drift apart.
+    """
 
     __slots__ = (
         "active",
