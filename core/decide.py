@@ -153,7 +153,7 @@ from core.state import (
 
 __all__ = ["decide", "next_wakeup"]
 
-_TICK: Final = timedelta(microseconds=1)
+_ONE_MICROSECOND: Final = timedelta(microseconds=1)
 # Rebuild an index once stale entries outnumber live ones by this much.
 _COMPACT_SLACK: Final = 64
 
@@ -161,12 +161,12 @@ _COMPACT_SLACK: Final = 64
 # slot already, so nothing admitted after it in this call can overbook.
 _IN_FLIGHT: Final = ActiveRun(run_id=None, status="admitted", holds_slot=True)
 
-_PAUSED: Final = "schedule paused"
-_DELETED: Final = "schedule deleted"
-_BLOCKED: Final = "schedule blocked"
-_UPDATED: Final = "schedule updated"
+_REASON_PAUSED: Final = "schedule paused"
+_REASON_DELETED: Final = "schedule deleted"
+_REASON_BLOCKED: Final = "schedule blocked"
+_REASON_UPDATED: Final = "schedule updated"
 
-_Runtime: TypeAlias = tuple[datetime, datetime | None, tuple[datetime, ...]]
+_RuntimeRecord: TypeAlias = tuple[datetime, datetime | None, tuple[datetime, ...]]
 
 
 # Calendar answers are pure functions of (trigger, instant), and schedules
@@ -188,7 +188,7 @@ def _count_between(trigger: CompiledTrigger, after: datetime, upto: datetime) ->
     return trigger.count_between(after, upto)
 
 
-class _Work:
+class _ScheduleDraft:
     """A mutable copy of one `ScheduleState`, private to one `decide` call.
 
     Field for field the same as `ScheduleState` (spelt out rather than
@@ -237,27 +237,27 @@ class _Work:
     allowance: timedelta
 
     @classmethod
-    def of(cls, s: ScheduleState) -> _Work:
-        w = cls()
-        w.schedule_id = s.schedule_id
-        w.definition = s.definition
-        w.revision = s.revision
-        w.trigger = s.trigger
-        w.created_at = s.created_at
-        w.watermark = s.watermark
-        w.next_instant = s.next_instant
-        w.held = s.held
-        w.waiting = s.waiting
-        w.active = s.active
-        w.paused = s.paused
-        w.deleted = s.deleted
-        w.blocked = s.blocked
-        w.due = s.due
-        w.queued = s.queued
-        w.latest = s.latest
-        w.limit = s.limit
-        w.allowance = s.allowance
-        return w
+    def of(cls, schedule: ScheduleState) -> _ScheduleDraft:
+        draft = cls()
+        draft.schedule_id = schedule.schedule_id
+        draft.definition = schedule.definition
+        draft.revision = schedule.revision
+        draft.trigger = schedule.trigger
+        draft.created_at = schedule.created_at
+        draft.watermark = schedule.watermark
+        draft.next_instant = schedule.next_instant
+        draft.held = schedule.held
+        draft.waiting = schedule.waiting
+        draft.active = schedule.active
+        draft.paused = schedule.paused
+        draft.deleted = schedule.deleted
+        draft.blocked = schedule.blocked
+        draft.due = schedule.due
+        draft.queued = schedule.queued
+        draft.latest = schedule.latest
+        draft.limit = schedule.limit
+        draft.allowance = schedule.allowance
+        return draft
 
     @classmethod
     def fresh(
@@ -266,21 +266,21 @@ class _Work:
         revision: int,
         created_at: datetime,
         watermark: datetime,
-    ) -> _Work:
-        w = cls()
-        w.schedule_id = definition.schedule_id
-        w.created_at = created_at
-        w.watermark = watermark
-        w.held = None
-        w.waiting = ()
-        w.active = NO_RUNS
-        w.paused = False
-        w.deleted = False
-        w.blocked = None
-        w.due = None
-        w.queued = None
-        w.set_definition(definition, revision)
-        return w
+    ) -> _ScheduleDraft:
+        draft = cls()
+        draft.schedule_id = definition.schedule_id
+        draft.created_at = created_at
+        draft.watermark = watermark
+        draft.held = None
+        draft.waiting = ()
+        draft.active = NO_RUNS
+        draft.paused = False
+        draft.deleted = False
+        draft.blocked = None
+        draft.due = None
+        draft.queued = None
+        draft.set_definition(definition, revision)
+        return draft
 
     def set_definition(self, definition: ScheduleDefinition, revision: int) -> None:
         self.definition = definition
@@ -323,68 +323,75 @@ class _Work:
             )
             if on
         ]
-        active = ", ".join(f"{_iso(t)}={run.status}" for t, run in sorted(self.active.items()))
+        active = ", ".join(
+            f"{_iso(instant)}={run.status}" for instant, run in sorted(self.active.items())
+        )
         return (
             f"revision {self.revision}, {'/'.join(flags) or 'live'}, "
             f"watermark {_iso(self.watermark)}, active runs [{active}]"
         )
 
 
-_Sched: TypeAlias = _Work | ScheduleState
+_DraftOrState: TypeAlias = _ScheduleDraft | ScheduleState
 
 
-def _due_of(s: _Sched) -> datetime | None:
+def _due_time(schedule: _DraftOrState) -> datetime | None:
     """When the schedule next needs `decide` on its own (None: only events wake it)."""
     # rules A, I: nothing of a paused, deleted or blocked schedule is due.
-    if s.paused or s.deleted or s.blocked is not None:
+    if schedule.paused or schedule.deleted or schedule.blocked is not None:
         return None
-    due = s.next_instant
-    if s.waiting:
+    due = schedule.next_instant
+    if schedule.waiting:
         # rule D: wake when the oldest waiting instant turns late, so (B)
         # decides it then rather than at some later event.
-        late = s.waiting[0] + s.allowance + _TICK
+        late = schedule.waiting[0] + schedule.allowance + _ONE_MICROSECOND
         if due is None or late < due:
             due = late
     return due
 
 
-def _candidate(s: _Sched) -> datetime | None:
+def _slot_candidate(schedule: _DraftOrState) -> datetime | None:
     """The instant the schedule would admit next if a slot were free, if any."""
-    if s.paused or s.deleted or s.blocked is not None or len(s.active) >= s.limit:
+    if (
+        schedule.paused
+        or schedule.deleted
+        or schedule.blocked is not None
+        or len(schedule.active) >= schedule.limit
+    ):
         return None
     # rule D: under "latest" the held candidate waits; under "skip" the oldest
     # waiting instant does (the FIFO keeps the rows in instant order).
-    if s.latest:
-        return s.held
-    return s.waiting[0] if s.waiting else None
+    if schedule.latest:
+        return schedule.held
+    return schedule.waiting[0] if schedule.waiting else None
 
 
 def _iso(instant: datetime) -> str:
     return instant.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
-def _utc(value: object, what: str) -> datetime:
+def _checked_utc(value: object, name: str) -> datetime:
     if not isinstance(value, datetime) or value.utcoffset() is None:
-        raise CoreMisuse(f"{what} must be a timezone-aware datetime, got {value!r}")
+        raise CoreMisuse(f"{name} must be a timezone-aware datetime, got {value!r}")
     return value if value.tzinfo is UTC else value.astimezone(UTC)
 
 
-class _Call:
+class _Decider:
     """One `decide` call: working copies of the schedules it touches, the
     indexes and counters as they evolve, and the commands emitted so far."""
 
     def __init__(self, state: SchedulerState, now: datetime) -> None:
-        self.state = state
+        self.given_state = state
         self.capacity = state.max_concurrent_runs
-        self.slots = state.slots_in_use
+        self.slots_in_use = state.slots_in_use
         self.due_index = state.due_index.edit()
         self.due_live = state.due_live
-        self.queue = state.slot_queue.edit()
+        self.slot_queue = state.slot_queue.edit()
         self.queue_live = state.queue_live
-        self.work: dict[str, _Work] = {}
+        self.drafts: dict[str, _ScheduleDraft] = {}
         # Runtime as last persisted (before this call, or earlier in it; None:
         # never persisted).
-        self.before: dict[str, _Runtime | None] = {}
+        self.persisted: dict[str, _RuntimeRecord | None] = {}
         # Held candidates that were themselves missed during this call.
         self.missed_held: dict[str, datetime] = {}
         self.commands: list[Command] = []
@@ -407,49 +414,53 @@ class _Call:
         # Schedule -> position among this call's events of its last late pause
         # or delete, and the position of the event being applied.
         self.late_stops: dict[str, int] = {}
-        self.position = 0
+        self.event_position = 0
 
     # --- access -------------------------------------------------------------
 
-    def peek(self, schedule_id: str) -> _Sched | None:
-        w = self.work.get(schedule_id)
-        return w if w is not None else self.state.schedules.get(schedule_id)
+    def current(self, schedule_id: str) -> _DraftOrState | None:
+        draft = self.drafts.get(schedule_id)
+        return draft if draft is not None else self.given_state.schedules.get(schedule_id)
 
-    def get(self, schedule_id: str, event: Event) -> _Work:
-        w = self.work.get(schedule_id)
-        if w is not None:
-            return w
-        s = self.state.schedules.get(schedule_id)
-        if s is None:
+    def draft_for_event(self, schedule_id: str, event: Event) -> _ScheduleDraft:
+        draft = self.drafts.get(schedule_id)
+        if draft is not None:
+            return draft
+        schedule = self.given_state.schedules.get(schedule_id)
+        if schedule is None:
             raise CoreMisuse(
                 f"cannot apply {type(event).__name__} {event!r}: schedule {schedule_id!r} "
-                f"is unknown to this state ({len(self.state.schedules)} schedules)",
+                f"is unknown to this state ({len(self.given_state.schedules)} schedules)",
                 data={"schedule_id": schedule_id, "event": type(event).__name__},
             )
-        return self._adopt(s)
+        return self._start_draft(schedule)
 
-    def _adopt(self, s: ScheduleState) -> _Work:
-        w = _Work.of(s)
-        self.work[s.schedule_id] = w
-        self.before[s.schedule_id] = (s.watermark, s.held, s.waiting)
-        return w
+    def _start_draft(self, schedule: ScheduleState) -> _ScheduleDraft:
+        draft = _ScheduleDraft.of(schedule)
+        self.drafts[schedule.schedule_id] = draft
+        self.persisted[schedule.schedule_id] = (schedule.watermark, schedule.held, schedule.waiting)
+        return draft
 
-    def touch(self, schedule_id: str) -> _Work:
-        w = self.work.get(schedule_id)
-        return w if w is not None else self._adopt(self.state.schedules[schedule_id])
-
-    def misuse(self, event: Event, w: _Work, detail: str) -> CoreMisuse:
-        return CoreMisuse(
-            f"cannot apply {type(event).__name__} {event!r} to schedule {w.schedule_id!r} "
-            f"({w.describe()}): {detail}",
-            data={"schedule_id": w.schedule_id, "event": type(event).__name__},
+    def draft(self, schedule_id: str) -> _ScheduleDraft:
+        draft = self.drafts.get(schedule_id)
+        return (
+            draft
+            if draft is not None
+            else self._start_draft(self.given_state.schedules[schedule_id])
         )
 
-    def ignore_report(self, event: Event, w: _Work, detail: str) -> None:
+    def misuse(self, event: Event, draft: _ScheduleDraft, detail: str) -> CoreMisuse:
+        return CoreMisuse(
+            f"cannot apply {type(event).__name__} {event!r} to schedule {draft.schedule_id!r} "
+            f"({draft.describe()}): {detail}",
+            data={"schedule_id": draft.schedule_id, "event": type(event).__name__},
+        )
+
+    def ignore_report(self, event: Event, draft: _ScheduleDraft, detail: str) -> None:
         self.commands.append(
             LogWarning(
                 message=f"ignored {type(event).__name__} {event!r} for schedule "
-                f"{w.schedule_id!r} ({w.describe()}): {detail}"
+                f"{draft.schedule_id!r} ({draft.describe()}): {detail}"
             )
         )
 
@@ -496,249 +507,256 @@ class _Call:
             )
         )
 
-    def supersede_all(self, w: _Work, reason: str) -> None:
+    def supersede_all(self, draft: _ScheduleDraft, reason: str) -> None:
         """Drop the held candidate and waiting instants, oldest row first."""
         # rule A (pause, delete): they cannot run any more, and each needs its
         # row so that no instant goes undecided.
-        dropped = sorted((*w.waiting, *((w.held,) if w.held is not None else ())))
+        dropped = sorted((*draft.waiting, *((draft.held,) if draft.held is not None else ())))
         for instant in dropped:
-            self.record(w.schedule_id, instant, "superseded", reason=reason)
-        w.held = None
-        w.waiting = ()
+            self.record(draft.schedule_id, instant, "superseded", reason=reason)
+        draft.held = None
+        draft.waiting = ()
 
     # --- indexes ------------------------------------------------------------
 
-    def refresh(self, w: _Work) -> None:
+    def reindex(self, draft: _ScheduleDraft) -> None:
         """Enter the schedule's current due time and slot candidate in the indexes."""
-        due = _due_of(w)
-        if due != w.due:
-            if w.due is not None:
+        due = _due_time(draft)
+        if due != draft.due:
+            if draft.due is not None:
                 self.due_live -= 1
             if due is not None:
-                self.due_index.push((due, w.schedule_id))
+                self.due_index.push((due, draft.schedule_id))
                 self.due_live += 1
-            w.due = due
-        cand = _candidate(w)
-        if cand is not None and cand != w.queued:
-            if w.queued is not None:
+            draft.due = due
+        candidate = _slot_candidate(draft)
+        if candidate is not None and candidate != draft.queued:
+            if draft.queued is not None:
                 self.queue_live -= 1
-            self.queue.push((cand, w.schedule_id))
+            self.slot_queue.push((candidate, draft.schedule_id))
             self.queue_live += 1
-            w.queued = cand
+            draft.queued = candidate
 
     def slot_free_for(self, instant: datetime, schedule_id: str) -> bool:
         """True when `instant` may take a slot now: one is free and no live
         candidate with an older instant is queued for it."""
-        if self.slots >= self.capacity:
+        if self.slots_in_use >= self.capacity:
             return False
         # rule F: free slots go to the oldest waiting instant across
         # schedules, so a newer on-time instant must not jump the queue.
-        mine = (instant, schedule_id)
-        while self.queue:
-            top = self.queue.peek()
+        own_key = (instant, schedule_id)
+        while self.slot_queue:
+            top = self.slot_queue.peek()
             assert top is not None
-            if top >= mine:
+            if top >= own_key:
                 return True
             queued_at, other_id = top
-            other = self.peek(other_id)
+            other = self.current(other_id)
             assert other is not None  # schedules are never removed
             if other.queued == queued_at:
-                if other_id != schedule_id and _candidate(other) == queued_at:
+                if other_id != schedule_id and _slot_candidate(other) == queued_at:
                     return False
-                self.touch(other_id).queued = None
+                self.draft(other_id).queued = None
                 self.queue_live -= 1
-            self.queue.pop()
+            self.slot_queue.pop()
         return True
 
     # --- deciding instants --------------------------------------------------
 
-    def settle(self, w: _Work, upto: datetime, *, all_missed: bool = False) -> None:
+    def settle(self, draft: _ScheduleDraft, upto: datetime, *, all_missed: bool = False) -> None:
         """Decide the schedule's instants in `(watermark, upto]` as of `self.now`
         (`all_missed`: as missed whatever their age)."""
         # rule A: a paused or deleted schedule's instants are consumed by the
         # watermark moves of pause/resume, never here. rule I: a blocked one
         # does not advance unless a lifecycle change needs its instants.
-        if w.paused or w.deleted or (w.blocked is not None and not all_missed):
+        if draft.paused or draft.deleted or (draft.blocked is not None and not all_missed):
             return
         now = self.now
-        if w.waiting:
-            self.expire_waiting(w)
-        nxt = w.next_instant
-        if nxt is None or nxt > upto:
+        if draft.waiting:
+            self.expire_waiting(draft)
+        next_instant = draft.next_instant
+        if next_instant is None or next_instant > upto:
             return
-        trigger = w.trigger
+        trigger = draft.trigger
         # rule B: missed means more than the allowance late, as of `now`.
-        missed_upto = upto if all_missed else min(upto, now - w.allowance - _TICK)
-        if nxt <= missed_upto:
+        missed_upto = upto if all_missed else min(upto, now - draft.allowance - _ONE_MICROSECOND)
+        if next_instant <= missed_upto:
             # rule G: the whole run of missed instants is one step and one
             # row, so a downtime of any length costs the same.
-            after = _next_after(trigger, nxt)
-            if after is None or after > missed_upto:
-                first = last = nxt
+            after_missed = _next_after(trigger, next_instant)
+            if after_missed is None or after_missed > missed_upto:
+                first = last = next_instant
                 count = 1
             else:
-                first = nxt
+                first = next_instant
                 found = _last_at_or_before(trigger, missed_upto)
-                assert found is not None  # nxt itself is at or before missed_upto
+                assert found is not None  # next_instant itself is at or before missed_upto
                 last = found
-                count = _count_between(trigger, w.watermark, missed_upto)
-                after = _next_after(trigger, last)
+                count = _count_between(trigger, draft.watermark, missed_upto)
+                after_missed = _next_after(trigger, last)
             # Under "latest" a catch-up that reaches an on-time instant in this
             # call ends there: the on-time instant replaces every missed one.
-            replaced = after is not None and after <= upto
-            self.missed(w, first, last, count, replaced=replaced)
-            w.watermark = last
-            nxt = after
-        while nxt is not None and nxt <= upto:
-            self.on_time(w, nxt)
-            w.watermark = nxt
-            nxt = _next_after(trigger, nxt)
-        w.next_instant = nxt
+            replaced = after_missed is not None and after_missed <= upto
+            self.decide_missed(draft, first, last, count, replaced=replaced)
+            draft.watermark = last
+            next_instant = after_missed
+        while next_instant is not None and next_instant <= upto:
+            self.decide_on_time(draft, next_instant)
+            draft.watermark = next_instant
+            next_instant = _next_after(trigger, next_instant)
+        draft.next_instant = next_instant
 
-    def expire_waiting(self, w: _Work) -> None:
+    def expire_waiting(self, draft: _ScheduleDraft) -> None:
         # rules D, B: an instant waits for a slot only while it is on time.
-        limit = self.now - w.allowance
+        oldest_on_time = self.now - draft.allowance
         keep: list[datetime] = []
-        for instant in w.waiting:
-            if instant < limit:
-                self.record(w.schedule_id, instant, "skipped-misfire")
+        for instant in draft.waiting:
+            if instant < oldest_on_time:
+                self.record(draft.schedule_id, instant, "skipped-misfire")
             else:
                 keep.append(instant)
-        if len(keep) != len(w.waiting):
-            w.waiting = tuple(keep)
+        if len(keep) != len(draft.waiting):
+            draft.waiting = tuple(keep)
 
-    def missed(
-        self, w: _Work, first: datetime, last: datetime, count: int, *, replaced: bool
+    def decide_missed(
+        self, draft: _ScheduleDraft, first: datetime, last: datetime, count: int, *, replaced: bool
     ) -> None:
         """Decide the missed instants `first..last` (`count` of them);
         `replaced`: an on-time instant follows in this same call."""
-        sid = w.schedule_id
+        schedule_id = draft.schedule_id
         # rule B, misfire "skip".
-        if not w.latest:
-            self.record_span(sid, first, last, count, "skipped-misfire")
+        if not draft.latest:
+            self.record_span(schedule_id, first, last, count, "skipped-misfire")
             return
         # rule B, misfire "latest": the newest missed instant takes the place
         # of the held candidate.
-        if w.held is not None:
-            was_missed = self.missed_held.get(sid) == w.held
-            self.record(sid, w.held, "coalesced" if was_missed else "superseded")
-            w.held = None
+        if draft.held is not None:
+            was_missed = self.missed_held.get(schedule_id) == draft.held
+            self.record(schedule_id, draft.held, "coalesced" if was_missed else "superseded")
+            draft.held = None
         if replaced:
             # rule G: the newest missed instant was never a candidate anyone
             # waited on: it is coalesced with the rest of the catch-up, in one
             # row.
-            self.record_span(sid, first, last, count, "coalesced")
+            self.record_span(schedule_id, first, last, count, "coalesced")
             return
         if count > 1:
-            before_last = _last_at_or_before(w.trigger, last - _TICK)
+            before_last = _last_at_or_before(draft.trigger, last - _ONE_MICROSECOND)
             assert before_last is not None  # count > 1: first < last
-            self.record_span(sid, first, before_last, count - 1, "coalesced")
-        w.held = last
-        self.missed_held[sid] = last
+            self.record_span(schedule_id, first, before_last, count - 1, "coalesced")
+        draft.held = last
+        self.missed_held[schedule_id] = last
 
-    def on_time(self, w: _Work, instant: datetime) -> None:
-        sid = w.schedule_id
-        if w.latest:
+    def decide_on_time(self, draft: _ScheduleDraft, instant: datetime) -> None:
+        schedule_id = draft.schedule_id
+        if draft.latest:
             # rules C, D under "latest": a newer on-time instant replaces the
             # held one, so there is never a burst.
-            if w.held is not None:
-                self.record(sid, w.held, "superseded")
-                w.held = None
-            if len(w.active) < w.limit and self.slot_free_for(instant, sid):
-                self.admit(w, instant)  # rule E
+            if draft.held is not None:
+                self.record(schedule_id, draft.held, "superseded")
+                draft.held = None
+            if len(draft.active) < draft.limit and self.slot_free_for(instant, schedule_id):
+                self.admit(draft, instant)  # rule E
             else:
-                w.held = instant
+                draft.held = instant
             return
         # rule H: waiting instants exist only while the overlap limit is not
-        # reached (see `overlap_waiting`), so a skipped instant is never
+        # reached (see `decide_waiting_when_overlap_full`), so a skipped instant is never
         # recorded before an older one that still waits.
-        if len(w.active) >= w.limit:
-            self.record(sid, instant, "skipped-overlap")  # rule C
-        elif not w.waiting and self.slot_free_for(instant, sid):
-            self.admit(w, instant)  # rule E
+        if len(draft.active) >= draft.limit:
+            self.record(schedule_id, instant, "skipped-overlap")  # rule C
+        elif not draft.waiting and self.slot_free_for(instant, schedule_id):
+            self.admit(draft, instant)  # rule E
         else:
-            w.waiting = (*w.waiting, instant)  # rule D
+            draft.waiting = (*draft.waiting, instant)  # rule D
 
-    def overlap_waiting(self, w: _Work, *, reason: str | None = None) -> None:
+    def decide_waiting_when_overlap_full(
+        self, draft: _ScheduleDraft, *, reason: str | None = None
+    ) -> None:
         """Once the overlap places are taken, the waiting instants cannot run:
         decide them now, oldest first (`skipped-overlap`, or `superseded`
         with `reason` when a change of policy took the places away)."""
         # rule H: a waiting instant reserves no overlap place.
-        if w.waiting and len(w.active) >= w.limit:
-            for instant in w.waiting:
+        if draft.waiting and len(draft.active) >= draft.limit:
+            for instant in draft.waiting:
                 if reason is None:
-                    self.record(w.schedule_id, instant, "skipped-overlap")
+                    self.record(draft.schedule_id, instant, "skipped-overlap")
                 else:
-                    self.record(w.schedule_id, instant, "superseded", reason=reason)
-            w.waiting = ()
+                    self.record(draft.schedule_id, instant, "superseded", reason=reason)
+            draft.waiting = ()
 
-    def persist(self, w: _Work) -> None:
+    def persist(self, draft: _ScheduleDraft) -> None:
         # rule M: called from `finish` only, so the runtime record follows
         # every row it depends on.
-        runtime: _Runtime = (w.watermark, w.held, w.waiting)
+        runtime: _RuntimeRecord = (draft.watermark, draft.held, draft.waiting)
         self.commands.append(
             PersistRuntime(
-                schedule_id=w.schedule_id,
+                schedule_id=draft.schedule_id,
                 watermark=runtime[0],
                 held=runtime[1],
                 waiting=runtime[2],
             )
         )
-        self.before[w.schedule_id] = runtime
+        self.persisted[draft.schedule_id] = runtime
 
-    def admit(self, w: _Work, instant: datetime) -> None:
-        definition = w.definition
+    def admit(self, draft: _ScheduleDraft, instant: datetime) -> None:
+        definition = draft.definition
         self.commands.append(
             AdmitOccurrence(
-                schedule_id=w.schedule_id,
+                schedule_id=draft.schedule_id,
                 instant=instant,
-                revision=w.revision,
+                revision=draft.revision,
                 deployment_id=definition.deployment_id,
-                inputs=resolve_inputs(definition, w.revision, instant) if definition.inputs else {},
+                inputs=resolve_inputs(definition, draft.revision, instant)
+                if definition.inputs
+                else {},
                 max_steps=definition.max_steps,
             )
         )
-        w.active = w.active.with_run(instant, _IN_FLIGHT)
-        self.slots += 1
+        draft.active = draft.active.with_run(instant, _IN_FLIGHT)
+        self.slots_in_use += 1
 
     def settle_due(self) -> None:
         now = self.now
         while self.due_index:
             top = self.due_index.peek()
             assert top is not None
-            due, sid = top
+            due, schedule_id = top
             if due > now:
                 return
             self.due_index.pop()
-            s = self.peek(sid)
-            if s is None or s.due != due:
+            schedule = self.current(schedule_id)
+            if schedule is None or schedule.due != due:
                 continue
-            # `s` is the schedule already: adopting it saves a second map lookup.
-            w = s if isinstance(s, _Work) else self._adopt(s)
-            w.due = None
+            # `schedule` was looked up already: drafting it directly saves a second
+            # map lookup.
+            draft = (
+                schedule if isinstance(schedule, _ScheduleDraft) else self._start_draft(schedule)
+            )
+            draft.due = None
             self.due_live -= 1
-            self.settle(w, now)
-            self.refresh(w)
+            self.settle(draft, now)
+            self.reindex(draft)
 
-    def fill(self) -> None:
+    def fill_slots(self) -> None:
         # rule F: freed slots go to the oldest queued candidate first.
-        while self.slots < self.capacity and self.queue:
-            instant, sid = self.queue.pop()
-            s = self.peek(sid)
-            if s is None or s.queued != instant:
+        while self.slots_in_use < self.capacity and self.slot_queue:
+            instant, schedule_id = self.slot_queue.pop()
+            schedule = self.current(schedule_id)
+            if schedule is None or schedule.queued != instant:
                 continue
-            w = self.touch(sid)
-            w.queued = None
+            draft = self.draft(schedule_id)
+            draft.queued = None
             self.queue_live -= 1
-            if _candidate(w) != instant:
+            if _slot_candidate(draft) != instant:
                 continue
-            if w.latest:
-                w.held = None
+            if draft.latest:
+                draft.held = None
             else:
-                w.waiting = w.waiting[1:]
-            self.admit(w, instant)  # rule E
-            self.overlap_waiting(w)  # rule H
-            self.refresh(w)
+                draft.waiting = draft.waiting[1:]
+            self.admit(draft, instant)  # rule E
+            self.decide_waiting_when_overlap_full(draft)  # rule H
+            self.reindex(draft)
 
     # --- events -------------------------------------------------------------
 
@@ -753,136 +771,136 @@ class _Call:
                 if isinstance(at, datetime) and at.utcoffset() is not None and at < self.now:
                     self.late_stops[event.schedule_id] = position
 
-    def lifecycle_settle(self, w: _Work, at: datetime) -> None:
+    def settle_before_change(self, draft: _ScheduleDraft, at: datetime) -> None:
         # rule I: a blocked schedule holds its instants back; a lifecycle
         # change needs them decided up to the change, and since the block
         # kept them from running they are decided as missed. rule K: so are
         # the instants settled before a late pause or delete (see
         # `find_late_stops`).
-        late_stop = self.late_stops.get(w.schedule_id, -1) >= self.position
-        self.settle(w, min(at, self.now), all_missed=w.blocked is not None or late_stop)
+        late_stop = self.late_stops.get(draft.schedule_id, -1) >= self.event_position
+        self.settle(draft, min(at, self.now), all_missed=draft.blocked is not None or late_stop)
 
     def on_created(self, event: ScheduleCreated) -> None:
         definition = event.definition
-        sid = definition.schedule_id
-        existing = self.peek(sid)
+        schedule_id = definition.schedule_id
+        existing = self.current(schedule_id)
         if existing is not None:
-            w = self.touch(sid)
-            raise self.misuse(event, w, "the schedule id already exists (ids are never reused)")
+            draft = self.draft(schedule_id)
+            raise self.misuse(event, draft, "the schedule id already exists (ids are never reused)")
         if event.revision < 1:
             raise CoreMisuse(f"cannot apply {event!r}: revision must be >= 1")
-        at = _utc(event.at, "ScheduleCreated.at")
+        at = _checked_utc(event.at, "ScheduleCreated.at")
         # rule J: the watermark starts at the creation, so nothing before it
         # is ever decided.
-        w = _Work.fresh(definition, event.revision, at, at)
-        self.work[sid] = w
-        self.before[sid] = None
-        self.refresh(w)
+        draft = _ScheduleDraft.fresh(definition, event.revision, at, at)
+        self.drafts[schedule_id] = draft
+        self.persisted[schedule_id] = None
+        self.reindex(draft)
 
     def on_updated(self, event: ScheduleUpdated) -> None:
-        w = self.get(event.definition.schedule_id, event)
-        if w.deleted:
-            raise self.misuse(event, w, "a deleted schedule cannot be updated")
-        if event.revision <= w.revision:
+        draft = self.draft_for_event(event.definition.schedule_id, event)
+        if draft.deleted:
+            raise self.misuse(event, draft, "a deleted schedule cannot be updated")
+        if event.revision <= draft.revision:
             raise self.misuse(
-                event, w, f"revision {event.revision} does not follow revision {w.revision}"
+                event, draft, f"revision {event.revision} does not follow revision {draft.revision}"
             )
-        at = _utc(event.at, "ScheduleUpdated.at")
+        at = _checked_utc(event.at, "ScheduleUpdated.at")
         # rule K: the old definition decides up to the update, the new one
         # after it; nothing is backfilled.
-        self.lifecycle_settle(w, at)
-        w.watermark = max(w.watermark, at)
-        w.set_definition(event.definition, event.revision)
-        self.conform(w, _UPDATED)
-        self.refresh(w)
+        self.settle_before_change(draft, at)
+        draft.watermark = max(draft.watermark, at)
+        draft.set_definition(event.definition, event.revision)
+        self.conform_to_policy(draft, _REASON_UPDATED)
+        self.reindex(draft)
 
-    def conform(self, w: _Work, reason: str) -> None:
+    def conform_to_policy(self, draft: _ScheduleDraft, reason: str) -> None:
         """Make held/waiting instants fit the (new) misfire and overlap policy."""
         # rule K: they are kept only while the new policy would admit them.
-        sid = w.schedule_id
-        if w.latest:
-            if w.waiting:
-                *older, newest = w.waiting
+        schedule_id = draft.schedule_id
+        if draft.latest:
+            if draft.waiting:
+                *older, newest = draft.waiting
                 for instant in older:
-                    self.record(sid, instant, "superseded", reason=reason)
-                if w.held is not None and w.held > newest:
-                    self.record(sid, newest, "superseded", reason=reason)
+                    self.record(schedule_id, instant, "superseded", reason=reason)
+                if draft.held is not None and draft.held > newest:
+                    self.record(schedule_id, newest, "superseded", reason=reason)
                 else:
-                    if w.held is not None:
-                        self.record(sid, w.held, "superseded", reason=reason)
-                    w.held = newest
-                w.waiting = ()
+                    if draft.held is not None:
+                        self.record(schedule_id, draft.held, "superseded", reason=reason)
+                    draft.held = newest
+                draft.waiting = ()
             return
-        if w.held is not None:
-            self.record(sid, w.held, "superseded", reason=reason)
-            w.held = None
-        self.overlap_waiting(w, reason=reason)
+        if draft.held is not None:
+            self.record(schedule_id, draft.held, "superseded", reason=reason)
+            draft.held = None
+        self.decide_waiting_when_overlap_full(draft, reason=reason)
 
     def on_paused(self, event: SchedulePaused) -> None:
-        w = self.get(event.schedule_id, event)
-        if w.deleted:
-            raise self.misuse(event, w, "a deleted schedule cannot be paused")
-        at = _utc(event.at, "SchedulePaused.at")
-        self.lifecycle_settle(w, at)
+        draft = self.draft_for_event(event.schedule_id, event)
+        if draft.deleted:
+            raise self.misuse(event, draft, "a deleted schedule cannot be paused")
+        at = _checked_utc(event.at, "SchedulePaused.at")
+        self.settle_before_change(draft, at)
         # rule A: idempotent; the paused span is consumed by the watermark.
-        if not w.paused:
-            w.paused = True
-            self.supersede_all(w, _PAUSED)
-            w.watermark = max(w.watermark, at)
-        self.refresh(w)
+        if not draft.paused:
+            draft.paused = True
+            self.supersede_all(draft, _REASON_PAUSED)
+            draft.watermark = max(draft.watermark, at)
+        self.reindex(draft)
 
     def on_resumed(self, event: ScheduleResumed) -> None:
-        w = self.get(event.schedule_id, event)
-        if w.deleted:
-            raise self.misuse(event, w, "a deleted schedule cannot be resumed")
-        at = _utc(event.at, "ScheduleResumed.at")
-        self.lifecycle_settle(w, at)
+        draft = self.draft_for_event(event.schedule_id, event)
+        if draft.deleted:
+            raise self.misuse(event, draft, "a deleted schedule cannot be resumed")
+        at = _checked_utc(event.at, "ScheduleResumed.at")
+        self.settle_before_change(draft, at)
         # rule A: resuming starts after the resume; the paused span is never
         # replayed.
-        if w.paused:
-            w.paused = False
-            w.watermark = max(w.watermark, at)
-            w.next_instant = _next_after(w.trigger, w.watermark)
-        self.refresh(w)
+        if draft.paused:
+            draft.paused = False
+            draft.watermark = max(draft.watermark, at)
+            draft.next_instant = _next_after(draft.trigger, draft.watermark)
+        self.reindex(draft)
 
     def on_deleted(self, event: ScheduleDeleted) -> None:
-        w = self.get(event.schedule_id, event)
-        at = _utc(event.at, "ScheduleDeleted.at")
-        self.lifecycle_settle(w, at)
+        draft = self.draft_for_event(event.schedule_id, event)
+        at = _checked_utc(event.at, "ScheduleDeleted.at")
+        self.settle_before_change(draft, at)
         # rule A: soft; the active runs stay tracked to the end.
-        if not w.deleted:
-            w.deleted = True
-            self.supersede_all(w, _DELETED)
-            w.watermark = max(w.watermark, at)
-        self.refresh(w)
+        if not draft.deleted:
+            draft.deleted = True
+            self.supersede_all(draft, _REASON_DELETED)
+            draft.watermark = max(draft.watermark, at)
+        self.reindex(draft)
 
     def on_admitted(self, event: OccurrenceAdmitted) -> None:
-        w = self.get(event.schedule_id, event)
-        instant = _utc(event.instant, "OccurrenceAdmitted.instant")
+        draft = self.draft_for_event(event.schedule_id, event)
+        instant = _checked_utc(event.instant, "OccurrenceAdmitted.instant")
         # rule E: the admission was counted when it was emitted; the answer
         # only names its run.
-        run = w.active.get(instant)
+        run = draft.active.get(instant)
         if run is None:
-            raise self.misuse(event, w, f"no admission of {_iso(instant)} is in flight")
+            raise self.misuse(event, draft, f"no admission of {_iso(instant)} is in flight")
         if run.run_id is None:
-            w.active = w.active.with_run(
+            draft.active = draft.active.with_run(
                 instant, ActiveRun(event.run_id, run.status, run.holds_slot)
             )
         elif run.run_id != event.run_id:
             detail = f"{_iso(instant)} was admitted as run {run.run_id!r}, not {event.run_id!r}"
-            raise self.misuse(event, w, detail)
+            raise self.misuse(event, draft, detail)
 
     def on_preflight_failed(self, event: PreflightFailed) -> None:
-        w = self.get(event.schedule_id, event)
-        instant = _utc(event.instant, "PreflightFailed.instant")
-        run = w.active.get(instant)
+        draft = self.draft_for_event(event.schedule_id, event)
+        instant = _checked_utc(event.instant, "PreflightFailed.instant")
+        run = draft.active.get(instant)
         if run is None or run.run_id is not None or run.status != "admitted":
-            raise self.misuse(event, w, f"no admission of {_iso(instant)} is in flight")
+            raise self.misuse(event, draft, f"no admission of {_iso(instant)} is in flight")
         # rule E: the shell wrote the `preflight-rejected` row in command order
         # when the preflight failed (a later row of this schedule may already follow it),
         # so only the reservation is released here.
-        self.release(w, instant, run, remove=True)
-        self.refresh(w)
+        self.release_run(draft, instant, run, remove=True)
+        self.reindex(draft)
 
     def on_run_status(self, event: RunStatusChanged) -> None:
         # rule N: a report about a run this state does not track (a run of a
@@ -890,7 +908,10 @@ class _Call:
         # loaded) is the world telling us something stale, not the shell
         # breaking the protocol: it is logged and ignored, and the rest of the
         # call stands.
-        if event.schedule_id not in self.work and event.schedule_id not in self.state.schedules:
+        if (
+            event.schedule_id not in self.drafts
+            and event.schedule_id not in self.given_state.schedules
+        ):
             self.commands.append(
                 LogWarning(
                     message=f"ignored {type(event).__name__} {event!r}: schedule "
@@ -898,78 +919,87 @@ class _Call:
                 )
             )
             return
-        w = self.get(event.schedule_id, event)
-        instant = _utc(event.instant, "RunStatusChanged.instant")
+        draft = self.draft_for_event(event.schedule_id, event)
+        instant = _checked_utc(event.instant, "RunStatusChanged.instant")
         status: RunStatus = event.status
         if status == "admitted":
-            raise self.misuse(event, w, "admission is reported by OccurrenceAdmitted")
-        run = w.active.get(instant)
+            raise self.misuse(event, draft, "admission is reported by OccurrenceAdmitted")
+        run = draft.active.get(instant)
         if run is None:
-            self.ignore_report(event, w, f"no active run is known for {_iso(instant)}")
+            self.ignore_report(event, draft, f"no active run is known for {_iso(instant)}")
             return
         if run.run_id is not None and run.run_id != event.run_id:
             detail = f"the run of {_iso(instant)} is {run.run_id!r}, not {event.run_id!r}"
-            self.ignore_report(event, w, detail)
+            self.ignore_report(event, draft, detail)
             return
         # rule F: a run holds its slot until it first stops; only a terminal
         # status gives back its overlap place.
         if status in TERMINAL_RUN_STATUSES:
-            self.release(w, instant, run, remove=True)
+            self.release_run(draft, instant, run, remove=True)
         elif status == "interrupted":
-            self.release(w, instant, run, remove=False)
-            w.active = w.active.with_run(instant, ActiveRun(event.run_id, status, False))
+            self.release_run(draft, instant, run, remove=False)
+            draft.active = draft.active.with_run(instant, ActiveRun(event.run_id, status, False))
         else:
-            w.active = w.active.with_run(instant, ActiveRun(event.run_id, status, run.holds_slot))
-        self.record(w.schedule_id, instant, status, run_id=event.run_id, reason=event.message)
-        self.refresh(w)
+            draft.active = draft.active.with_run(
+                instant, ActiveRun(event.run_id, status, run.holds_slot)
+            )
+        self.record(draft.schedule_id, instant, status, run_id=event.run_id, reason=event.message)
+        self.reindex(draft)
 
-    def release(self, w: _Work, instant: datetime, run: ActiveRun, *, remove: bool) -> None:
+    def release_run(
+        self, draft: _ScheduleDraft, instant: datetime, run: ActiveRun, *, remove: bool
+    ) -> None:
         if run.holds_slot:
-            self.slots -= 1
+            self.slots_in_use -= 1
         if remove:
-            w.active = w.active.without(instant)
+            draft.active = draft.active.without(instant)
 
     def on_capacity(self, event: CapacityChanged) -> None:
         self.capacity = check_capacity(event.max_concurrent_runs)
 
     def on_recovered(self, event: ScheduleRecovered) -> None:
         definition = event.definition
-        sid = definition.schedule_id
-        if self.peek(sid) is not None:
-            raise self.misuse(event, self.touch(sid), "the schedule was already recovered")
+        schedule_id = definition.schedule_id
+        if self.current(schedule_id) is not None:
+            raise self.misuse(event, self.draft(schedule_id), "the schedule was already recovered")
         if event.revision < 1:
             raise CoreMisuse(f"cannot apply {event!r}: revision must be >= 1")
-        created_at = _utc(event.created_at, "ScheduleRecovered.created_at")
+        created_at = _checked_utc(event.created_at, "ScheduleRecovered.created_at")
         # rule M: a crash may have lost the runtime record after the rows it
         # depends on; every durable mark bounds what was already considered.
         marks = [created_at]
-        for value, what in (
+        for value, field_name in (
             (event.watermark, "watermark"),
             (event.last_decided_instant, "last_decided_instant"),
             (event.updated_at, "updated_at"),
             (event.resumed_at, "resumed_at"),
         ):
             if value is not None:
-                marks.append(_utc(value, f"ScheduleRecovered.{what}"))
+                marks.append(_checked_utc(value, f"ScheduleRecovered.{field_name}"))
         last_decided = (
             None
             if event.last_decided_instant is None
-            else _utc(event.last_decided_instant, "ScheduleRecovered.last_decided_instant")
+            else _checked_utc(event.last_decided_instant, "ScheduleRecovered.last_decided_instant")
         )
-        held = None if event.held is None else _utc(event.held, "ScheduleRecovered.held")
+        held = None if event.held is None else _checked_utc(event.held, "ScheduleRecovered.held")
         if held is not None and last_decided is not None and held <= last_decided:
             # Decided before the crash (its row is durable, the runtime was not).
             held = None
-        runs = sorted(event.active_runs, key=lambda r: _utc(r.instant, "RecoveredRun.instant"))
-        run_instants = {_utc(r.instant, "RecoveredRun.instant") for r in runs}
+        runs = sorted(
+            event.active_runs,
+            key=lambda recovered: _checked_utc(recovered.instant, "RecoveredRun.instant"),
+        )
+        run_instants = {_checked_utc(run.instant, "RecoveredRun.instant") for run in runs}
         if len(run_instants) != len(runs):
             raise CoreMisuse(f"cannot apply {event!r}: two recovered runs share an instant")
         waiting = tuple(
             sorted(
                 {
-                    t
-                    for t in (_utc(v, "ScheduleRecovered.waiting") for v in event.waiting)
-                    if t not in run_instants and t != held
+                    instant
+                    for instant in (
+                        _checked_utc(value, "ScheduleRecovered.waiting") for value in event.waiting
+                    )
+                    if instant not in run_instants and instant != held
                 }
             )
         )
@@ -977,105 +1007,127 @@ class _Call:
         marks.extend(run_instants)
         if held is not None:
             marks.append(held)
-        w = _Work.fresh(definition, event.revision, created_at, max(marks))
-        self.work[sid] = w
-        self.before[sid] = (
+        draft = _ScheduleDraft.fresh(definition, event.revision, created_at, max(marks))
+        self.drafts[schedule_id] = draft
+        self.persisted[schedule_id] = (
             None
             if event.watermark is None
-            else (_utc(event.watermark, "ScheduleRecovered.watermark"), event.held, event.waiting)
+            else (
+                _checked_utc(event.watermark, "ScheduleRecovered.watermark"),
+                event.held,
+                event.waiting,
+            )
         )
-        w.held = held
-        w.waiting = waiting
-        w.paused = event.paused
-        w.deleted = event.deleted
-        w.blocked = event.blocked_reason
+        draft.held = held
+        draft.waiting = waiting
+        draft.paused = event.paused
+        draft.deleted = event.deleted
+        draft.blocked = event.blocked_reason
         for run in runs:
-            self.recover_run(event, w, run)
+            self.recover_run(event, draft, run)
         # rule H: instants left waiting by a crash after an admission that took the
         # last overlap place (its row durable, the runtime record not).
-        self.overlap_waiting(w)
+        self.decide_waiting_when_overlap_full(draft)
         # rules A, K: the recovered definition and flags rule what may wait.
-        if w.paused or w.deleted:
-            self.supersede_all(w, _PAUSED if not w.deleted else _DELETED)
+        if draft.paused or draft.deleted:
+            self.supersede_all(draft, _REASON_PAUSED if not draft.deleted else _REASON_DELETED)
         else:
-            self.conform(w, _UPDATED)
-        self.refresh(w)
+            self.conform_to_policy(draft, _REASON_UPDATED)
+        self.reindex(draft)
 
-    def recover_run(self, event: ScheduleRecovered, w: _Work, run: RecoveredRun) -> None:
-        instant = _utc(run.instant, "RecoveredRun.instant")
-        sid = w.schedule_id
+    def recover_run(
+        self, event: ScheduleRecovered, draft: _ScheduleDraft, run: RecoveredRun
+    ) -> None:
+        instant = _checked_utc(run.instant, "RecoveredRun.instant")
+        schedule_id = draft.schedule_id
         # rule O: an admitted occurrence is never replayed, only carried on.
         if run.status in TERMINAL_RUN_STATUSES:
-            self.record(sid, instant, run.status, run_id=run.run_id, reason=run.message)
+            self.record(schedule_id, instant, run.status, run_id=run.run_id, reason=run.message)
             return
         if run.status == "interrupted":
             if run.run_id is None:
-                raise self.misuse(event, w, f"interrupted run of {_iso(instant)} has no run id")
-            w.active = w.active.with_run(instant, ActiveRun(run.run_id, "interrupted", False))
+                raise self.misuse(event, draft, f"interrupted run of {_iso(instant)} has no run id")
+            draft.active = draft.active.with_run(
+                instant, ActiveRun(run.run_id, "interrupted", False)
+            )
             return
         if run.run_id is None and run.status != "admitted":
-            raise self.misuse(event, w, f"{run.status} run of {_iso(instant)} has no run id")
-        if w.blocked is not None:
+            raise self.misuse(event, draft, f"{run.status} run of {_iso(instant)} has no run id")
+        if draft.blocked is not None:
             # rule I: fail closed; a blocked schedule's runs are tracked, not
             # started.
-            w.active = w.active.with_run(instant, ActiveRun(run.run_id, run.status, False))
+            draft.active = draft.active.with_run(instant, ActiveRun(run.run_id, run.status, False))
             return
         if run.run_id is None:
-            self.commands.append(CreateAdmittedRun(schedule_id=sid, instant=instant))
+            self.commands.append(CreateAdmittedRun(schedule_id=schedule_id, instant=instant))
         elif run.status == "admitted" and run.never_started:
-            self.commands.append(StartRun(schedule_id=sid, instant=instant, run_id=run.run_id))
-        w.active = w.active.with_run(instant, ActiveRun(run.run_id, run.status, True))
-        self.slots += 1
+            self.commands.append(
+                StartRun(schedule_id=schedule_id, instant=instant, run_id=run.run_id)
+            )
+        draft.active = draft.active.with_run(instant, ActiveRun(run.run_id, run.status, True))
+        self.slots_in_use += 1
 
     def on_contradicted(self, event: RecordsContradicted) -> None:
-        w = self.get(event.schedule_id, event)
+        draft = self.draft_for_event(event.schedule_id, event)
         parts = [f"{event.file}: {event.record}: {event.reason}", *event.extra]
         diagnostic = "; ".join(parts)
         # rule I: the schedule stops advancing and admitting; its waiting
         # instants cannot wait for a repair of unknown duration.
-        if w.blocked is None:
+        if draft.blocked is None:
             # The first damage found is the one shown: what it breaks may
             # well be what later contradictions only follow from.
-            w.blocked = diagnostic
-        for instant in w.waiting:
-            self.record(w.schedule_id, instant, "superseded", reason=_BLOCKED)
-        w.waiting = ()
-        self.commands.append(BlockSchedule(schedule_id=w.schedule_id, diagnostic=diagnostic))
-        self.refresh(w)
+            draft.blocked = diagnostic
+        for instant in draft.waiting:
+            self.record(draft.schedule_id, instant, "superseded", reason=_REASON_BLOCKED)
+        draft.waiting = ()
+        self.commands.append(BlockSchedule(schedule_id=draft.schedule_id, diagnostic=diagnostic))
+        self.reindex(draft)
 
     # --- finish -------------------------------------------------------------
 
     def finish(self) -> SchedulerState:
         self.trim_due_top()
         if self.due_index.size > 2 * self.due_live + _COMPACT_SLACK:
-            live = {key for key in self.due_index if (s := self.peek(key[1])) and s.due == key[0]}
+            live = {
+                key
+                for key in self.due_index
+                if (schedule := self.current(key[1])) and schedule.due == key[0]
+            }
             self.due_index = KeyHeap.of(live).edit()
             self.due_live = len(live)
-        if self.queue.size > 2 * self.queue_live + _COMPACT_SLACK:
-            live = {key for key in self.queue if (s := self.peek(key[1])) and s.queued == key[0]}
-            self.queue = KeyHeap.of(live).edit()
+        if self.slot_queue.size > 2 * self.queue_live + _COMPACT_SLACK:
+            live = {
+                key
+                for key in self.slot_queue
+                if (schedule := self.current(key[1])) and schedule.queued == key[0]
+            }
+            self.slot_queue = KeyHeap.of(live).edit()
             self.queue_live = len(live)
-        schedules = self.state.schedules
-        if self.work:
+        schedules = self.given_state.schedules
+        if self.drafts:
             evolver = schedules.evolver()
-            for sid, w in self.work.items():
+            for schedule_id, draft in self.drafts.items():
                 # rule I: a blocked schedule's files stay as they were found: a
                 # fresh runtime record would hide the damage from the next
                 # start. rule M: persisting here, last, puts the runtime
                 # record after every row of the call.
-                if w.blocked is None and self.before[sid] != (w.watermark, w.held, w.waiting):
-                    self.persist(w)
-                evolver[sid] = w.freeze()
+                if draft.blocked is None and self.persisted[schedule_id] != (
+                    draft.watermark,
+                    draft.held,
+                    draft.waiting,
+                ):
+                    self.persist(draft)
+                evolver[schedule_id] = draft.freeze()
             schedules = evolver.persistent()
         return SchedulerState(
             max_concurrent_runs=self.capacity,
             schedules=schedules,
-            slots_in_use=self.slots,
+            slots_in_use=self.slots_in_use,
             last_now=self.now,
             clock_behind=self.clock_behind,
             due_index=self.due_index.freeze(),
             due_live=self.due_live,
-            slot_queue=self.queue.freeze(),
+            slot_queue=self.slot_queue.freeze(),
             queue_live=self.queue_live,
         )
 
@@ -1084,27 +1136,27 @@ class _Call:
         while self.due_index:
             top = self.due_index.peek()
             assert top is not None
-            s = self.peek(top[1])
-            if s is not None and s.due == top[0]:
+            schedule = self.current(top[1])
+            if schedule is not None and schedule.due == top[0]:
                 return
             self.due_index.pop()
 
 
-_Handler: TypeAlias = Callable[[_Call, Any], None]
+_Handler: TypeAlias = Callable[[_Decider, Any], None]
 
 # The transition table: which handler applies each kind of event.
 _HANDLERS: Final[dict[type[Event], _Handler]] = {
-    ScheduleCreated: _Call.on_created,
-    ScheduleUpdated: _Call.on_updated,
-    SchedulePaused: _Call.on_paused,
-    ScheduleResumed: _Call.on_resumed,
-    ScheduleDeleted: _Call.on_deleted,
-    OccurrenceAdmitted: _Call.on_admitted,
-    PreflightFailed: _Call.on_preflight_failed,
-    RunStatusChanged: _Call.on_run_status,
-    CapacityChanged: _Call.on_capacity,
-    ScheduleRecovered: _Call.on_recovered,
-    RecordsContradicted: _Call.on_contradicted,
+    ScheduleCreated: _Decider.on_created,
+    ScheduleUpdated: _Decider.on_updated,
+    SchedulePaused: _Decider.on_paused,
+    ScheduleResumed: _Decider.on_resumed,
+    ScheduleDeleted: _Decider.on_deleted,
+    OccurrenceAdmitted: _Decider.on_admitted,
+    PreflightFailed: _Decider.on_preflight_failed,
+    RunStatusChanged: _Decider.on_run_status,
+    CapacityChanged: _Decider.on_capacity,
+    ScheduleRecovered: _Decider.on_recovered,
+    RecordsContradicted: _Decider.on_contradicted,
 }
 
 
@@ -1129,17 +1181,17 @@ def decide(
     """
     if not isinstance(state, SchedulerState):
         raise CoreMisuse(f"decide needs a SchedulerState, got {type(state).__name__}")
-    call = _Call(state, _utc(now, "now"))
-    call.find_late_stops(events)
+    decider = _Decider(state, _checked_utc(now, "now"))
+    decider.find_late_stops(events)
     for position, event in enumerate(events):
         handler = _HANDLERS.get(type(event))
         if handler is None:
             raise CoreMisuse(f"decide cannot apply {event!r}: not a known event type")
-        call.position = position
-        handler(call, event)
-    call.settle_due()
-    call.fill()
-    return call.finish(), tuple(call.commands)
+        decider.event_position = position
+        handler(decider, event)
+    decider.settle_due()
+    decider.fill_slots()
+    return decider.finish(), tuple(decider.commands)
 
 
 def next_wakeup(state: SchedulerState) -> datetime | None:
@@ -1153,8 +1205,8 @@ def next_wakeup(state: SchedulerState) -> datetime | None:
     while index:
         top = index.peek()
         assert top is not None
-        s = state.schedules.get(top[1])
-        if s is not None and s.due == top[0]:
+        schedule = state.schedules.get(top[1])
+        if schedule is not None and schedule.due == top[0]:
             return top[0]
         index.pop()
     return None

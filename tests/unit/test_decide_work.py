@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from core.decide import _Work
+from core.decide import _ScheduleDraft
 from core.state import ScheduleState
 from tests.property.builders import at, cron
 
@@ -15,7 +15,7 @@ FIELD_NAMES = [field.name for field in fields(ScheduleState)]
 
 
 def test_the_working_copy_has_exactly_the_fields_of_the_schedule_state() -> None:
-    assert sorted(_Work.__slots__) == sorted(FIELD_NAMES)
+    assert sorted(_ScheduleDraft.__slots__) == sorted(FIELD_NAMES)
 
 
 def test_copying_in_and_freezing_carries_every_field_unchanged() -> None:
@@ -23,7 +23,7 @@ def test_copying_in_and_freezing_carries_every_field_unchanged() -> None:
     # not at all, cannot pass by coincidence.
     markers: dict[str, Any] = {name: object() for name in FIELD_NAMES}
     state = ScheduleState(**markers)
-    copy = _Work.of(state)
+    copy = _ScheduleDraft.of(state)
     for name in FIELD_NAMES:
         assert getattr(copy, name) is markers[name], name
     frozen = copy.freeze()
@@ -32,7 +32,7 @@ def test_copying_in_and_freezing_carries_every_field_unchanged() -> None:
 
 
 def test_a_fresh_working_copy_sets_every_field() -> None:
-    copy = _Work.fresh(cron("r"), 1, at(9, 30), at(9, 30))
+    copy = _ScheduleDraft.fresh(cron("r"), 1, at(9, 30), at(9, 30))
     frozen = copy.freeze()
     for name in FIELD_NAMES:
         assert getattr(frozen, name) is getattr(copy, name), name
