@@ -102,6 +102,18 @@ N. Run reports. Every status report of a scheduled run is recorded in
 O. Recovered runs. Admitted runs are restarted (`CreateAdmittedRun`,
    `StartRun`), tracked (running), kept without a slot (interrupted) or
    recorded (terminal).
+
+Reading guide
+=============
+
+Top to bottom: `decide` and `next_wakeup`, the entry points; `_Decider`, one
+call's work, its methods in the order of the five phases (the event
+handlers, then settling with the instant rules A-E, filling slots, and
+finishing with the runtime records), then the helpers those share (drafts
+of schedules, history rows, indexes); `_HANDLERS`, the table from event type
+to handler; `_ScheduleDraft`, the mutable copy of a `ScheduleState` a call
+works on, and the index keys derived from a schedule; last, small helpers
+(memoized calendar questions, time checks).
 """
 
 from __future__ import annotations
@@ -153,6 +165,59 @@ from core.state import (
 
 __all__ = ["decide", "next_wakeup"]
 
+
+def decide(
+    state: SchedulerState, now: datetime, events: Sequence[Event]
+) -> tuple[SchedulerState, tuple[Command, ...]]:
+    """Apply `events` (in order) at `now`, decide every instant that is due, and
+    fill free execution slots.
+
+    Returns the new state and the commands for the shell, in the order they
+    must be carried out. Pure and deterministic: the same arguments always
+    give equal results, and `state` and `events` are never changed.
+
+    Raises CoreMisuse when the caller breaks the protocol (a naive `now`, a
+    lifecycle or admission event about a schedule or admission the state does
+    not know, a revision that does not increase, a duplicate schedule id), and
+    InvalidInput for a bad capacity. A failed call changes nothing: the old
+    state is still valid. A run's status report that the state cannot place
+    (an unknown schedule, no active run at its instant, another run id) is not
+    misuse: the world reports what happened to runs, and a stale report is
+    answered with a `LogWarning` and ignored.
+    """
+    if not isinstance(state, SchedulerState):
+        raise CoreMisuse(f"decide needs a SchedulerState, got {type(state).__name__}")
+    decider = _Decider(state, _checked_utc(now, "now"))  # phase 1: clock
+    decider.find_late_stops(events)
+    for position, event in enumerate(events):  # phase 2: events
+        handler = _HANDLERS.get(type(event))
+        if handler is None:
+            raise CoreMisuse(f"decide cannot apply {event!r}: not a known event type")
+        decider.event_position = position
+        handler(decider, event)
+    decider.settle_due()  # phase 3
+    decider.fill_slots()  # phase 4
+    return decider.finish(), tuple(decider.commands)  # phase 5: persist
+
+
+def next_wakeup(state: SchedulerState) -> datetime | None:
+    """The earliest instant at which `decide` would act without any event: the
+    next trigger instant of a live schedule, or the moment an instant waiting
+    for a slot stops being on time. None when nothing is ever due on its own.
+
+    O(1) for a state returned by `decide` (its index top is kept live).
+    """
+    index = state.due_index.edit()
+    while index:
+        top = index.peek()
+        assert top is not None
+        schedule = state.schedules.get(top[1])
+        if schedule is not None and schedule.due == top[0]:
+            return top[0]
+        index.pop()
+    return None
+
+
 _ONE_MICROSECOND: Final = timedelta(microseconds=1)
 # Rebuild an index once stale entries outnumber live ones by this much.
 _COMPACT_SLACK: Final = 64
@@ -169,216 +234,15 @@ _REASON_UPDATED: Final = "schedule updated"
 _RuntimeRecord: TypeAlias = tuple[datetime, datetime | None, tuple[datetime, ...]]
 
 
-# Calendar answers are pure functions of (trigger, instant), and schedules
-# that share a trigger (compiled triggers are shared by value) ask the same
-# questions at the same instants: memoize so that ten thousand hourly
-# schedules cost one croniter step per hour, not ten thousand.
-@lru_cache(maxsize=1 << 16)
-def _next_after(trigger: CompiledTrigger, after: datetime) -> datetime | None:
-    return trigger.next_after(after)
-
-
-@lru_cache(maxsize=1 << 12)
-def _last_at_or_before(trigger: CompiledTrigger, bound: datetime) -> datetime | None:
-    return trigger.last_at_or_before(bound)
-
-
-@lru_cache(maxsize=1 << 12)
-def _count_between(trigger: CompiledTrigger, after: datetime, upto: datetime) -> int:
-    return trigger.count_between(after, upto)
-
-
-class _ScheduleDraft:
-    """A mutable copy of one `ScheduleState`, private to one `decide` call.
-
-    Field for field the same as `ScheduleState` (spelt out rather than
-    generated: copying is on the hot path); `tests/unit/test_decide_work.py`
-    fails when the two drift apart.
-    """
-
-    __slots__ = (
-        "active",
-        "allowance",
-        "blocked",
-        "created_at",
-        "definition",
-        "deleted",
-        "due",
-        "held",
-        "latest",
-        "limit",
-        "next_instant",
-        "paused",
-        "queued",
-        "revision",
-        "schedule_id",
-        "trigger",
-        "waiting",
-        "watermark",
-    )
-
-    schedule_id: str
-    definition: ScheduleDefinition
-    revision: int
-    trigger: CompiledTrigger
-    created_at: datetime
-    watermark: datetime
-    next_instant: datetime | None
-    held: datetime | None
-    waiting: tuple[datetime, ...]
-    active: ActiveRuns
-    paused: bool
-    deleted: bool
-    blocked: str | None
-    due: datetime | None
-    queued: datetime | None
-    latest: bool
-    limit: int
-    allowance: timedelta
-
-    @classmethod
-    def of(cls, schedule: ScheduleState) -> _ScheduleDraft:
-        draft = cls()
-        draft.schedule_id = schedule.schedule_id
-        draft.definition = schedule.definition
-        draft.revision = schedule.revision
-        draft.trigger = schedule.trigger
-        draft.created_at = schedule.created_at
-        draft.watermark = schedule.watermark
-        draft.next_instant = schedule.next_instant
-        draft.held = schedule.held
-        draft.waiting = schedule.waiting
-        draft.active = schedule.active
-        draft.paused = schedule.paused
-        draft.deleted = schedule.deleted
-        draft.blocked = schedule.blocked
-        draft.due = schedule.due
-        draft.queued = schedule.queued
-        draft.latest = schedule.latest
-        draft.limit = schedule.limit
-        draft.allowance = schedule.allowance
-        return draft
-
-    @classmethod
-    def fresh(
-        cls,
-        definition: ScheduleDefinition,
-        revision: int,
-        created_at: datetime,
-        watermark: datetime,
-    ) -> _ScheduleDraft:
-        draft = cls()
-        draft.schedule_id = definition.schedule_id
-        draft.created_at = created_at
-        draft.watermark = watermark
-        draft.held = None
-        draft.waiting = ()
-        draft.active = NO_RUNS
-        draft.paused = False
-        draft.deleted = False
-        draft.blocked = None
-        draft.due = None
-        draft.queued = None
-        draft.set_definition(definition, revision)
-        return draft
-
-    def set_definition(self, definition: ScheduleDefinition, revision: int) -> None:
-        self.definition = definition
-        self.revision = revision
-        self.trigger = compile_trigger(definition.trigger)
-        self.latest = definition.misfire == "latest"
-        self.limit = definition.active_run_limit
-        self.allowance = timedelta(seconds=definition.lateness_allowance_s)
-        self.next_instant = _next_after(self.trigger, self.watermark)
-
-    def freeze(self) -> ScheduleState:
-        return ScheduleState(
-            schedule_id=self.schedule_id,
-            definition=self.definition,
-            revision=self.revision,
-            trigger=self.trigger,
-            created_at=self.created_at,
-            watermark=self.watermark,
-            next_instant=self.next_instant,
-            held=self.held,
-            waiting=self.waiting,
-            active=self.active,
-            paused=self.paused,
-            deleted=self.deleted,
-            blocked=self.blocked,
-            due=self.due,
-            queued=self.queued,
-            latest=self.latest,
-            limit=self.limit,
-            allowance=self.allowance,
-        )
-
-    def describe(self) -> str:
-        flags = [
-            name
-            for name, on in (
-                ("paused", self.paused),
-                ("deleted", self.deleted),
-                ("blocked", self.blocked is not None),
-            )
-            if on
-        ]
-        active = ", ".join(
-            f"{_iso(instant)}={run.status}" for instant, run in sorted(self.active.items())
-        )
-        return (
-            f"revision {self.revision}, {'/'.join(flags) or 'live'}, "
-            f"watermark {_iso(self.watermark)}, active runs [{active}]"
-        )
-
-
-_DraftOrState: TypeAlias = _ScheduleDraft | ScheduleState
-
-
-def _due_time(schedule: _DraftOrState) -> datetime | None:
-    """When the schedule next needs `decide` on its own (None: only events wake it)."""
-    # rules A, I: nothing of a paused, deleted or blocked schedule is due.
-    if schedule.paused or schedule.deleted or schedule.blocked is not None:
-        return None
-    due = schedule.next_instant
-    if schedule.waiting:
-        # rule D: wake when the oldest waiting instant turns late, so (B)
-        # decides it then rather than at some later event.
-        late = schedule.waiting[0] + schedule.allowance + _ONE_MICROSECOND
-        if due is None or late < due:
-            due = late
-    return due
-
-
-def _slot_candidate(schedule: _DraftOrState) -> datetime | None:
-    """The instant the schedule would admit next if a slot were free, if any."""
-    if (
-        schedule.paused
-        or schedule.deleted
-        or schedule.blocked is not None
-        or len(schedule.active) >= schedule.limit
-    ):
-        return None
-    # rule D: under "latest" the held candidate waits; under "skip" the oldest
-    # waiting instant does (the FIFO keeps the rows in instant order).
-    if schedule.latest:
-        return schedule.held
-    return schedule.waiting[0] if schedule.waiting else None
-
-
-def _iso(instant: datetime) -> str:
-    return instant.astimezone(UTC).isoformat().replace("+00:00", "Z")
-
-
-def _checked_utc(value: object, name: str) -> datetime:
-    if not isinstance(value, datetime) or value.utcoffset() is None:
-        raise CoreMisuse(f"{name} must be a timezone-aware datetime, got {value!r}")
-    return value if value.tzinfo is UTC else value.astimezone(UTC)
-
-
 class _Decider:
     """One `decide` call: working copies of the schedules it touches, the
-    indexes and counters as they evolve, and the commands emitted so far."""
+    indexes and counters as they evolve, and the commands emitted so far.
+
+    `decide` drives it through the five phases of the theory of operation;
+    the methods below come in that order.
+    """
+
+    # --- phase 1: start the call, clamp the clock (rule L) --------------------
 
     def __init__(self, state: SchedulerState, now: datetime) -> None:
         self.given_state = state
@@ -416,349 +280,7 @@ class _Decider:
         self.late_stops: dict[str, int] = {}
         self.event_position = 0
 
-    # --- access -------------------------------------------------------------
-
-    def current(self, schedule_id: str) -> _DraftOrState | None:
-        draft = self.drafts.get(schedule_id)
-        return draft if draft is not None else self.given_state.schedules.get(schedule_id)
-
-    def draft_for_event(self, schedule_id: str, event: Event) -> _ScheduleDraft:
-        draft = self.drafts.get(schedule_id)
-        if draft is not None:
-            return draft
-        schedule = self.given_state.schedules.get(schedule_id)
-        if schedule is None:
-            raise CoreMisuse(
-                f"cannot apply {type(event).__name__} {event!r}: schedule {schedule_id!r} "
-                f"is unknown to this state ({len(self.given_state.schedules)} schedules)",
-                data={"schedule_id": schedule_id, "event": type(event).__name__},
-            )
-        return self._start_draft(schedule)
-
-    def _start_draft(self, schedule: ScheduleState) -> _ScheduleDraft:
-        draft = _ScheduleDraft.of(schedule)
-        self.drafts[schedule.schedule_id] = draft
-        self.persisted[schedule.schedule_id] = (schedule.watermark, schedule.held, schedule.waiting)
-        return draft
-
-    def draft(self, schedule_id: str) -> _ScheduleDraft:
-        draft = self.drafts.get(schedule_id)
-        return (
-            draft
-            if draft is not None
-            else self._start_draft(self.given_state.schedules[schedule_id])
-        )
-
-    def misuse(self, event: Event, draft: _ScheduleDraft, detail: str) -> CoreMisuse:
-        return CoreMisuse(
-            f"cannot apply {type(event).__name__} {event!r} to schedule {draft.schedule_id!r} "
-            f"({draft.describe()}): {detail}",
-            data={"schedule_id": draft.schedule_id, "event": type(event).__name__},
-        )
-
-    def ignore_report(self, event: Event, draft: _ScheduleDraft, detail: str) -> None:
-        self.commands.append(
-            LogWarning(
-                message=f"ignored {type(event).__name__} {event!r} for schedule "
-                f"{draft.schedule_id!r} ({draft.describe()}): {detail}"
-            )
-        )
-
-    # --- commands -----------------------------------------------------------
-
-    def record(
-        self,
-        schedule_id: str,
-        instant: datetime,
-        status: OccurrenceStatus,
-        *,
-        run_id: str | None = None,
-        reason: str | None = None,
-    ) -> None:
-        self.commands.append(
-            RecordOccurrence(
-                schedule_id=schedule_id,
-                instant=instant,
-                status=status,
-                run_id=run_id,
-                reason=reason,
-            )
-        )
-
-    def record_span(
-        self,
-        schedule_id: str,
-        first: datetime,
-        last: datetime,
-        count: int,
-        status: OccurrenceStatus,
-    ) -> None:
-        if count == 1:
-            self.record(schedule_id, last, status)
-            return
-        self.commands.append(
-            RecordOccurrence(
-                schedule_id=schedule_id,
-                instant=last,
-                status=status,
-                count=count,
-                first_instant=first,
-                last_instant=last,
-            )
-        )
-
-    def supersede_all(self, draft: _ScheduleDraft, reason: str) -> None:
-        """Drop the held candidate and waiting instants, oldest row first."""
-        # rule A (pause, delete): they cannot run any more, and each needs its
-        # row so that no instant goes undecided.
-        dropped = sorted((*draft.waiting, *((draft.held,) if draft.held is not None else ())))
-        for instant in dropped:
-            self.record(draft.schedule_id, instant, "superseded", reason=reason)
-        draft.held = None
-        draft.waiting = ()
-
-    # --- indexes ------------------------------------------------------------
-
-    def reindex(self, draft: _ScheduleDraft) -> None:
-        """Enter the schedule's current due time and slot candidate in the indexes."""
-        due = _due_time(draft)
-        if due != draft.due:
-            if draft.due is not None:
-                self.due_live -= 1
-            if due is not None:
-                self.due_index.push((due, draft.schedule_id))
-                self.due_live += 1
-            draft.due = due
-        candidate = _slot_candidate(draft)
-        if candidate is not None and candidate != draft.queued:
-            if draft.queued is not None:
-                self.queue_live -= 1
-            self.slot_queue.push((candidate, draft.schedule_id))
-            self.queue_live += 1
-            draft.queued = candidate
-
-    def slot_free_for(self, instant: datetime, schedule_id: str) -> bool:
-        """True when `instant` may take a slot now: one is free and no live
-        candidate with an older instant is queued for it."""
-        if self.slots_in_use >= self.capacity:
-            return False
-        # rule F: free slots go to the oldest waiting instant across
-        # schedules, so a newer on-time instant must not jump the queue.
-        own_key = (instant, schedule_id)
-        while self.slot_queue:
-            top = self.slot_queue.peek()
-            assert top is not None
-            if top >= own_key:
-                return True
-            queued_at, other_id = top
-            other = self.current(other_id)
-            assert other is not None  # schedules are never removed
-            if other.queued == queued_at:
-                if other_id != schedule_id and _slot_candidate(other) == queued_at:
-                    return False
-                self.draft(other_id).queued = None
-                self.queue_live -= 1
-            self.slot_queue.pop()
-        return True
-
-    # --- deciding instants --------------------------------------------------
-
-    def settle(self, draft: _ScheduleDraft, upto: datetime, *, all_missed: bool = False) -> None:
-        """Decide the schedule's instants in `(watermark, upto]` as of `self.now`
-        (`all_missed`: as missed whatever their age)."""
-        # rule A: a paused or deleted schedule's instants are consumed by the
-        # watermark moves of pause/resume, never here. rule I: a blocked one
-        # does not advance unless a lifecycle change needs its instants.
-        if draft.paused or draft.deleted or (draft.blocked is not None and not all_missed):
-            return
-        now = self.now
-        if draft.waiting:
-            self.expire_waiting(draft)
-        next_instant = draft.next_instant
-        if next_instant is None or next_instant > upto:
-            return
-        trigger = draft.trigger
-        # rule B: missed means more than the allowance late, as of `now`.
-        missed_upto = upto if all_missed else min(upto, now - draft.allowance - _ONE_MICROSECOND)
-        if next_instant <= missed_upto:
-            # rule G: the whole run of missed instants is one step and one
-            # row, so a downtime of any length costs the same.
-            after_missed = _next_after(trigger, next_instant)
-            if after_missed is None or after_missed > missed_upto:
-                first = last = next_instant
-                count = 1
-            else:
-                first = next_instant
-                found = _last_at_or_before(trigger, missed_upto)
-                assert found is not None  # next_instant itself is at or before missed_upto
-                last = found
-                count = _count_between(trigger, draft.watermark, missed_upto)
-                after_missed = _next_after(trigger, last)
-            # Under "latest" a catch-up that reaches an on-time instant in this
-            # call ends there: the on-time instant replaces every missed one.
-            replaced = after_missed is not None and after_missed <= upto
-            self.decide_missed(draft, first, last, count, replaced=replaced)
-            draft.watermark = last
-            next_instant = after_missed
-        while next_instant is not None and next_instant <= upto:
-            self.decide_on_time(draft, next_instant)
-            draft.watermark = next_instant
-            next_instant = _next_after(trigger, next_instant)
-        draft.next_instant = next_instant
-
-    def expire_waiting(self, draft: _ScheduleDraft) -> None:
-        # rules D, B: an instant waits for a slot only while it is on time.
-        oldest_on_time = self.now - draft.allowance
-        keep: list[datetime] = []
-        for instant in draft.waiting:
-            if instant < oldest_on_time:
-                self.record(draft.schedule_id, instant, "skipped-misfire")
-            else:
-                keep.append(instant)
-        if len(keep) != len(draft.waiting):
-            draft.waiting = tuple(keep)
-
-    def decide_missed(
-        self, draft: _ScheduleDraft, first: datetime, last: datetime, count: int, *, replaced: bool
-    ) -> None:
-        """Decide the missed instants `first..last` (`count` of them);
-        `replaced`: an on-time instant follows in this same call."""
-        schedule_id = draft.schedule_id
-        # rule B, misfire "skip".
-        if not draft.latest:
-            self.record_span(schedule_id, first, last, count, "skipped-misfire")
-            return
-        # rule B, misfire "latest": the newest missed instant takes the place
-        # of the held candidate.
-        if draft.held is not None:
-            was_missed = self.missed_held.get(schedule_id) == draft.held
-            self.record(schedule_id, draft.held, "coalesced" if was_missed else "superseded")
-            draft.held = None
-        if replaced:
-            # rule G: the newest missed instant was never a candidate anyone
-            # waited on: it is coalesced with the rest of the catch-up, in one
-            # row.
-            self.record_span(schedule_id, first, last, count, "coalesced")
-            return
-        if count > 1:
-            before_last = _last_at_or_before(draft.trigger, last - _ONE_MICROSECOND)
-            assert before_last is not None  # count > 1: first < last
-            self.record_span(schedule_id, first, before_last, count - 1, "coalesced")
-        draft.held = last
-        self.missed_held[schedule_id] = last
-
-    def decide_on_time(self, draft: _ScheduleDraft, instant: datetime) -> None:
-        schedule_id = draft.schedule_id
-        if draft.latest:
-            # rules C, D under "latest": a newer on-time instant replaces the
-            # held one, so there is never a burst.
-            if draft.held is not None:
-                self.record(schedule_id, draft.held, "superseded")
-                draft.held = None
-            if len(draft.active) < draft.limit and self.slot_free_for(instant, schedule_id):
-                self.admit(draft, instant)  # rule E
-            else:
-                draft.held = instant
-            return
-        # rule H: waiting instants exist only while the overlap limit is not
-        # reached (see `decide_waiting_when_overlap_full`), so a skipped instant is never
-        # recorded before an older one that still waits.
-        if len(draft.active) >= draft.limit:
-            self.record(schedule_id, instant, "skipped-overlap")  # rule C
-        elif not draft.waiting and self.slot_free_for(instant, schedule_id):
-            self.admit(draft, instant)  # rule E
-        else:
-            draft.waiting = (*draft.waiting, instant)  # rule D
-
-    def decide_waiting_when_overlap_full(
-        self, draft: _ScheduleDraft, *, reason: str | None = None
-    ) -> None:
-        """Once the overlap places are taken, the waiting instants cannot run:
-        decide them now, oldest first (`skipped-overlap`, or `superseded`
-        with `reason` when a change of policy took the places away)."""
-        # rule H: a waiting instant reserves no overlap place.
-        if draft.waiting and len(draft.active) >= draft.limit:
-            for instant in draft.waiting:
-                if reason is None:
-                    self.record(draft.schedule_id, instant, "skipped-overlap")
-                else:
-                    self.record(draft.schedule_id, instant, "superseded", reason=reason)
-            draft.waiting = ()
-
-    def persist(self, draft: _ScheduleDraft) -> None:
-        # rule M: called from `finish` only, so the runtime record follows
-        # every row it depends on.
-        runtime: _RuntimeRecord = (draft.watermark, draft.held, draft.waiting)
-        self.commands.append(
-            PersistRuntime(
-                schedule_id=draft.schedule_id,
-                watermark=runtime[0],
-                held=runtime[1],
-                waiting=runtime[2],
-            )
-        )
-        self.persisted[draft.schedule_id] = runtime
-
-    def admit(self, draft: _ScheduleDraft, instant: datetime) -> None:
-        definition = draft.definition
-        self.commands.append(
-            AdmitOccurrence(
-                schedule_id=draft.schedule_id,
-                instant=instant,
-                revision=draft.revision,
-                deployment_id=definition.deployment_id,
-                inputs=resolve_inputs(definition, draft.revision, instant)
-                if definition.inputs
-                else {},
-                max_steps=definition.max_steps,
-            )
-        )
-        draft.active = draft.active.with_run(instant, _IN_FLIGHT)
-        self.slots_in_use += 1
-
-    def settle_due(self) -> None:
-        now = self.now
-        while self.due_index:
-            top = self.due_index.peek()
-            assert top is not None
-            due, schedule_id = top
-            if due > now:
-                return
-            self.due_index.pop()
-            schedule = self.current(schedule_id)
-            if schedule is None or schedule.due != due:
-                continue
-            # `schedule` was looked up already: drafting it directly saves a second
-            # map lookup.
-            draft = (
-                schedule if isinstance(schedule, _ScheduleDraft) else self._start_draft(schedule)
-            )
-            draft.due = None
-            self.due_live -= 1
-            self.settle(draft, now)
-            self.reindex(draft)
-
-    def fill_slots(self) -> None:
-        # rule F: freed slots go to the oldest queued candidate first.
-        while self.slots_in_use < self.capacity and self.slot_queue:
-            instant, schedule_id = self.slot_queue.pop()
-            schedule = self.current(schedule_id)
-            if schedule is None or schedule.queued != instant:
-                continue
-            draft = self.draft(schedule_id)
-            draft.queued = None
-            self.queue_live -= 1
-            if _slot_candidate(draft) != instant:
-                continue
-            if draft.latest:
-                draft.held = None
-            else:
-                draft.waiting = draft.waiting[1:]
-            self.admit(draft, instant)  # rule E
-            self.decide_waiting_when_overlap_full(draft)  # rule H
-            self.reindex(draft)
-
-    # --- events -------------------------------------------------------------
+    # --- phase 2: events, in order (rules K, A, E, N, F, M, O, I) -------------
 
     def find_late_stops(self, events: Sequence[Event]) -> None:
         """Note each schedule's last pause or delete that is applied after the
@@ -1083,7 +605,216 @@ class _Decider:
         self.commands.append(BlockSchedule(schedule_id=draft.schedule_id, diagnostic=diagnostic))
         self.reindex(draft)
 
-    # --- finish -------------------------------------------------------------
+    # --- phase 3: settle, deciding each instant (rules A-E, G, H) -------------
+
+    def settle_due(self) -> None:
+        now = self.now
+        while self.due_index:
+            top = self.due_index.peek()
+            assert top is not None
+            due, schedule_id = top
+            if due > now:
+                return
+            self.due_index.pop()
+            schedule = self.current(schedule_id)
+            if schedule is None or schedule.due != due:
+                continue
+            # `schedule` was looked up already: drafting it directly saves a second
+            # map lookup.
+            draft = (
+                schedule if isinstance(schedule, _ScheduleDraft) else self._start_draft(schedule)
+            )
+            draft.due = None
+            self.due_live -= 1
+            self.settle(draft, now)
+            self.reindex(draft)
+
+    def settle(self, draft: _ScheduleDraft, upto: datetime, *, all_missed: bool = False) -> None:
+        """Decide the schedule's instants in `(watermark, upto]` as of `self.now`
+        (`all_missed`: as missed whatever their age)."""
+        # rule A: a paused or deleted schedule's instants are consumed by the
+        # watermark moves of pause/resume, never here. rule I: a blocked one
+        # does not advance unless a lifecycle change needs its instants.
+        if draft.paused or draft.deleted or (draft.blocked is not None and not all_missed):
+            return
+        now = self.now
+        if draft.waiting:
+            self.expire_waiting(draft)
+        next_instant = draft.next_instant
+        if next_instant is None or next_instant > upto:
+            return
+        trigger = draft.trigger
+        # rule B: missed means more than the allowance late, as of `now`.
+        missed_upto = upto if all_missed else min(upto, now - draft.allowance - _ONE_MICROSECOND)
+        if next_instant <= missed_upto:
+            # rule G: the whole run of missed instants is one step and one
+            # row, so a downtime of any length costs the same.
+            after_missed = _next_after(trigger, next_instant)
+            if after_missed is None or after_missed > missed_upto:
+                first = last = next_instant
+                count = 1
+            else:
+                first = next_instant
+                found = _last_at_or_before(trigger, missed_upto)
+                assert found is not None  # next_instant itself is at or before missed_upto
+                last = found
+                count = _count_between(trigger, draft.watermark, missed_upto)
+                after_missed = _next_after(trigger, last)
+            # Under "latest" a catch-up that reaches an on-time instant in this
+            # call ends there: the on-time instant replaces every missed one.
+            replaced = after_missed is not None and after_missed <= upto
+            self.decide_missed(draft, first, last, count, replaced=replaced)
+            draft.watermark = last
+            next_instant = after_missed
+        while next_instant is not None and next_instant <= upto:
+            self.decide_on_time(draft, next_instant)
+            draft.watermark = next_instant
+            next_instant = _next_after(trigger, next_instant)
+        draft.next_instant = next_instant
+
+    def expire_waiting(self, draft: _ScheduleDraft) -> None:
+        # rules D, B: an instant waits for a slot only while it is on time.
+        oldest_on_time = self.now - draft.allowance
+        keep: list[datetime] = []
+        for instant in draft.waiting:
+            if instant < oldest_on_time:
+                self.record(draft.schedule_id, instant, "skipped-misfire")
+            else:
+                keep.append(instant)
+        if len(keep) != len(draft.waiting):
+            draft.waiting = tuple(keep)
+
+    def decide_missed(
+        self, draft: _ScheduleDraft, first: datetime, last: datetime, count: int, *, replaced: bool
+    ) -> None:
+        """Decide the missed instants `first..last` (`count` of them);
+        `replaced`: an on-time instant follows in this same call."""
+        schedule_id = draft.schedule_id
+        # rule B, misfire "skip".
+        if not draft.latest:
+            self.record_span(schedule_id, first, last, count, "skipped-misfire")
+            return
+        # rule B, misfire "latest": the newest missed instant takes the place
+        # of the held candidate.
+        if draft.held is not None:
+            was_missed = self.missed_held.get(schedule_id) == draft.held
+            self.record(schedule_id, draft.held, "coalesced" if was_missed else "superseded")
+            draft.held = None
+        if replaced:
+            # rule G: the newest missed instant was never a candidate anyone
+            # waited on: it is coalesced with the rest of the catch-up, in one
+            # row.
+            self.record_span(schedule_id, first, last, count, "coalesced")
+            return
+        if count > 1:
+            before_last = _last_at_or_before(draft.trigger, last - _ONE_MICROSECOND)
+            assert before_last is not None  # count > 1: first < last
+            self.record_span(schedule_id, first, before_last, count - 1, "coalesced")
+        draft.held = last
+        self.missed_held[schedule_id] = last
+
+    def decide_on_time(self, draft: _ScheduleDraft, instant: datetime) -> None:
+        schedule_id = draft.schedule_id
+        if draft.latest:
+            # rules C, D under "latest": a newer on-time instant replaces the
+            # held one, so there is never a burst.
+            if draft.held is not None:
+                self.record(schedule_id, draft.held, "superseded")
+                draft.held = None
+            if len(draft.active) < draft.limit and self.slot_free_for(instant, schedule_id):
+                self.admit(draft, instant)  # rule E
+            else:
+                draft.held = instant
+            return
+        # rule H: waiting instants exist only while the overlap limit is not
+        # reached (see `decide_waiting_when_overlap_full`), so a skipped instant is never
+        # recorded before an older one that still waits.
+        if len(draft.active) >= draft.limit:
+            self.record(schedule_id, instant, "skipped-overlap")  # rule C
+        elif not draft.waiting and self.slot_free_for(instant, schedule_id):
+            self.admit(draft, instant)  # rule E
+        else:
+            draft.waiting = (*draft.waiting, instant)  # rule D
+
+    def decide_waiting_when_overlap_full(
+        self, draft: _ScheduleDraft, *, reason: str | None = None
+    ) -> None:
+        """Once the overlap places are taken, the waiting instants cannot run:
+        decide them now, oldest first (`skipped-overlap`, or `superseded`
+        with `reason` when a change of policy took the places away)."""
+        # rule H: a waiting instant reserves no overlap place.
+        if draft.waiting and len(draft.active) >= draft.limit:
+            for instant in draft.waiting:
+                if reason is None:
+                    self.record(draft.schedule_id, instant, "skipped-overlap")
+                else:
+                    self.record(draft.schedule_id, instant, "superseded", reason=reason)
+            draft.waiting = ()
+
+    def admit(self, draft: _ScheduleDraft, instant: datetime) -> None:
+        definition = draft.definition
+        self.commands.append(
+            AdmitOccurrence(
+                schedule_id=draft.schedule_id,
+                instant=instant,
+                revision=draft.revision,
+                deployment_id=definition.deployment_id,
+                inputs=resolve_inputs(definition, draft.revision, instant)
+                if definition.inputs
+                else {},
+                max_steps=definition.max_steps,
+            )
+        )
+        draft.active = draft.active.with_run(instant, _IN_FLIGHT)
+        self.slots_in_use += 1
+
+    # --- phase 4: fill free slots, oldest first (rule F) ----------------------
+
+    def fill_slots(self) -> None:
+        # rule F: freed slots go to the oldest queued candidate first.
+        while self.slots_in_use < self.capacity and self.slot_queue:
+            instant, schedule_id = self.slot_queue.pop()
+            schedule = self.current(schedule_id)
+            if schedule is None or schedule.queued != instant:
+                continue
+            draft = self.draft(schedule_id)
+            draft.queued = None
+            self.queue_live -= 1
+            if _slot_candidate(draft) != instant:
+                continue
+            if draft.latest:
+                draft.held = None
+            else:
+                draft.waiting = draft.waiting[1:]
+            self.admit(draft, instant)  # rule E
+            self.decide_waiting_when_overlap_full(draft)  # rule H
+            self.reindex(draft)
+
+    def slot_free_for(self, instant: datetime, schedule_id: str) -> bool:
+        """True when `instant` may take a slot now: one is free and no live
+        candidate with an older instant is queued for it."""
+        if self.slots_in_use >= self.capacity:
+            return False
+        # rule F: free slots go to the oldest waiting instant across
+        # schedules, so a newer on-time instant must not jump the queue.
+        own_key = (instant, schedule_id)
+        while self.slot_queue:
+            top = self.slot_queue.peek()
+            assert top is not None
+            if top >= own_key:
+                return True
+            queued_at, other_id = top
+            other = self.current(other_id)
+            assert other is not None  # schedules are never removed
+            if other.queued == queued_at:
+                if other_id != schedule_id and _slot_candidate(other) == queued_at:
+                    return False
+                self.draft(other_id).queued = None
+                self.queue_live -= 1
+            self.slot_queue.pop()
+        return True
+
+    # --- phase 5: finish and persist (rules M, I) -----------------------------
 
     def finish(self) -> SchedulerState:
         self.trim_due_top()
@@ -1131,6 +862,20 @@ class _Decider:
             queue_live=self.queue_live,
         )
 
+    def persist(self, draft: _ScheduleDraft) -> None:
+        # rule M: called from `finish` only, so the runtime record follows
+        # every row it depends on.
+        runtime: _RuntimeRecord = (draft.watermark, draft.held, draft.waiting)
+        self.commands.append(
+            PersistRuntime(
+                schedule_id=draft.schedule_id,
+                watermark=runtime[0],
+                held=runtime[1],
+                waiting=runtime[2],
+            )
+        )
+        self.persisted[draft.schedule_id] = runtime
+
     def trim_due_top(self) -> None:
         # Keep the top entry live so `next_wakeup` reads it in O(1).
         while self.due_index:
@@ -1141,8 +886,130 @@ class _Decider:
                 return
             self.due_index.pop()
 
+    # --- schedules: drafts, misuse, ignored reports ---------------------------
+
+    def current(self, schedule_id: str) -> _DraftOrState | None:
+        draft = self.drafts.get(schedule_id)
+        return draft if draft is not None else self.given_state.schedules.get(schedule_id)
+
+    def draft_for_event(self, schedule_id: str, event: Event) -> _ScheduleDraft:
+        draft = self.drafts.get(schedule_id)
+        if draft is not None:
+            return draft
+        schedule = self.given_state.schedules.get(schedule_id)
+        if schedule is None:
+            raise CoreMisuse(
+                f"cannot apply {type(event).__name__} {event!r}: schedule {schedule_id!r} "
+                f"is unknown to this state ({len(self.given_state.schedules)} schedules)",
+                data={"schedule_id": schedule_id, "event": type(event).__name__},
+            )
+        return self._start_draft(schedule)
+
+    def _start_draft(self, schedule: ScheduleState) -> _ScheduleDraft:
+        draft = _ScheduleDraft.of(schedule)
+        self.drafts[schedule.schedule_id] = draft
+        self.persisted[schedule.schedule_id] = (schedule.watermark, schedule.held, schedule.waiting)
+        return draft
+
+    def draft(self, schedule_id: str) -> _ScheduleDraft:
+        draft = self.drafts.get(schedule_id)
+        return (
+            draft
+            if draft is not None
+            else self._start_draft(self.given_state.schedules[schedule_id])
+        )
+
+    def misuse(self, event: Event, draft: _ScheduleDraft, detail: str) -> CoreMisuse:
+        return CoreMisuse(
+            f"cannot apply {type(event).__name__} {event!r} to schedule {draft.schedule_id!r} "
+            f"({draft.describe()}): {detail}",
+            data={"schedule_id": draft.schedule_id, "event": type(event).__name__},
+        )
+
+    def ignore_report(self, event: Event, draft: _ScheduleDraft, detail: str) -> None:
+        self.commands.append(
+            LogWarning(
+                message=f"ignored {type(event).__name__} {event!r} for schedule "
+                f"{draft.schedule_id!r} ({draft.describe()}): {detail}"
+            )
+        )
+
+    # --- history rows ---------------------------------------------------------
+
+    def record(
+        self,
+        schedule_id: str,
+        instant: datetime,
+        status: OccurrenceStatus,
+        *,
+        run_id: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        self.commands.append(
+            RecordOccurrence(
+                schedule_id=schedule_id,
+                instant=instant,
+                status=status,
+                run_id=run_id,
+                reason=reason,
+            )
+        )
+
+    def record_span(
+        self,
+        schedule_id: str,
+        first: datetime,
+        last: datetime,
+        count: int,
+        status: OccurrenceStatus,
+    ) -> None:
+        if count == 1:
+            self.record(schedule_id, last, status)
+            return
+        self.commands.append(
+            RecordOccurrence(
+                schedule_id=schedule_id,
+                instant=last,
+                status=status,
+                count=count,
+                first_instant=first,
+                last_instant=last,
+            )
+        )
+
+    def supersede_all(self, draft: _ScheduleDraft, reason: str) -> None:
+        """Drop the held candidate and waiting instants, oldest row first."""
+        # rule A (pause, delete): they cannot run any more, and each needs its
+        # row so that no instant goes undecided.
+        dropped = sorted((*draft.waiting, *((draft.held,) if draft.held is not None else ())))
+        for instant in dropped:
+            self.record(draft.schedule_id, instant, "superseded", reason=reason)
+        draft.held = None
+        draft.waiting = ()
+
+    # --- indexes --------------------------------------------------------------
+
+    def reindex(self, draft: _ScheduleDraft) -> None:
+        """Enter the schedule's current due time and slot candidate in the indexes."""
+        due = _due_time(draft)
+        if due != draft.due:
+            if draft.due is not None:
+                self.due_live -= 1
+            if due is not None:
+                self.due_index.push((due, draft.schedule_id))
+                self.due_live += 1
+            draft.due = due
+        candidate = _slot_candidate(draft)
+        if candidate is not None and candidate != draft.queued:
+            if draft.queued is not None:
+                self.queue_live -= 1
+            self.slot_queue.push((candidate, draft.schedule_id))
+            self.queue_live += 1
+            draft.queued = candidate
+
 
 _Handler: TypeAlias = Callable[[_Decider, Any], None]
+
 
 # The transition table: which handler applies each kind of event.
 _HANDLERS: Final[dict[type[Event], _Handler]] = {
@@ -1160,53 +1027,208 @@ _HANDLERS: Final[dict[type[Event], _Handler]] = {
 }
 
 
-def decide(
-    state: SchedulerState, now: datetime, events: Sequence[Event]
-) -> tuple[SchedulerState, tuple[Command, ...]]:
-    """Apply `events` (in order) at `now`, decide every instant that is due, and
-    fill free execution slots.
+class _ScheduleDraft:
+    """A mutable copy of one `ScheduleState`, private to one `decide` call.
 
-    Returns the new state and the commands for the shell, in the order they
-    must be carried out. Pure and deterministic: the same arguments always
-    give equal results, and `state` and `events` are never changed.
-
-    Raises CoreMisuse when the caller breaks the protocol (a naive `now`, a
-    lifecycle or admission event about a schedule or admission the state does
-    not know, a revision that does not increase, a duplicate schedule id), and
-    InvalidInput for a bad capacity. A failed call changes nothing: the old
-    state is still valid. A run's status report that the state cannot place
-    (an unknown schedule, no active run at its instant, another run id) is not
-    misuse: the world reports what happened to runs, and a stale report is
-    answered with a `LogWarning` and ignored.
+    Field for field the same as `ScheduleState` (spelt out rather than
+    generated: copying is on the hot path); `tests/unit/test_decide_work.py`
+    fails when the two drift apart.
     """
-    if not isinstance(state, SchedulerState):
-        raise CoreMisuse(f"decide needs a SchedulerState, got {type(state).__name__}")
-    decider = _Decider(state, _checked_utc(now, "now"))
-    decider.find_late_stops(events)
-    for position, event in enumerate(events):
-        handler = _HANDLERS.get(type(event))
-        if handler is None:
-            raise CoreMisuse(f"decide cannot apply {event!r}: not a known event type")
-        decider.event_position = position
-        handler(decider, event)
-    decider.settle_due()
-    decider.fill_slots()
-    return decider.finish(), tuple(decider.commands)
+
+    __slots__ = (
+        "active",
+        "allowance",
+        "blocked",
+        "created_at",
+        "definition",
+        "deleted",
+        "due",
+        "held",
+        "latest",
+        "limit",
+        "next_instant",
+        "paused",
+        "queued",
+        "revision",
+        "schedule_id",
+        "trigger",
+        "waiting",
+        "watermark",
+    )
+
+    schedule_id: str
+    definition: ScheduleDefinition
+    revision: int
+    trigger: CompiledTrigger
+    created_at: datetime
+    watermark: datetime
+    next_instant: datetime | None
+    held: datetime | None
+    waiting: tuple[datetime, ...]
+    active: ActiveRuns
+    paused: bool
+    deleted: bool
+    blocked: str | None
+    due: datetime | None
+    queued: datetime | None
+    latest: bool
+    limit: int
+    allowance: timedelta
+
+    @classmethod
+    def of(cls, schedule: ScheduleState) -> _ScheduleDraft:
+        draft = cls()
+        draft.schedule_id = schedule.schedule_id
+        draft.definition = schedule.definition
+        draft.revision = schedule.revision
+        draft.trigger = schedule.trigger
+        draft.created_at = schedule.created_at
+        draft.watermark = schedule.watermark
+        draft.next_instant = schedule.next_instant
+        draft.held = schedule.held
+        draft.waiting = schedule.waiting
+        draft.active = schedule.active
+        draft.paused = schedule.paused
+        draft.deleted = schedule.deleted
+        draft.blocked = schedule.blocked
+        draft.due = schedule.due
+        draft.queued = schedule.queued
+        draft.latest = schedule.latest
+        draft.limit = schedule.limit
+        draft.allowance = schedule.allowance
+        return draft
+
+    @classmethod
+    def fresh(
+        cls,
+        definition: ScheduleDefinition,
+        revision: int,
+        created_at: datetime,
+        watermark: datetime,
+    ) -> _ScheduleDraft:
+        draft = cls()
+        draft.schedule_id = definition.schedule_id
+        draft.created_at = created_at
+        draft.watermark = watermark
+        draft.held = None
+        draft.waiting = ()
+        draft.active = NO_RUNS
+        draft.paused = False
+        draft.deleted = False
+        draft.blocked = None
+        draft.due = None
+        draft.queued = None
+        draft.set_definition(definition, revision)
+        return draft
+
+    def set_definition(self, definition: ScheduleDefinition, revision: int) -> None:
+        self.definition = definition
+        self.revision = revision
+        self.trigger = compile_trigger(definition.trigger)
+        self.latest = definition.misfire == "latest"
+        self.limit = definition.active_run_limit
+        self.allowance = timedelta(seconds=definition.lateness_allowance_s)
+        self.next_instant = _next_after(self.trigger, self.watermark)
+
+    def freeze(self) -> ScheduleState:
+        return ScheduleState(
+            schedule_id=self.schedule_id,
+            definition=self.definition,
+            revision=self.revision,
+            trigger=self.trigger,
+            created_at=self.created_at,
+            watermark=self.watermark,
+            next_instant=self.next_instant,
+            held=self.held,
+            waiting=self.waiting,
+            active=self.active,
+            paused=self.paused,
+            deleted=self.deleted,
+            blocked=self.blocked,
+            due=self.due,
+            queued=self.queued,
+            latest=self.latest,
+            limit=self.limit,
+            allowance=self.allowance,
+        )
+
+    def describe(self) -> str:
+        flags = [
+            name
+            for name, on in (
+                ("paused", self.paused),
+                ("deleted", self.deleted),
+                ("blocked", self.blocked is not None),
+            )
+            if on
+        ]
+        active = ", ".join(
+            f"{_iso(instant)}={run.status}" for instant, run in sorted(self.active.items())
+        )
+        return (
+            f"revision {self.revision}, {'/'.join(flags) or 'live'}, "
+            f"watermark {_iso(self.watermark)}, active runs [{active}]"
+        )
 
 
-def next_wakeup(state: SchedulerState) -> datetime | None:
-    """The earliest instant at which `decide` would act without any event: the
-    next trigger instant of a live schedule, or the moment an instant waiting
-    for a slot stops being on time. None when nothing is ever due on its own.
+_DraftOrState: TypeAlias = _ScheduleDraft | ScheduleState
 
-    O(1) for a state returned by `decide` (its index top is kept live).
-    """
-    index = state.due_index.edit()
-    while index:
-        top = index.peek()
-        assert top is not None
-        schedule = state.schedules.get(top[1])
-        if schedule is not None and schedule.due == top[0]:
-            return top[0]
-        index.pop()
-    return None
+
+def _due_time(schedule: _DraftOrState) -> datetime | None:
+    """When the schedule next needs `decide` on its own (None: only events wake it)."""
+    # rules A, I: nothing of a paused, deleted or blocked schedule is due.
+    if schedule.paused or schedule.deleted or schedule.blocked is not None:
+        return None
+    due = schedule.next_instant
+    if schedule.waiting:
+        # rule D: wake when the oldest waiting instant turns late, so (B)
+        # decides it then rather than at some later event.
+        late = schedule.waiting[0] + schedule.allowance + _ONE_MICROSECOND
+        if due is None or late < due:
+            due = late
+    return due
+
+
+def _slot_candidate(schedule: _DraftOrState) -> datetime | None:
+    """The instant the schedule would admit next if a slot were free, if any."""
+    if (
+        schedule.paused
+        or schedule.deleted
+        or schedule.blocked is not None
+        or len(schedule.active) >= schedule.limit
+    ):
+        return None
+    # rule D: under "latest" the held candidate waits; under "skip" the oldest
+    # waiting instant does (the FIFO keeps the rows in instant order).
+    if schedule.latest:
+        return schedule.held
+    return schedule.waiting[0] if schedule.waiting else None
+
+
+# Calendar answers are pure functions of (trigger, instant), and schedules
+# that share a trigger (compiled triggers are shared by value) ask the same
+# questions at the same instants: memoize so that ten thousand hourly
+# schedules cost one croniter step per hour, not ten thousand.
+@lru_cache(maxsize=1 << 16)
+def _next_after(trigger: CompiledTrigger, after: datetime) -> datetime | None:
+    return trigger.next_after(after)
+
+
+@lru_cache(maxsize=1 << 12)
+def _last_at_or_before(trigger: CompiledTrigger, bound: datetime) -> datetime | None:
+    return trigger.last_at_or_before(bound)
+
+
+@lru_cache(maxsize=1 << 12)
+def _count_between(trigger: CompiledTrigger, after: datetime, upto: datetime) -> int:
+    return trigger.count_between(after, upto)
+
+
+def _iso(instant: datetime) -> str:
+    return instant.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _checked_utc(value: object, name: str) -> datetime:
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise CoreMisuse(f"{name} must be a timezone-aware datetime, got {value!r}")
+    return value if value.tzinfo is UTC else value.astimezone(UTC)
