@@ -18,7 +18,7 @@ import itertools
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 from urllib.parse import urlsplit, urlunsplit
 
 from adapters.rpc.protocol import (
@@ -39,6 +39,8 @@ DEFAULT_URL: Final = "http://127.0.0.1:8765/rpc"
 
 class ServerUnreachable(RpcError):
     """The server could not be reached, or answered with something that is not JSON-RPC."""
+
+    exit_status: ClassVar[int] = 8
 
     def __init__(self, message: str, *, connected: bool = False) -> None:
         super().__init__(0, message)

@@ -43,13 +43,12 @@ from typer.core import TyperGroup
 from adapters.client import DEFAULT_URL, App, ServerUnreachable, endpoint_url
 from adapters.rpc.protocol import RpcError, Unauthorized
 from core.errors import (
-    AlreadyExists,
+    ERROR_CLASSES,
     InvalidInput,
     InvalidState,
     NotFound,
     Problem,
     RevisionConflict,
-    SchedulerUnavailable,
     SchedulingError,
     StoreUnavailable,
 )
@@ -81,26 +80,14 @@ ENV_TOKEN: Final = "WF_SCHEDULER_TOKEN"
 EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
 EXIT_USAGE: Final = 2
-EXIT_NOT_FOUND: Final = 3
-EXIT_CONFLICT: Final = 4
-EXIT_INVALID: Final = 5
-EXIT_INVALID_STATE: Final = 6
-EXIT_UNAVAILABLE: Final = 7
-EXIT_UNREACHABLE: Final = 8
-EXIT_UNAUTHORIZED: Final = 9
-EXIT_STORE_UNAVAILABLE: Final = 10
+EXIT_STORE_UNAVAILABLE: Final = StoreUnavailable.exit_status
 
-# Order matters: the first class an error is an instance of decides.
-EXIT_CODES: Final[tuple[tuple[type[Exception], int], ...]] = (
-    (NotFound, EXIT_NOT_FOUND),
-    (RevisionConflict, EXIT_CONFLICT),
-    (AlreadyExists, EXIT_CONFLICT),
-    (InvalidInput, EXIT_INVALID),
-    (InvalidState, EXIT_INVALID_STATE),
-    (SchedulerUnavailable, EXIT_UNAVAILABLE),
-    (StoreUnavailable, EXIT_STORE_UNAVAILABLE),
-    (ServerUnreachable, EXIT_UNREACHABLE),
-    (Unauthorized, EXIT_UNAUTHORIZED),
+# The error classes that declare an exit status of their own (other errors
+# exit EXIT_FAILURE): a view of the classes' `exit_status`, for docs and tests.
+EXIT_CODES: Final[tuple[tuple[type[Exception], int], ...]] = tuple(
+    (cls, cls.exit_status)
+    for cls in (*ERROR_CLASSES, ServerUnreachable, Unauthorized)
+    if "exit_status" in vars(cls) and cls.exit_status != EXIT_FAILURE
 )
 
 STATUS_STYLES: Final[Mapping[str, str]] = {
@@ -162,10 +149,9 @@ def exit_code_for(exc: BaseException) -> int:
     """The documented exit status for an error."""
     if isinstance(exc, InvalidInput) and exc.data.get("not_found"):
         # A definition naming a deployment that does not exist.
-        return EXIT_NOT_FOUND
-    for cls, code in EXIT_CODES:
-        if isinstance(exc, cls):
-            return code
+        return NotFound.exit_status
+    if isinstance(exc, SchedulingError | RpcError):
+        return exc.exit_status
     return EXIT_FAILURE
 
 
