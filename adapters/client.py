@@ -63,6 +63,18 @@ def _compact(**params: Any) -> dict[str, Any]:
     return {name: value for name, value in params.items() if value is not None}
 
 
+def _arguments(given: Mapping[str, Any]) -> dict[str, Any]:
+    """A method's arguments (its `locals()` on entry) as params: without
+    `self`, None (not given) left out, mappings as the JSON objects they are."""
+    return _compact(
+        **{
+            name: dict(value) if isinstance(value, Mapping) else value
+            for name, value in given.items()
+            if name != "self"
+        }
+    )
+
+
 class App:
     """Async client of the `workflow.*` JSON-RPC methods.
 
@@ -208,20 +220,10 @@ class App:
     ) -> dict[str, Any]:
         """Create a schedule. Raises InvalidDefinition, AlreadyExists, NotFound,
         SchedulerUnavailable."""
-        result: dict[str, Any] = await self.call(
-            "workflow.schedules.create",
-            _compact(
-                schedule_id=schedule_id,
-                deployment_id=deployment_id,
-                trigger=dict(trigger),
-                inputs=dict(inputs) if inputs is not None else None,
-                overlap=overlap,
-                max_active_runs=max_active_runs,
-                misfire=misfire,
-                lateness_allowance_s=lateness_allowance_s,
-                max_steps=max_steps,
-            ),
-        )
+        # The keyword arguments are the definition's fields (a test holds them
+        # to the model), sent under their own names.
+        params = _arguments(locals())
+        result: dict[str, Any] = await self.call("workflow.schedules.create", params)
         return result
 
     async def get_schedule(self, *, schedule_id: str) -> dict[str, Any]:
@@ -254,21 +256,8 @@ class App:
     ) -> dict[str, Any]:
         """Patch the given fields (None = unpatched). Raises RevisionConflict when
         `expected_revision` is stale, InvalidDefinition, NotFound."""
-        result: dict[str, Any] = await self.call(
-            "workflow.schedules.update",
-            _compact(
-                schedule_id=schedule_id,
-                expected_revision=expected_revision,
-                deployment_id=deployment_id,
-                trigger=dict(trigger) if trigger is not None else None,
-                inputs=dict(inputs) if inputs is not None else None,
-                overlap=overlap,
-                max_active_runs=max_active_runs,
-                misfire=misfire,
-                lateness_allowance_s=lateness_allowance_s,
-                max_steps=max_steps,
-            ),
-        )
+        params = _arguments(locals())
+        result: dict[str, Any] = await self.call("workflow.schedules.update", params)
         return result
 
     async def pause_schedule(self, *, schedule_id: str) -> dict[str, Any]:

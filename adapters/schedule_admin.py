@@ -391,24 +391,38 @@ def _trigger_from_flags(
     return dict(base) if base is not None else None
 
 
-_DEFINITION_FIELDS: Final = (
-    "deployment_id",
-    "trigger",
-    "inputs",
-    "overlap",
-    "max_active_runs",
-    "misfire",
-    "lateness_allowance_s",
-    "max_steps",
-)
-
-
-def _merge_definition(
-    file_payload: Mapping[str, Any],
-    flags: Mapping[str, Any],
-    allowed: tuple[str, ...],
+def _definition_flags(
+    base_trigger: Mapping[str, Any] | None,
+    *,
+    deployment: str | None,
+    cron: str | None,
+    timezone: str | None,
+    at: str | None,
+    inputs: str | None,
+    overlap: Overlap | None,
+    max_active_runs: int | None,
+    misfire: Misfire | None,
+    lateness_allowance_s: float | None,
+    max_steps: int | None,
 ) -> dict[str, Any]:
-    unknown = sorted(set(file_payload) - set(allowed))
+    """The definition's fields (but the id) as `create` and `update` flags set
+    them, None where not given. Its keys are the fields a `--file` may hold;
+    a test holds them to the definition model."""
+    return {
+        "deployment_id": deployment,
+        "trigger": _trigger_from_flags(base_trigger, cron, timezone, at),
+        "inputs": _json_object_option(inputs, "--inputs"),
+        "overlap": overlap.value if overlap else None,
+        "max_active_runs": max_active_runs,
+        "misfire": misfire.value if misfire else None,
+        "lateness_allowance_s": lateness_allowance_s,
+        "max_steps": max_steps,
+    }
+
+
+def _merge_definition(file_payload: Mapping[str, Any], flags: Mapping[str, Any]) -> dict[str, Any]:
+    # The flags name every field the command takes, given or not.
+    unknown = sorted(set(file_payload) - set(flags))
     if unknown:
         raise InvalidInput.from_problems(
             "schedule file",
@@ -534,21 +548,20 @@ def create(
     """Create a schedule from a JSON file, flags, or both (flags win)."""
     base = _read_json_file(file, "a schedule definition") if file is not None else {}
     try:
-        merged = _merge_definition(
-            base,
-            {
-                "schedule_id": schedule_id,
-                "deployment_id": deployment,
-                "trigger": _trigger_from_flags(base.get("trigger"), cron, timezone, at),
-                "inputs": _json_object_option(inputs, "--inputs"),
-                "overlap": overlap.value if overlap else None,
-                "max_active_runs": max_active_runs,
-                "misfire": misfire.value if misfire else None,
-                "lateness_allowance_s": lateness_allowance_s,
-                "max_steps": max_steps,
-            },
-            ("schedule_id", *_DEFINITION_FIELDS),
+        flags = _definition_flags(
+            base.get("trigger"),
+            deployment=deployment,
+            cron=cron,
+            timezone=timezone,
+            at=at,
+            inputs=inputs,
+            overlap=overlap,
+            max_active_runs=max_active_runs,
+            misfire=misfire,
+            lateness_allowance_s=lateness_allowance_s,
+            max_steps=max_steps,
         )
+        merged = _merge_definition(base, {"schedule_id": schedule_id, **flags})
         missing = [
             Problem(field=name, reason=f"required ({flag})")
             for name, flag in (
@@ -641,20 +654,20 @@ def update(
     """Change the given fields of a schedule (others stay as they are)."""
     base = _read_json_file(file, "a schedule patch") if file is not None else {}
     try:
-        patch = _merge_definition(
-            base,
-            {
-                "deployment_id": deployment,
-                "trigger": _trigger_from_flags(base.get("trigger"), cron, timezone, at),
-                "inputs": _json_object_option(inputs, "--inputs"),
-                "overlap": overlap.value if overlap else None,
-                "max_active_runs": max_active_runs,
-                "misfire": misfire.value if misfire else None,
-                "lateness_allowance_s": lateness_allowance_s,
-                "max_steps": max_steps,
-            },
-            _DEFINITION_FIELDS,
+        flags = _definition_flags(
+            base.get("trigger"),
+            deployment=deployment,
+            cron=cron,
+            timezone=timezone,
+            at=at,
+            inputs=inputs,
+            overlap=overlap,
+            max_active_runs=max_active_runs,
+            misfire=misfire,
+            lateness_allowance_s=lateness_allowance_s,
+            max_steps=max_steps,
         )
+        patch = _merge_definition(base, flags)
         if not patch:
             raise InvalidInput.from_problems(
                 "update", [Problem(field="patch", reason="nothing to change: give --file or flags")]
