@@ -10,9 +10,9 @@ from typing import Any, get_args
 
 import pytest
 
+from adapters.admin.schedules import Misfire, Overlap, definition_flags
 from adapters.client import App
 from adapters.rpc.methods import METHODS
-from adapters.schedule_admin import Misfire, Overlap, _definition_flags
 from core.definitions import (
     DEFINITION_FIELDS,
     PATCHABLE_FIELDS,
@@ -62,8 +62,8 @@ def test_the_rpc_params_are_the_definition_fields() -> None:
 
 
 def test_the_cli_flags_set_the_patchable_fields_with_the_models_choices() -> None:
-    given = dict.fromkeys(inspect.signature(_definition_flags).parameters)
-    flags = _definition_flags(**given)
+    given = dict.fromkeys(inspect.signature(definition_flags).parameters)
+    flags = definition_flags(**given)
     assert tuple(flags) == PATCHABLE_FIELDS
     assert {member.value for member in Overlap} == set(get_args(OverlapField))
     assert {member.value for member in Misfire} == set(get_args(MisfireField))
