@@ -12,7 +12,7 @@ http://127.0.0.1:8765/rpc), `--token` (env `WF_SCHEDULER_TOKEN`) and `--json`
 (machine-readable output on stdout, errors included as `{"error": {...}}`).
 
 Exit status (stable, for scripts; each error class declares its own, as
-`exit_status` beside its `code`):
+`exit_status` beside its `code`, and a test holds this list to them):
 
     0  success
     1  any other failure (server internal error, --wait-for timed out)

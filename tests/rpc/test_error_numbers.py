@@ -1,11 +1,13 @@
 """The JSON-RPC numbers and CLI exit statuses the error classes declare are
-the ones docs/rpc.md and docs/cli.md promise (scripts key on both)."""
+the ones docs/rpc.md, docs/cli.md and `wf-schedule`'s docstring promise
+(scripts key on both)."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+from adapters import schedule_admin
 from adapters.client import ServerUnreachable
 from adapters.rpc.protocol import DOMAIN_ERROR_CODES, InvalidParams, RpcError, Unauthorized
 from adapters.schedule_admin import EXIT_CODES, exit_code_for
@@ -49,6 +51,16 @@ def test_cli_md_exit_statuses_are_the_declared_ones() -> None:
             assert getattr(cls, "exit_status", None) == int(status), name
     assert {cls.code for cls, _ in EXIT_CODES if issubclass(cls, SchedulingError)} <= seen
     assert {cls for cls, _ in EXIT_CODES} >= {ServerUnreachable, Unauthorized}
+
+
+def test_the_cli_docstring_lists_the_declared_exit_statuses() -> None:
+    # `   4  conflict   (revision_conflict, already_exists)`
+    doc = schedule_admin.__doc__ or ""
+    rows = re.findall(r"^ +(\d+)  .*\(([a-z_]+(?:[,;] [a-z_]+)*)[);]", doc, re.MULTILINE)
+    assert len(rows) == 6
+    for status, codes in rows:
+        for name in re.findall(r"[a-z_]+", codes):
+            assert getattr(_by_code(name), "exit_status", None) == int(status), name
 
 
 def test_exit_status_follows_the_error_class_and_a_missing_deployment() -> None:
