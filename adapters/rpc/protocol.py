@@ -10,7 +10,8 @@ leave the server with their class's `rpc_code` (declared beside its `code` in
 mapping with `error_from_wire` and raises the same classes the Python API
 raises.
 
-Application error codes (stable; never renumber, only append):
+Application error codes (stable; never renumber, only append; a test holds
+the domain ones to the classes):
 
     -32000  scheduling_error       (base class; should not normally escape)
     -32001  invalid_input

@@ -1,5 +1,5 @@
 """The JSON-RPC numbers and CLI exit statuses the error classes declare are
-the ones docs/rpc.md, docs/cli.md and `wf-schedule`'s docstring promise
+the ones docs/rpc.md, docs/cli.md and the modules' docstrings promise
 (scripts key on both)."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from pathlib import Path
 
 from adapters import schedule_admin
 from adapters.client import ServerUnreachable
+from adapters.rpc import protocol
 from adapters.rpc.protocol import DOMAIN_ERROR_CODES, InvalidParams, RpcError, Unauthorized
 from adapters.schedule_admin import EXIT_CODES, exit_code_for
 from core.errors import ERROR_CLASSES, InvalidDefinition, Problem, SchedulingError
@@ -40,6 +41,14 @@ def test_rpc_md_lists_every_domain_class_with_its_declared_number() -> None:
         assert DOMAIN_ERROR_CODES[next(c for c in cls.__mro__ if c in DOMAIN_ERROR_CODES)] == (
             cls.rpc_code
         )
+
+
+def test_the_protocol_docstring_lists_the_declared_numbers() -> None:
+    # `    -32003  not_found`: the domain rows of its table.
+    rows = re.findall(r"^ +(-3200\d)  ([a-z_]+)", protocol.__doc__ or "", re.MULTILINE)
+    assert {name: int(number) for number, name in rows} == {
+        cls.code: number for cls, number in DOMAIN_ERROR_CODES.items()
+    }
 
 
 def test_cli_md_exit_statuses_are_the_declared_ones() -> None:
