@@ -18,7 +18,7 @@ import itertools
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 from urllib.parse import urlsplit, urlunsplit
 
 from adapters.rpc.protocol import (
@@ -40,6 +40,8 @@ DEFAULT_URL: Final = "http://127.0.0.1:8765/rpc"
 class ServerUnreachable(RpcError):
     """The server could not be reached, or answered with something that is not JSON-RPC."""
 
+    exit_status: ClassVar[int] = 8
+
     def __init__(self, message: str, *, connected: bool = False) -> None:
         super().__init__(0, message)
         # False: nothing answered at all (no server there); True: something
@@ -59,6 +61,18 @@ def endpoint_url(url: str) -> str:
 def _compact(**params: Any) -> dict[str, Any]:
     # `None` means "not given" on the wire too: the server applies its default.
     return {name: value for name, value in params.items() if value is not None}
+
+
+def _arguments(given: Mapping[str, Any]) -> dict[str, Any]:
+    """A method's arguments (its `locals()` on entry) as params: without
+    `self`, None (not given) left out, mappings as the JSON objects they are."""
+    return _compact(
+        **{
+            name: dict(value) if isinstance(value, Mapping) else value
+            for name, value in given.items()
+            if name != "self"
+        }
+    )
 
 
 class App:
@@ -206,20 +220,10 @@ class App:
     ) -> dict[str, Any]:
         """Create a schedule. Raises InvalidDefinition, AlreadyExists, NotFound,
         SchedulerUnavailable."""
-        result: dict[str, Any] = await self.call(
-            "workflow.schedules.create",
-            _compact(
-                schedule_id=schedule_id,
-                deployment_id=deployment_id,
-                trigger=dict(trigger),
-                inputs=dict(inputs) if inputs is not None else None,
-                overlap=overlap,
-                max_active_runs=max_active_runs,
-                misfire=misfire,
-                lateness_allowance_s=lateness_allowance_s,
-                max_steps=max_steps,
-            ),
-        )
+        # The keyword arguments are the definition's fields (a test holds them
+        # to the model), sent under their own names.
+        params = _arguments(locals())
+        result: dict[str, Any] = await self.call("workflow.schedules.create", params)
         return result
 
     async def get_schedule(self, *, schedule_id: str) -> dict[str, Any]:
@@ -252,21 +256,8 @@ class App:
     ) -> dict[str, Any]:
         """Patch the given fields (None = unpatched). Raises RevisionConflict when
         `expected_revision` is stale, InvalidDefinition, NotFound."""
-        result: dict[str, Any] = await self.call(
-            "workflow.schedules.update",
-            _compact(
-                schedule_id=schedule_id,
-                expected_revision=expected_revision,
-                deployment_id=deployment_id,
-                trigger=dict(trigger) if trigger is not None else None,
-                inputs=dict(inputs) if inputs is not None else None,
-                overlap=overlap,
-                max_active_runs=max_active_runs,
-                misfire=misfire,
-                lateness_allowance_s=lateness_allowance_s,
-                max_steps=max_steps,
-            ),
-        )
+        params = _arguments(locals())
+        result: dict[str, Any] = await self.call("workflow.schedules.update", params)
         return result
 
     async def pause_schedule(self, *, schedule_id: str) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from core.errors import InvalidDefinition, Problem
 from core.limits import MAX_ACTIVE_RUNS, MAX_SAFE_INTEGER, MAX_STEPS, unsafe_integer_paths
 
 __all__ = [
+    "DEFINITION_FIELDS",
     "PATCHABLE_FIELDS",
     "CronTrigger",
     "OneShotTrigger",
@@ -294,18 +295,9 @@ class ScheduleDefinition(_Model):
 
     def __hash__(self) -> int:
         # `inputs` is a dict, so hash its canonical JSON text instead.
+        inputs = json.dumps(self.inputs, sort_keys=True, separators=(",", ":"))
         return hash(
-            (
-                self.schedule_id,
-                self.deployment_id,
-                self.trigger,
-                json.dumps(self.inputs, sort_keys=True, separators=(",", ":")),
-                self.overlap,
-                self.max_active_runs,
-                self.misfire,
-                self.lateness_allowance_s,
-                self.max_steps,
-            )
+            tuple(inputs if name == "inputs" else getattr(self, name) for name in DEFINITION_FIELDS)
         )
 
 
@@ -331,6 +323,13 @@ class SchedulePatch(_Model):
 
 
 _CROSS_FIELD: Final = "cross_field"
+
+# The models are where the fields are listed; everything that names them
+# (the API's and the client's keyword arguments, the RPC params, the CLI's
+# options) follows these, and tests hold the explicit signatures to them.
+DEFINITION_FIELDS: Final[tuple[str, ...]] = tuple(ScheduleDefinition.model_fields)
+# Every field but the id, in the definition's order.
+PATCHABLE_FIELDS: Final[tuple[str, ...]] = tuple(SchedulePatch.model_fields)
 
 
 # --- parsing and errors -------------------------------------------------------
@@ -496,18 +495,6 @@ def check_oneshot_in_future(definition: ScheduleDefinition, now: datetime) -> No
                 )
             ],
         )
-
-
-PATCHABLE_FIELDS: Final = (
-    "deployment_id",
-    "trigger",
-    "inputs",
-    "overlap",
-    "max_active_runs",
-    "misfire",
-    "lateness_allowance_s",
-    "max_steps",
-)
 
 
 def parse_update(payload: Mapping[str, Any]) -> SchedulePatch:

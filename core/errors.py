@@ -1,9 +1,17 @@
 """The error hierarchy shared by every layer.
 
 Every error a caller can provoke derives from `SchedulingError` and carries a
-stable machine-readable `code`; the JSON-RPC adapter maps codes to wire errors
-and the client maps them back to these same classes. Any other exception that
-escapes a layer is a bug.
+stable machine-readable `code`, the JSON-RPC error number it travels under
+(`rpc_code`) and the `wf-schedule` exit status it ends a command with
+(`exit_status`). A subclass that declares neither inherits its parent's, so a
+refinement such as `StoreFenced` keeps its parent's number and exit status and
+names itself in `code`. The JSON-RPC adapter reads `rpc_code`, the client maps
+`code` back to these same classes, the CLI reads `exit_status`. Any other
+exception that escapes a layer is a bug.
+
+The numbers are stable (scripts key on them): append, never renumber. They are
+documented in docs/rpc.md and docs/cli.md, and a test holds those tables to
+these attributes.
 """
 
 from __future__ import annotations
@@ -14,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
 __all__ = [
+    "ERROR_CLASSES",
     "AlreadyExists",
     "CoreMisuse",
     "InvalidDefinition",
@@ -45,6 +54,10 @@ class SchedulingError(Exception):
     """Base of every domain error. `code` is stable; `data` is JSON-safe detail."""
 
     code: ClassVar[str] = "scheduling_error"
+    # The JSON-RPC error number (docs/rpc.md) and the `wf-schedule` exit status
+    # (docs/cli.md), for this class and every subclass that declares neither.
+    rpc_code: ClassVar[int] = -32000
+    exit_status: ClassVar[int] = 1
 
     def __init__(self, message: str, *, data: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
@@ -59,6 +72,8 @@ class InvalidInput(SchedulingError):
     """Bad input from outside. `problems` names each bad field and why."""
 
     code: ClassVar[str] = "invalid_input"
+    rpc_code: ClassVar[int] = -32001
+    exit_status: ClassVar[int] = 5
 
     def __init__(
         self,
@@ -86,24 +101,31 @@ class InvalidDefinition(InvalidInput):
     """A schedule definition or update patch was rejected; nothing was written."""
 
     code: ClassVar[str] = "invalid_definition"
+    rpc_code: ClassVar[int] = -32002
 
 
 class NotFound(SchedulingError):
     """The named schedule, deployment, artifact or run does not exist."""
 
     code: ClassVar[str] = "not_found"
+    rpc_code: ClassVar[int] = -32003
+    exit_status: ClassVar[int] = 3
 
 
 class AlreadyExists(SchedulingError):
     """The caller-chosen id is taken (ids are never reused, not even after delete)."""
 
     code: ClassVar[str] = "already_exists"
+    rpc_code: ClassVar[int] = -32004
+    exit_status: ClassVar[int] = 4
 
 
 class RevisionConflict(SchedulingError):
     """`expected_revision` is stale: someone else changed the schedule first."""
 
     code: ClassVar[str] = "revision_conflict"
+    rpc_code: ClassVar[int] = -32005
+    exit_status: ClassVar[int] = 4
 
 
 class InvalidState(SchedulingError):
@@ -111,12 +133,16 @@ class InvalidState(SchedulingError):
     (for example resuming a run that is not interrupted)."""
 
     code: ClassVar[str] = "invalid_state"
+    rpc_code: ClassVar[int] = -32006
+    exit_status: ClassVar[int] = 6
 
 
 class SchedulerUnavailable(SchedulingError):
     """The scheduler is not enabled, not owned by this process, or shutting down."""
 
     code: ClassVar[str] = "scheduler_unavailable"
+    rpc_code: ClassVar[int] = -32007
+    exit_status: ClassVar[int] = 7
 
 
 class StoreFenced(SchedulerUnavailable):
@@ -147,6 +173,8 @@ class StoreUnavailable(SchedulingError):
     `disk_full` (true for ENOSPC and EDQUOT)."""
 
     code: ClassVar[str] = "store_unavailable"
+    rpc_code: ClassVar[int] = -32009
+    exit_status: ClassVar[int] = 10
 
     @classmethod
     def from_os_error(cls, exc: OSError, *, operation: str) -> StoreUnavailable:
@@ -180,24 +208,28 @@ class CoreMisuse(SchedulingError):
     a schedule the state does not know). Names the state and the event."""
 
     code: ClassVar[str] = "core_misuse"
+    rpc_code: ClassVar[int] = -32008
 
 
-_BY_CODE: dict[str, type[SchedulingError]] = {
-    cls.code: cls
-    for cls in (
-        SchedulingError,
-        InvalidInput,
-        InvalidDefinition,
-        NotFound,
-        AlreadyExists,
-        RevisionConflict,
-        InvalidState,
-        SchedulerUnavailable,
-        StoreFenced,
-        StoreUnavailable,
-        CoreMisuse,
-    )
-}
+# Every class a `code` on the wire may name, so the client raises the same
+# class the server did. Listed, not collected by `__init_subclass__`: a
+# subclass elsewhere (a test's, or the RPC layer's `InvalidParams`) must not
+# take over a code.
+ERROR_CLASSES: Final[tuple[type[SchedulingError], ...]] = (
+    SchedulingError,
+    InvalidInput,
+    InvalidDefinition,
+    NotFound,
+    AlreadyExists,
+    RevisionConflict,
+    InvalidState,
+    SchedulerUnavailable,
+    StoreFenced,
+    StoreUnavailable,
+    CoreMisuse,
+)
+
+_BY_CODE: Final[dict[str, type[SchedulingError]]] = {cls.code: cls for cls in ERROR_CLASSES}
 
 
 def error_class_for_code(code: str) -> type[SchedulingError]:

@@ -21,6 +21,8 @@ from typing import Any, Protocol
 from core.bindings import resolve_inputs
 from core.calendar import compile_trigger
 from core.definitions import (
+    DEFINITION_FIELDS,
+    PATCHABLE_FIELDS,
     OneShotTrigger,
     ScheduleDefinition,
     apply_update,
@@ -85,6 +87,12 @@ def unchecked_run_reads() -> Iterator[None]:
         yield
     finally:
         _RUN_READS_UNCHECKED.reset(token)
+
+
+def _given(arguments: Mapping[str, Any], fields: Sequence[str]) -> dict[str, Any]:
+    """The definition fields among a call's `arguments` that were given
+    (None means "not given": the definition's default, or unpatched)."""
+    return {name: arguments[name] for name in fields if arguments[name] is not None}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -251,18 +259,10 @@ class SchedulesApi:
         Raises InvalidDefinition (trigger, deployment, sample inputs, a one-shot
         already past) or AlreadyExists (ids are never reused, even after delete).
         """
-        given = {
-            "schedule_id": schedule_id,
-            "deployment_id": deployment_id,
-            "trigger": trigger,
-            "inputs": inputs,
-            "overlap": overlap,
-            "max_active_runs": max_active_runs,
-            "misfire": misfire,
-            "lateness_allowance_s": lateness_allowance_s,
-            "max_steps": max_steps,
-        }
-        definition = parse_definition({k: v for k, v in given.items() if v is not None})
+        # The keyword arguments are the definition's fields (a test holds them
+        # to the model): hand every one given to the definition's parser.
+        given = _given(locals(), DEFINITION_FIELDS)
+        definition = parse_definition(given)
         async with self._write_lock:
             self._check_owner()
             now = self.clock.now()
@@ -333,20 +333,11 @@ class SchedulesApi:
         when the result is invalid, InvalidState for a deleted schedule. A rejected
         edit changes nothing. The edit affects admissions after it only.
         """
-        given = {
-            "deployment_id": deployment_id,
-            "trigger": trigger,
-            "inputs": inputs,
-            "overlap": overlap,
-            "max_active_runs": max_active_runs,
-            "misfire": misfire,
-            "lateness_allowance_s": lateness_allowance_s,
-            "max_steps": max_steps,
-        }
+        given = _given(locals(), PATCHABLE_FIELDS)
         problem = _int_problem("expected_revision", expected_revision, low=1)
         if problem is not None:
             raise InvalidDefinition.from_problems("schedule update", [problem])
-        patch = parse_update({k: v for k, v in given.items() if v is not None})
+        patch = parse_update(given)
         async with self._write_lock:
             self._check_owner()
             now = self.clock.now()

@@ -2,7 +2,8 @@
 
 Every method is one row of `METHODS`: its name, a pydantic model of its
 params (unknown keys rejected, no type coercion), and the API call it makes.
-Params carry the Python API's keyword names; a param left out or sent as
+Params carry the Python API's keyword names (the schedule methods' models
+are built from the definition models, `_definition_params`); a param left out or sent as
 `null` is not passed, so the API's own default (or, for updates, "unpatched")
 applies. Shape errors become `InvalidParams` (-32602) naming each field;
 everything the API itself rejects keeps its domain error.
@@ -12,11 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from types import UnionType
+from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic.fields import FieldInfo
 
 from adapters.rpc.protocol import METHOD_NOT_FOUND, InvalidParams, RpcError
+from core.definitions import ScheduleDefinition, SchedulePatch
 from core.errors import Problem, SchedulerUnavailable, StoreUnavailable
 
 __all__ = [
@@ -39,18 +43,6 @@ class NoParams(Params):
     pass
 
 
-class CreateScheduleParams(Params):
-    schedule_id: str
-    deployment_id: str
-    trigger: dict[str, Any]
-    inputs: dict[str, Any] | None = None
-    overlap: str | None = None
-    max_active_runs: int | None = None
-    misfire: str | None = None
-    lateness_allowance_s: float | None = None
-    max_steps: int | None = None
-
-
 class ScheduleIdParams(Params):
     schedule_id: str
 
@@ -59,17 +51,47 @@ class ListSchedulesParams(Params):
     include_deleted: bool | None = None
 
 
-class UpdateScheduleParams(Params):
-    schedule_id: str
-    expected_revision: int
-    deployment_id: str | None = None
-    trigger: dict[str, Any] | None = None
-    inputs: dict[str, Any] | None = None
-    overlap: str | None = None
-    max_active_runs: int | None = None
-    misfire: str | None = None
-    lateness_allowance_s: float | None = None
-    max_steps: int | None = None
+def _json_shape(annotation: Any) -> Any:
+    """The JSON type a definition field's value has on the wire.
+
+    The params check only shapes; the definition's own rules (ranges, zones,
+    cron syntax) are the API's to apply, so that they answer as
+    `InvalidDefinition` naming the field, not as invalid params."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _json_shape(get_args(annotation)[0])
+    if origin in (Union, UnionType):
+        (shape,) = {_json_shape(arg) for arg in get_args(annotation) if arg is not type(None)}
+        return shape
+    if origin is Literal:
+        (shape,) = {type(value) for value in get_args(annotation)}
+        return shape
+    if origin is dict or (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        return dict[str, Any]
+    if annotation in (str, int, float, bool):
+        return annotation
+    raise TypeError(f"no JSON shape for a definition field of type {annotation!r}")
+
+
+def _definition_params(name: str, fields: Mapping[str, FieldInfo], **leading: Any) -> type[Params]:
+    # The schedule methods take the definition's fields as params, so their
+    # models are built from it: a field added to the definition is accepted
+    # on the wire with no second list to keep in step.
+    members: dict[str, Any] = dict(leading)
+    for field_name, info in fields.items():
+        shape = _json_shape(info.annotation)
+        members[field_name] = (shape, ...) if info.is_required() else (shape | None, None)
+    model: type[Params] = create_model(name, __base__=Params, __module__=__name__, **members)
+    return model
+
+
+CreateScheduleParams = _definition_params("CreateScheduleParams", ScheduleDefinition.model_fields)
+UpdateScheduleParams = _definition_params(
+    "UpdateScheduleParams",
+    SchedulePatch.model_fields,
+    schedule_id=(str, ...),
+    expected_revision=(int, ...),
+)
 
 
 class ListOccurrencesParams(Params):

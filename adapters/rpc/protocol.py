@@ -4,12 +4,14 @@ Theory of operation. A request body is parsed into either one `Call` or a
 batch of them. Anything wrong with the envelope itself becomes an
 `RpcFailure` carrying a protocol code (-32700 … -32600) and, where the spec
 allows, the id it belongs to. Domain errors (`core.errors.SchedulingError`)
-leave the server with one fixed application code per class (the table below)
-and `data = err.to_dict()`, so `data["code"]` is the stable machine-readable
-name; the client reverses the mapping with `error_from_wire` and raises the
-same classes the Python API raises.
+leave the server with their class's `rpc_code` (declared beside its `code` in
+`core.errors`; the table below lists them) and `data = err.to_dict()`, so
+`data["code"]` is the stable machine-readable name; the client reverses the
+mapping with `error_from_wire` and raises the same classes the Python API
+raises.
 
-Application error codes (stable; never renumber, only append):
+Application error codes (stable; never renumber, only append; a test holds
+the domain ones to the classes):
 
     -32000  scheduling_error       (base class; should not normally escape)
     -32001  invalid_input
@@ -33,20 +35,13 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from core.errors import (
-    AlreadyExists,
-    CoreMisuse,
-    InvalidDefinition,
+    ERROR_CLASSES,
     InvalidInput,
-    InvalidState,
-    NotFound,
     Problem,
-    RevisionConflict,
-    SchedulerUnavailable,
     SchedulingError,
-    StoreUnavailable,
     error_class_for_code,
 )
 
@@ -90,18 +85,11 @@ REQUEST_TOO_LARGE: Final = -32011
 UNSUPPORTED_MEDIA_TYPE: Final = -32012
 FORBIDDEN_HOST: Final = -32013
 
-# Stable: clients and scripts key on these numbers. Append, never renumber.
+# Each domain class's number, read from the class (`core.errors`), which is the
+# one place it is declared: the classes that declare their own (a refinement
+# such as `StoreFenced` shares its parent's).
 DOMAIN_ERROR_CODES: Final[Mapping[type[SchedulingError], int]] = {
-    SchedulingError: -32000,
-    InvalidInput: -32001,
-    InvalidDefinition: -32002,
-    NotFound: -32003,
-    AlreadyExists: -32004,
-    RevisionConflict: -32005,
-    InvalidState: -32006,
-    SchedulerUnavailable: -32007,
-    CoreMisuse: -32008,
-    StoreUnavailable: -32009,
+    cls: cls.rpc_code for cls in ERROR_CLASSES if "rpc_code" in vars(cls)
 }
 _DOMAIN_CODE_NUMBERS: Final[frozenset[int]] = frozenset(DOMAIN_ERROR_CODES.values())
 
@@ -122,10 +110,16 @@ class InvalidParams(InvalidInput):
     too; `problems` names each bad field."""
 
     code = "invalid_params"
+    rpc_code = INVALID_PARAMS
 
 
 class RpcError(Exception):
-    """A JSON-RPC error that is not a domain error (protocol, auth, internal)."""
+    """A JSON-RPC error that is not a domain error (protocol, auth, internal).
+
+    `exit_status` is the `wf-schedule` exit status it ends a command with, as
+    a domain error's is (`core.errors`)."""
+
+    exit_status: ClassVar[int] = 1
 
     def __init__(self, code: int, message: str, data: Any = None) -> None:
         super().__init__(f"{message} (JSON-RPC error {code})")
@@ -136,6 +130,8 @@ class RpcError(Exception):
 
 class Unauthorized(RpcError):
     """The server refused the request: bearer token missing or wrong."""
+
+    exit_status: ClassVar[int] = 9
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,18 +317,9 @@ def failure_object(failure: RpcFailure) -> dict[str, Any]:
     return error_response(failure.request_id, failure.code, failure.message, failure.data)
 
 
-def _domain_code(err: SchedulingError) -> int:
-    for cls in type(err).__mro__:
-        if isinstance(cls, type) and issubclass(cls, SchedulingError) and cls in DOMAIN_ERROR_CODES:
-            return DOMAIN_ERROR_CODES[cls]
-    return DOMAIN_ERROR_CODES[SchedulingError]
-
-
 def domain_error_object(request_id: RequestId, err: SchedulingError) -> dict[str, Any]:
     """The wire form of a domain error: its class's fixed code, data = to_dict()."""
-    if isinstance(err, InvalidParams):
-        return error_response(request_id, INVALID_PARAMS, err.message, err.to_dict())
-    return error_response(request_id, _domain_code(err), err.message, err.to_dict())
+    return error_response(request_id, err.rpc_code, err.message, err.to_dict())
 
 
 def encode_json(payload: Any) -> bytes:

@@ -8,12 +8,12 @@ from datetime import UTC, datetime
 import pytest
 from rich.console import Console
 
+from adapters.admin.output import occurrence_table as _occurrence_table
+from adapters.admin.output import state_text as _state_of
 from adapters.schedule_admin import (
     EXIT_CODES,
     STATE_STYLES,
     STATUS_STYLES,
-    _occurrence_table,
-    _state_of,
     parse_when,
 )
 from core.occurrences import OCCURRENCE_STATUSES
