@@ -45,6 +45,8 @@ class DiskStat:
 
     size: int
     mtime_ns: int
+    ctime_ns: int
+    inode: int
     device: int
     is_directory: bool
 
@@ -223,7 +225,14 @@ class OsDisk:
 
     def stat(self, path: str) -> DiskStat:
         st = os.stat(path)
-        return DiskStat(st.st_size, st.st_mtime_ns, st.st_dev, stat.S_ISDIR(st.st_mode))
+        return DiskStat(
+            st.st_size,
+            st.st_mtime_ns,
+            st.st_ctime_ns,
+            st.st_ino,
+            st.st_dev,
+            stat.S_ISDIR(st.st_mode),
+        )
 
     def remove(self, path: str) -> None:
         os.unlink(path)
