@@ -1,32 +1,15 @@
 """The simulated disk: every byte the stores and the run API made durable.
 
-A simulated process (stores, run API, service) keeps its own caches; the
-disk is what survives the process. Killing the process means dropping every
-object but this one, so after a crash only what reached the disk is seen.
+A simulated process (the real file stores and commit journal, the run API,
+the service) keeps its own caches; the disk is what survives the process.
+Killing the process means dropping every object but this one, so after a
+crash only what reached the disk is seen, and after a power cut only what
+was flushed (see `power_cut`).
 
-Layout mirrors the file stores (`docs/storage.md`): per schedule a lifecycle
-log, a snapshot, a runtime log and a history log (lists of canonical JSON
-lines), plus the run records, the run-id counter, the deployments and the
-lock holder.
-
-Group commits. The in-memory runtime and history stores stage their lines
-into the wake-up's real `GroupCommit` through `stage_append`; the disk hooks
-the batch's `on_commit` (everything becomes durable at once) and `on_abort`
-(nothing more does). A fault injected *inside* a commit is turned into what a
-real commit leaves behind (`interrupt_commit`), point by point:
-
-| point          | crash (process dies)                        | write error (commit raises)      |
-| -------------- | ------------------------------------------- | -------------------------------- |
-| `before:commit`| nothing                                     | nothing                          |
-| `before:sync`  | a prefix of the history appends, file by    | every history append (the writes |
-|                | file, the last one possibly cut short       | succeeded, the flush failed)     |
-| `after:sync`   | every history append, a prefix of the       | the same                         |
-|                | runtime (late) appends                      |                                  |
-| `after:commit` | everything (the commit completed; the runs  | (not injected)                   |
-|                | it admitted are not created yet)            |                                  |
-
-A torn line is never kept: the real stores drop it at their next load, so a
-cut-short file is a prefix of whole lines.
+The stores' files are under `SIM_STORE_ROOT`, in the file stores' layout
+(`docs/storage.md`), written by the stores themselves through the disk port.
+The simulated run API's run records and run-id counter, the deployments and
+the lock holder are kept beside them as plain values.
 
 The file system (`SimFileSystem`, which `SimDisk` is). It implements the
 disk port (`shell.disk.Disk`), so the file stores and the commit journal run
@@ -50,17 +33,16 @@ import itertools
 import os
 import posixpath
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol
 
 from shell.disk import DiskStat
-from shell.durable import GroupCommit
-from shell.store_format import HISTORY_FILE, encode_json_line
+from shell.startup_checkpoint import CHECKPOINT_FILE
+from shell.store_format import HISTORY_FILE, SCHEDULES_DIR, ScheduleFiles, encode_json_line
 
 __all__ = [
-    "BATCH_POINTS",
     "SIMULATED",
     "SIM_STORE_ROOT",
     "DiskFault",
@@ -72,9 +54,6 @@ __all__ = [
     "SimFileSystem",
     "SimScheduleFiles",
 ]
-
-# The fault points `GroupCommit.commit()` passes even when it holds no file.
-BATCH_POINTS = frozenset({"before:commit", "before:sync", "after:sync", "after:commit"})
 
 
 @dataclass(slots=True)
@@ -92,14 +71,6 @@ class DiskObserver(Protocol):
         """History lines just became durable, per schedule, in order. `complete`
         is False when they are what a fault left of a batch."""
         ...
-
-
-@dataclass(slots=True)
-class _Staged:
-    batch: GroupCommit
-    # Insertion-ordered: the order in which the batch first touched each file.
-    plain: dict[str, list[bytes]] = field(default_factory=dict)
-    late: dict[str, list[bytes]] = field(default_factory=dict)
 
 
 # --- the file system (`shell.disk.Disk`) ------------------------------------------------
@@ -236,6 +207,8 @@ class SimFileSystem:
         # History logs: the end of the whole lines seen so far, and the rows
         # not yet reported to the observers, per schedule.
         self._history_seen: dict[str, int] = {}
+        # Writes of file data so far (a fault injector tells empty commits by it).
+        self.writes = 0
         self._unreported: dict[str, list[bytes]] = {}
         root = _Directory(next(self._numbers), self._now())
         self._names["/"] = self._durable_names["/"] = root
@@ -366,6 +339,7 @@ class SimFileSystem:
         self._apply(path, inode, offset, data)
 
     def _apply(self, path: str, inode: _Inode, offset: int, data: bytes) -> None:
+        self.writes += 1
         if len(inode.data) < offset:
             inode.data.extend(b"\0" * (offset - len(inode.data)))
         inode.data[offset : offset + len(data)] = data
@@ -528,91 +502,31 @@ def _error(code: int, path: str) -> OSError:
 
 
 class SimDisk(SimFileSystem):
-    """The durable state of one simulated store root (see the module docstring)."""
+    """The durable state of one simulated machine (see the module docstring):
+    the store root's files, and the records of the simulated run API and
+    lock, which are not file stores and are durable as soon as written."""
 
     def __init__(
         self, *, deployments: Sequence[str] = (), faults: DiskFaults | None = None
     ) -> None:
         super().__init__(faults=faults)
-        self.schedules: dict[str, SimScheduleFiles] = {}
+        self.make_directory(str(SIM_STORE_ROOT), parents=True)
+        self.syncfs("/")
         self.runs: dict[str, bytes] = {}
         self.run_counter = 0
         self.deployments: set[str] = set(deployments)
         self.lock_holder: dict[str, Any] | None = None
         self.observers: list[DiskObserver] = []
-        self._staged: dict[int, _Staged] = {}
-        self._just_committed = False
 
-    # --- group commits -----------------------------------------------------------
+    # --- the history rows, for the observers --------------------------------------------
 
-    def stage_append(
-        self,
-        batch: GroupCommit,
-        schedule_id: str,
-        kind: Literal["history", "runtime"],
-        line: bytes,
-    ) -> None:
-        """Stage one line for `batch`: history lines are plain appends, runtime
-        lines late ones (durable only after every history line of the batch)."""
-        key = id(batch)
-        staged = self._staged.get(key)
-        if staged is None:
-            staged = self._staged[key] = _Staged(batch)
-            batch.on_commit(self._on_commit(key))
-            batch.on_abort(self._on_abort(key))
-        target = staged.plain if kind == "history" else staged.late
-        target.setdefault(schedule_id, []).append(line)
-
-    def _on_commit(self, key: int) -> Callable[[], None]:
-        def committed() -> None:
-            staged = self._staged.pop(key, None)
-            if staged is not None:
-                self._write(staged.plain, staged.late, complete=True)
-                self._just_committed = True
-
-        return committed
-
-    def _on_abort(self, key: int) -> Callable[[], None]:
-        def aborted() -> None:
-            self._staged.pop(key, None)
-
-        return aborted
-
-    def committing(self, point: str) -> bool:
-        """Whether `point` (one of `BATCH_POINTS`) is passed by the commit of a
-        batch holding in-memory writes: one is open (the service stages and
-        commits without awaiting in between, so it is the one committing), or,
-        for `after:commit`, one just committed."""
-        if point == "after:commit":
-            just, self._just_committed = self._just_committed, False
-            return just
-        return bool(self._staged)
-
-    def interrupt_commit(self, point: str, *, crash: bool, rng: random.Random) -> None:
-        """Leave on the disk what a fault at `point` inside the open batch's
-        commit leaves (see the module docstring), and forget the batch."""
-        for key in list(self._staged):
-            staged = self._staged.pop(key)
-            if point == "before:sync":
-                plain = _prefix(staged.plain, rng) if crash else staged.plain
-                self._write(plain, {}, complete=False)
-            elif point == "after:sync":
-                self._write(staged.plain, _prefix(staged.late, rng), complete=False)
-
-    def _write(
-        self,
-        plain: Mapping[str, Sequence[bytes]],
-        late: Mapping[str, Sequence[bytes]],
-        *,
-        complete: bool,
-    ) -> None:
-        for schedule_id, lines in plain.items():
-            self.schedules[schedule_id].history.extend(lines)
-        for schedule_id, lines in late.items():
-            self.schedules[schedule_id].runtime.extend(lines)
-        if plain:
+    def report_history(self, *, complete: bool) -> None:
+        """Tell the observers the history rows written since the last report.
+        `complete` when they are a whole group commit's (its `after:commit`)."""
+        rows = self.take_history_rows()
+        if rows:
             for observer in self.observers:
-                observer.history_durable(plain, complete=complete)
+                observer.history_durable(rows, complete=complete)
 
     # --- the lock ---------------------------------------------------------------------
 
@@ -623,20 +537,38 @@ class SimDisk(SimFileSystem):
 
     # --- inspection ---------------------------------------------------------------------
 
+    @property
+    def schedules(self) -> dict[str, SimScheduleFiles]:
+        """Each schedule directory's files as lines, as readers see them now."""
+        root = f"{SIM_STORE_ROOT}/{SCHEDULES_DIR}"
+        try:
+            names = sorted(self.list(root))
+        except FileNotFoundError:
+            return {}
+        return {name: self.schedule_files(name) for name in names}
+
+    def schedule_files(self, schedule_id: str) -> SimScheduleFiles:
+        files = ScheduleFiles.of(SIM_STORE_ROOT, schedule_id)
+        return SimScheduleFiles(
+            lifecycle=_lines(self.read(files.lifecycle)),
+            snapshot=self.read(files.definition),
+            runtime=_lines(self.read(files.runtime)),
+            history=_lines(self.read(files.history)),
+        )
+
     def dump(self) -> bytes:
         """Every durable byte, in a fixed order: two runs of one seed must
-        produce the same dump."""
+        produce the same dump. Left out: temp files (their names are random)
+        and the startup checkpoint (it holds the wall-clock time it was
+        written at); both are caches of the rest."""
         parts: list[bytes] = []
-        for schedule_id in sorted(self.schedules):
-            files = self.schedules[schedule_id]
-            for name, lines in (
-                ("lifecycle.jsonl", files.lifecycle),
-                ("definition.json", [files.snapshot] if files.snapshot is not None else []),
-                ("runtime.jsonl", files.runtime),
-                ("history.jsonl", files.history),
-            ):
-                parts.append(f"== schedules/{schedule_id}/{name}\n".encode())
-                parts.extend(lines)
+        prefix = f"{SIM_STORE_ROOT}/"
+        for path in self.paths():
+            name = posixpath.basename(path)
+            if name.endswith(".tmp") or name == CHECKPOINT_FILE:
+                continue
+            parts.append(f"== {path.removeprefix(prefix)}\n".encode())
+            parts.append(self.read(path) or b"")
         parts.append(b"== runs\n")
         parts.extend(self.runs[run_id] for run_id in sorted(self.runs))
         parts.append(
@@ -647,15 +579,9 @@ class SimDisk(SimFileSystem):
         return b"".join(parts)
 
 
-def _prefix(files: Mapping[str, Sequence[bytes]], rng: random.Random) -> dict[str, Sequence[bytes]]:
-    """What a crash part-way through writing `files` in order leaves: the
-    first files whole, the next one cut after some whole lines, none after."""
-    names = list(files)
-    reached = rng.randint(0, len(names))
-    kept: dict[str, Sequence[bytes]] = {name: files[name] for name in names[:reached]}
-    if reached < len(names):
-        name = names[reached]
-        cut = rng.randint(0, len(files[name]))
-        if cut:
-            kept[name] = files[name][:cut]
-    return kept
+def _lines(data: bytes | None) -> list[bytes]:
+    """The whole lines of a log (a torn final piece is not a record)."""
+    if not data:
+        return []
+    end = data.rfind(b"\n") + 1
+    return [line + b"\n" for line in data[: end - 1].split(b"\n")] if end else []
