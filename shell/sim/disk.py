@@ -48,6 +48,7 @@ __all__ = [
     "DiskFault",
     "DiskFaults",
     "DiskObserver",
+    "InjectedWriteError",
     "PowerCut",
     "SimDisk",
     "SimFile",
@@ -89,6 +90,10 @@ PowerCut = Literal["none", "all", "some"]
 # gives a file a new identity.
 _EPOCH_NS: Final = 1_000_000_000_000_000_000
 _TICK_NS: Final = 1_000
+
+
+class InjectedWriteError(OSError):
+    """An I/O error the simulation injected (at a durable write, or the disk's own)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -498,7 +503,7 @@ def _kept(count: int, rng: random.Random, mode: PowerCut) -> int:
 
 
 def _error(code: int, path: str) -> OSError:
-    return OSError(code, f"{os.strerror(code)} {SIMULATED}", path)
+    return InjectedWriteError(code, f"{os.strerror(code)} {SIMULATED}", path)
 
 
 class SimDisk(SimFileSystem):

@@ -31,7 +31,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from shell.durable import SimulatedCrash
-from shell.sim.disk import SIMULATED, PowerCut, SimDisk
+from shell.sim.disk import SIMULATED, DiskFault, InjectedWriteError, PowerCut, SimDisk
 
 __all__ = [
     "SIMULATED",
@@ -60,10 +60,6 @@ WRITE_ERROR_POINTS = frozenset(
         "before:run:executing-mark",
     }
 )
-
-
-class InjectedWriteError(OSError):
-    """An I/O error the simulation injected at a durable write."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,13 +100,16 @@ class FaultCounts:
     write_errors: int = 0
     preflight_failures: int = 0
     admission_refusals: int = 0
+    disk_errors: int = 0
     crash_points: Counter[str] = field(default_factory=Counter)
     error_points: Counter[str] = field(default_factory=Counter)
 
     @property
     def errors(self) -> int:
         """Faults the live process saw (everything but crashes)."""
-        return self.write_errors + self.preflight_failures + self.admission_refusals
+        return (
+            self.write_errors + self.preflight_failures + self.admission_refusals + self.disk_errors
+        )
 
 
 class SimFaults:
@@ -130,6 +129,24 @@ class SimFaults:
         # with none since ends an empty commit, which wrote nothing.
         self._writes_at_commit = -1
         self._dead_event: asyncio.Event | None = None
+        # Its own stream, so drawing disk faults leaves the other draws as they were.
+        self._disk_rng = random.Random(f"wf-sim/disk-faults/{seed}")
+        disk.faults = self.disk_fault
+
+    def disk_fault(self, op: str, path: str, size: int) -> DiskFault | None:
+        """The disk's own faults (`SimDisk.faults`): a write refused with
+        `ENOSPC` after writing part of its bytes, or an `fsync` with `EIO`."""
+        if self.dead or not self.armed or op not in ("write", "fsync"):
+            return None
+        if self._disk_rng.random() >= self.rates.write_error * 0.1:
+            return None
+        # Also a write error: one of those the live process saw.
+        self.counts.write_errors += 1
+        self.counts.disk_errors += 1
+        self.counts.error_points[f"disk:{op}"] += 1
+        if op == "fsync":
+            return DiskFault(errno.EIO)
+        return DiskFault(errno.ENOSPC, self._disk_rng.randint(0, max(0, size - 1)))
 
     def dead_event(self) -> asyncio.Event:
         """Set when the simulated process crashes."""
