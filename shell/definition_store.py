@@ -579,7 +579,11 @@ class DefinitionStore:
 
         parent = os.path.dirname(files.directory)
         check_fence(files.directory)
-        self.disk.make_directory(parent, parents=True)
+        if not is_directory(self.disk, parent):
+            self.disk.make_directory(parent, parents=True)
+            # The first create makes `schedules/`: its entry in the store root
+            # must be durable too, or a power cut loses every schedule in it.
+            fsync_directory(os.path.dirname(parent), disk=self.disk)
         fault_point("before:mkdir:schedule")
         try:
             self.disk.make_directory(files.directory)
