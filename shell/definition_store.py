@@ -64,6 +64,7 @@ from core.lifecycle import (
     seq_refusal,
 )
 from core.limits import MAX_SAFE_INTEGER
+from shell.disk import OS_DISK, Disk, exists, is_directory
 from shell.durable import append_records, atomic_write_json, fault_point, fsync_directory
 from shell.fence import check_fence
 from shell.jsonlog import read_lines, repair_torn_tail
@@ -260,8 +261,9 @@ class DefinitionStore:
     one writer (the event loop thread) at a time.
     """
 
-    def __init__(self, store_root: str | os.PathLike[str]) -> None:
+    def __init__(self, store_root: str | os.PathLike[str], *, disk: Disk = OS_DISK) -> None:
         self.store_root = Path(store_root)
+        self.disk = disk
         self._paths: dict[str, ScheduleFiles] = {}
 
     def _files(self, schedule_id: str) -> ScheduleFiles:
@@ -274,7 +276,7 @@ class DefinitionStore:
 
     def exists(self, schedule_id: str) -> bool:
         """True when the id's directory exists (an incomplete create's included)."""
-        return os.path.isdir(self._files(schedule_id).directory)
+        return is_directory(self.disk, self._files(schedule_id).directory)
 
     def list_ids(self, *, present: Container[str] = ()) -> list[str]:
         """Sorted ids of every schedule ever created (deleted ones included).
@@ -286,7 +288,7 @@ class DefinitionStore:
         """
         root = os.path.join(self.store_root, SCHEDULES_DIR)
         try:
-            names = os.listdir(root)
+            names = self.disk.list(root)
         except FileNotFoundError:
             return []
         ids: list[str] = []
@@ -298,8 +300,8 @@ class DefinitionStore:
                 continue
             if (
                 name in present
-                or os.path.exists(files.lifecycle)
-                or os.path.exists(files.definition)
+                or exists(self.disk, files.lifecycle)
+                or exists(self.disk, files.definition)
             ):
                 ids.append(name)
         return sorted(ids)
@@ -314,11 +316,13 @@ class DefinitionStore:
         exist.
         """
         files = self._files(schedule_id)
-        if not os.path.isdir(files.directory):
+        if not is_directory(self.disk, files.directory):
             raise NotFound(
                 f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
             )
-        return self._load(files, read_lines(files.lifecycle), repair=repair, parsed=None)
+        return self._load(
+            files, read_lines(files.lifecycle, disk=self.disk), repair=repair, parsed=None
+        )
 
     def read_for_recovery(
         self, schedule_id: str, *, repair: bool = False
@@ -329,9 +333,9 @@ class DefinitionStore:
         log holds no record (nothing to recover). Raises as `records_after`
         does, before anything is repaired."""
         files = self._files(schedule_id)
-        read = read_lines(files.lifecycle)
+        read = read_lines(files.lifecycle, disk=self.disk)
         if read is None:
-            if not os.path.isdir(files.directory):
+            if not is_directory(self.disk, files.directory):
                 raise NotFound(
                     f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
                 )
@@ -368,14 +372,14 @@ class DefinitionStore:
         lines, torn = read if read is not None else ([], b"")
         if torn:
             if repair:
-                repair_torn_tail(files.lifecycle)
+                repair_torn_tail(files.lifecycle, disk=self.disk)
                 repairs.append(f"dropped a torn final line of {files.relative(files.lifecycle)}")
             else:
                 _log.debug("ignoring a torn final line of %s", files.lifecycle)
 
         snapshot: dict[str, Any] | None = None
         snapshot_file_ok = True
-        raw = read_file(files.definition)
+        raw = read_file(files.definition, disk=self.disk)
         try:
             if raw is not None:
                 snapshot = _check_snapshot(json.loads(raw), schedule_id)
@@ -456,7 +460,7 @@ class DefinitionStore:
             if base is not None and base.get("blocked") is not None:
                 current = dict(current, blocked=base["blocked"])
             if repair and snapshot_file_ok:
-                atomic_write_json(files.definition, current)
+                atomic_write_json(files.definition, current, disk=self.disk)
                 repairs.append(f"rewrote {files.relative(files.definition)} from the lifecycle log")
                 _log.warning(
                     "%s was behind %s (seq %d < %d); rebuilt it from the log",
@@ -474,11 +478,10 @@ class DefinitionStore:
             snapshot_file_ok=snapshot_file_ok,
         )
 
-    @staticmethod
-    def _has_other_files(files: ScheduleFiles) -> bool:
+    def _has_other_files(self, files: ScheduleFiles) -> bool:
         return any(
             not name.startswith(".")
-            for name in os.listdir(files.directory)
+            for name in self.disk.list(files.directory)
             if name not in (LIFECYCLE_FILE, DEFINITION_FILE)
         )
 
@@ -516,9 +519,9 @@ class DefinitionStore:
             raise InvalidInput.from_problems(
                 "lifecycle query", [Problem(field="seq", reason="must be >= 0")]
             )
-        read = read_lines(files.lifecycle)
+        read = read_lines(files.lifecycle, disk=self.disk)
         if read is None:
-            if not os.path.isdir(files.directory):
+            if not is_directory(self.disk, files.directory):
                 raise NotFound(
                     f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
                 )
@@ -576,22 +579,26 @@ class DefinitionStore:
 
         parent = os.path.dirname(files.directory)
         check_fence(files.directory)
-        os.makedirs(parent, exist_ok=True)
+        if not is_directory(self.disk, parent):
+            self.disk.make_directory(parent, parents=True)
+            # The first create makes `schedules/`: its entry in the store root
+            # must be durable too, or a power cut loses every schedule in it.
+            fsync_directory(os.path.dirname(parent), disk=self.disk)
         fault_point("before:mkdir:schedule")
         try:
-            os.mkdir(files.directory)
+            self.disk.make_directory(files.directory)
         except FileExistsError:
             if not self._take_over_incomplete(files):
                 raise AlreadyExists(
                     f"schedule {schedule_id!r} already exists (ids are never reused)",
                     data={"schedule_id": schedule_id},
                 ) from None
-            os.mkdir(files.directory)
+            self.disk.make_directory(files.directory)
         try:
-            fsync_directory(parent)
+            fsync_directory(parent, disk=self.disk)
             fault_point("after:mkdir:schedule")
-            append_records(files.lifecycle, [record])
-            atomic_write_json(files.definition, snapshot)
+            append_records(files.lifecycle, [record], disk=self.disk)
+            atomic_write_json(files.definition, snapshot, disk=self.disk)
         except Exception:
             # Not BaseException: a SimulatedCrash leaves what a crash would.
             self._remove_unfinished(files)
@@ -621,11 +628,11 @@ class DefinitionStore:
         Best effort unless `strict`; True when the directory is gone."""
         check_fence(files.directory)
         try:
-            for name in os.listdir(files.directory):
+            for name in self.disk.list(files.directory):
                 if name in (LIFECYCLE_FILE, DEFINITION_FILE) or name.startswith("."):
-                    os.unlink(os.path.join(files.directory, name))
-            os.rmdir(files.directory)
-            fsync_directory(os.path.dirname(files.directory))
+                    self.disk.remove(os.path.join(files.directory, name))
+            self.disk.remove_directory(files.directory)
+            fsync_directory(os.path.dirname(files.directory), disk=self.disk)
         except FileNotFoundError:
             return True
         except OSError as exc:
@@ -718,8 +725,8 @@ class DefinitionStore:
         if payload is not None:
             record["definition"] = payload
         snapshot = _apply(current, record, schedule_id)
-        append_records(files.lifecycle, [record])
-        atomic_write_json(files.definition, snapshot)
+        append_records(files.lifecycle, [record], disk=self.disk)
+        atomic_write_json(files.definition, snapshot, disk=self.disk)
         return LifecycleResult(snapshot=snapshot, record=record)
 
     def set_blocked(
@@ -767,5 +774,5 @@ class DefinitionStore:
         if same:
             return current
         snapshot = dict(current, blocked=value)
-        atomic_write_json(files.definition, snapshot)
+        atomic_write_json(files.definition, snapshot, disk=self.disk)
         return snapshot

@@ -37,6 +37,10 @@ leaves either none of the batch (the record is torn: nothing was written to
 the files yet) or all of it (the next owner's replay writes whatever the
 files lack). `sync_also` paths are flushed at the journal's next checkpoint.
 
+Disks: every primitive takes a `disk` (`shell.disk.Disk`, the OS unless
+told), and a `GroupCommit` writes to its journal's disk, so the same code
+runs over the simulated disk of `shell.sim`.
+
 Fencing: every write here first asks `shell.fence.check_fence` (a group
 commit once for its whole batch, before its first byte), so nothing is
 written under a store root whose scheduler lock was removed or replaced:
@@ -52,11 +56,11 @@ import itertools
 import logging
 import os
 import secrets
-import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, Protocol, TypeAlias
 
 from core.errors import StoreFenced
+from shell.disk import OS_DISK, SYNCFS, Disk, DiskFile, is_directory
 from shell.fence import check_fence, check_fence_all
 from shell.store_format import canonical_json, encode_json_line
 
@@ -94,6 +98,11 @@ JournalEntry: TypeAlias = tuple[Literal["append", "replace"], str, int, bytes]
 
 class Journal(Protocol):
     """Where a journaled batch makes its writes durable (`shell.journal.CommitJournal`)."""
+
+    @property
+    def disk(self) -> Disk:
+        """The disk of the journal, which is the disk of the batch's files."""
+        ...
 
     def write(self, entries: Sequence[JournalEntry]) -> None:
         """Append one record holding `entries`; durable when this returns."""
@@ -217,8 +226,11 @@ def pwrite_all(fd: int, data: bytes, offset: int) -> None:
         offset += written
 
 
-def fsync_directory(directory: str | os.PathLike[str]) -> None:
+def fsync_directory(directory: str | os.PathLike[str], *, disk: Disk = OS_DISK) -> None:
     """fsync a directory so that entries created or renamed in it are durable."""
+    if disk is not OS_DISK:
+        disk.fsync_directory(os.fspath(directory))
+        return
     fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         os.fsync(fd)
@@ -234,20 +246,17 @@ def _fsync_path(path: str | os.PathLike[str]) -> None:
         os.close(fd)
 
 
-def _load_syncfs() -> Callable[[int], int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
+def _fsync_on(disk: Disk, path: str) -> None:
+    file = disk.open(path)
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        function = libc.syncfs
-    except (OSError, AttributeError):
-        return None
-    function.argtypes = [ctypes.c_int]
-    function.restype = ctypes.c_int
-    return function
+        file.fsync()
+    finally:
+        file.close()
 
 
-_syncfs: Final = _load_syncfs()
+# The OS disk's flushes go through these module names, which tests and
+# benchmarks replace to count or skip them.
+_syncfs: Final[Callable[[int], int] | None] = SYNCFS
 
 
 def syncfs_available() -> bool:
@@ -272,7 +281,12 @@ _devices: dict[str, int] = {}
 _DEVICE_CACHE_MAX: Final = 1 << 17
 
 
-def _device_of(directory: str) -> int | None:
+def _device_of(directory: str, disk: Disk) -> int | None:
+    if disk is not OS_DISK:
+        try:
+            return disk.stat(directory).device
+        except FileNotFoundError:
+            return None
     device = _devices.get(directory)
     if device is None:
         try:
@@ -290,6 +304,7 @@ def sync_paths(
     directories: Iterable[str | os.PathLike[str]] = (),
     *,
     mode: SyncMode = "auto",
+    disk: Disk = OS_DISK,
 ) -> None:
     """Make the named files' data and the named directories' entries durable.
 
@@ -302,7 +317,9 @@ def sync_paths(
     dir_list = [os.fspath(p) for p in dict.fromkeys(os.fspath(p) for p in directories)]
     if not file_list and not dir_list:
         return
-    use_syncfs = _syncfs is not None and (
+    on_os = disk is OS_DISK
+    can_syncfs = _syncfs is not None if on_os else disk.can_syncfs()
+    use_syncfs = can_syncfs and (
         mode == "syncfs"
         or (mode == "auto" and len(file_list) + len(dir_list) > AUTO_FSYNC_MAX_FILES)
     )
@@ -310,19 +327,28 @@ def sync_paths(
         # One syncfs per filesystem: group by the device of each path's directory.
         by_device: dict[int, str] = {}
         for path in dict.fromkeys([*dir_list, *(os.path.dirname(f) or "." for f in file_list)]):
-            device = _device_of(path)
+            device = _device_of(path, disk)
             if device is not None:
                 by_device.setdefault(device, path)
         for directory in by_device.values():
-            _syncfs_directory(directory)
+            if on_os:
+                _syncfs_directory(directory)
+            else:
+                disk.syncfs(directory)
         return
     for file in file_list:
         try:
-            _fsync_path(file)
+            if on_os:
+                _fsync_path(file)
+            else:
+                _fsync_on(disk, file)
         except FileNotFoundError:
             continue
     for directory in dir_list:
-        fsync_directory(directory)
+        if on_os:
+            fsync_directory(directory)
+        else:
+            disk.fsync_directory(directory)
 
 
 def _temp_path(target: str) -> str:
@@ -330,55 +356,58 @@ def _temp_path(target: str) -> str:
     return os.path.join(directory, f".{name}.{os.getpid()}.{secrets.token_hex(4)}{_TEMP_SUFFIX}")
 
 
-def _write_temp(target: str, data: bytes, *, sync: bool) -> str:
+def _write_temp(target: str, data: bytes, *, sync: bool, disk: Disk) -> str:
     temp = _temp_path(target)
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    file = disk.open(temp, write=True, create=True, exclusive=True)
     try:
-        write_all(fd, data)
+        file.write_at(data, 0)
         if sync:
-            os.fsync(fd)
+            file.fsync()
     except BaseException:
-        os.close(fd)
-        _unlink_quietly(temp)
+        file.close()
+        _unlink_quietly(temp, disk)
         raise
-    os.close(fd)
+    file.close()
     return temp
 
 
-def replace_unsynced(path: str, data: bytes) -> None:
+def replace_unsynced(path: str, data: bytes, *, disk: Disk = OS_DISK) -> None:
     """Replace `path` with `data` atomically (temp file and rename), with no
     flush: for a write whose content is durable elsewhere (a journal)."""
     check_fence(path)
-    _replace_with_temp(path, data, sync=False)
+    _replace_with_temp(path, data, sync=False, disk=disk)
 
 
-def _replace_with_temp(path: str, data: bytes, *, sync: bool) -> None:
+def _replace_with_temp(path: str, data: bytes, *, sync: bool, disk: Disk) -> None:
     """Write `data` to a temp file beside `path` (flushed when `sync`) and
     rename it over `path`; the temp file is removed if the rename fails."""
-    temp = _write_temp(path, data, sync=sync)
+    temp = _write_temp(path, data, sync=sync, disk=disk)
     try:
-        os.replace(temp, path)
+        disk.rename(temp, path)
     except BaseException:
-        _unlink_quietly(temp)
+        _unlink_quietly(temp, disk)
         raise
 
 
-def _write_at(path: str, offset: int, data: bytes) -> None:
+def _write_at(path: str, offset: int, data: bytes, disk: Disk) -> None:
     """Write `data` at `offset` of `path` (created if missing), with no flush."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    file = disk.open(path, write=True, create=True)
     try:
-        pwrite_all(fd, data, offset)
+        file.write_at(data, offset)
     finally:
-        os.close(fd)
+        file.close()
 
 
-def _unlink_quietly(path: str) -> None:
+def _unlink_quietly(path: str, disk: Disk) -> None:
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+        disk.remove(path)
 
 
 def remove_stale_temp_files(
-    directory: str | os.PathLike[str], *, older_than_ns: int | None = None
+    directory: str | os.PathLike[str],
+    *,
+    older_than_ns: int | None = None,
+    disk: Disk = OS_DISK,
 ) -> list[str]:
     """Remove temporary files an interrupted atomic write left in `directory`:
     all of them, or with `older_than_ns` only those last modified before it
@@ -391,7 +420,7 @@ def remove_stale_temp_files(
     removed: list[str] = []
     check_fence(directory)
     try:
-        names = os.listdir(directory)
+        names = disk.list(os.fspath(directory))
     except FileNotFoundError:
         return removed
     for name in names:
@@ -399,11 +428,11 @@ def remove_stale_temp_files(
             path = os.path.join(directory, name)
             if older_than_ns is not None:
                 try:
-                    if os.stat(path).st_mtime_ns >= older_than_ns:
+                    if disk.stat(path).mtime_ns >= older_than_ns:
                         continue
                 except FileNotFoundError:
                     continue
-            _unlink_quietly(path)
+            _unlink_quietly(path, disk)
             removed.append(name)
     return sorted(removed)
 
@@ -415,7 +444,7 @@ def _json_bytes(obj: Any) -> bytes:
 # --- single durable writes ------------------------------------------------------
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, disk: Disk = OS_DISK) -> None:
     """Replace `path` with `data` atomically and durably.
 
     Temp file in the same directory, write, fsync, `os.replace`, fsync of the
@@ -426,23 +455,22 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
     name = os.path.basename(target)
     check_fence(target)
     fault_point(f"before:replace:{name}")
-    _replace_with_temp(target, data, sync=True)
-    fsync_directory(os.path.dirname(target) or ".")
+    _replace_with_temp(target, data, sync=True, disk=disk)
+    fsync_directory(os.path.dirname(target) or ".", disk=disk)
     fault_point(f"after:replace:{name}")
 
 
-def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
+def atomic_write_json(path: str | os.PathLike[str], obj: Any, *, disk: Disk = OS_DISK) -> None:
     """`atomic_write_bytes` of canonical JSON (sorted keys, compact, ASCII)."""
-    atomic_write_bytes(path, _json_bytes(obj))
+    atomic_write_bytes(path, _json_bytes(obj), disk=disk)
 
 
-def _open_append(path: str) -> tuple[int, bool]:
+def _open_append(path: str, disk: Disk) -> tuple[DiskFile, bool]:
     """Open for appending; the flag says whether this call created the file."""
-    flags = os.O_WRONLY | os.O_APPEND
     try:
-        return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o644), True
+        return disk.open(path, append=True, create=True, exclusive=True), True
     except FileExistsError:
-        return os.open(path, flags), False
+        return disk.open(path, append=True), False
 
 
 def append_records(
@@ -450,6 +478,7 @@ def append_records(
     records: Sequence[Mapping[str, Any]],
     *,
     sync: bool = True,
+    disk: Disk = OS_DISK,
 ) -> int:
     """Append `records` as canonical JSON lines in one write; returns the offset
     at which the first of them starts.
@@ -464,16 +493,16 @@ def append_records(
     data = b"".join(encode_json_line(r) for r in records)
     check_fence(target)
     fault_point(f"before:append:{name}")
-    fd, created = _open_append(target)
+    file, created = _open_append(target, disk)
     try:
-        offset = os.fstat(fd).st_size
-        write_all(fd, data)
+        offset = file.size()
+        file.append(data)
         if sync:
-            os.fsync(fd)
+            file.fsync()
     finally:
-        os.close(fd)
+        file.close()
     if sync and created:
-        fsync_directory(os.path.dirname(target) or ".")
+        fsync_directory(os.path.dirname(target) or ".", disk=disk)
     fault_point(f"after:append:{name}")
     return offset
 
@@ -505,9 +534,19 @@ class GroupCommit:
     clean-up, like a real crash.
     """
 
-    def __init__(self, *, sync: SyncMode = "auto", journal: Journal | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        sync: SyncMode = "auto",
+        journal: Journal | None = None,
+        disk: Disk | None = None,
+    ) -> None:
         self._sync_mode: SyncMode = sync
         self._journal = journal
+        # A journaled batch's files live on its journal's disk.
+        self._disk: Disk = (
+            disk if disk is not None else journal.disk if journal is not None else OS_DISK
+        )
         self._on_durable: list[Callable[[], None]] = []
         self._appends: dict[str, _Append] = {}
         self._late_appends: dict[str, _Append] = {}
@@ -618,6 +657,7 @@ class GroupCommit:
             return
         temps: dict[str, str] = {}
         basename = os.path.basename
+        disk = self._disk
         try:
             self._check_fence()
             fault_point("before:commit")
@@ -630,12 +670,12 @@ class GroupCommit:
                 fault_point(f"after:append:{basename(path)}")
             for path, data in self._replaces.items():
                 fault_point(f"before:stage:{basename(path)}")
-                temps[path] = _write_temp(path, data, sync=False)
+                temps[path] = _write_temp(path, data, sync=False, disk=disk)
                 files.append(temps[path])
                 fault_point(f"after:stage:{basename(path)}")
             files.extend(p for p in self._also_sync if p not in self._appends)
             fault_point("before:sync")
-            sync_paths(files, directories, mode=self._sync_mode)
+            sync_paths(files, directories, mode=self._sync_mode, disk=disk)
             fault_point("after:sync")
             late_files: list[str] = []
             late_directories: list[str] = []
@@ -646,13 +686,13 @@ class GroupCommit:
                 fault_point(f"after:append:{basename(path)}")
             for path, temp in list(temps.items()):
                 fault_point(f"before:replace:{basename(path)}")
-                os.replace(temp, path)
+                disk.rename(temp, path)
                 del temps[path]
                 fault_point(f"after:replace:{basename(path)}")
             if late_files or self._replaces:
                 late_directories.extend(os.path.dirname(p) or "." for p in self._replaces)
                 fault_point("before:sync-late")
-                sync_paths(late_files, late_directories, mode=self._sync_mode)
+                sync_paths(late_files, late_directories, mode=self._sync_mode, disk=disk)
                 fault_point("after:sync-late")
         except SimulatedCrash:
             self._state = "crashed"
@@ -660,7 +700,7 @@ class GroupCommit:
         except BaseException:
             self._state = "aborted"
             for temp in temps.values():
-                _unlink_quietly(temp)
+                _unlink_quietly(temp, disk)
             self._run(self._on_abort)
             raise
         self._state = "committed"
@@ -683,10 +723,10 @@ class GroupCommit:
         for ranked in (self._appends, self._late_appends):
             for path, entry in ranked.items():
                 try:
-                    size = os.stat(path).st_size
+                    size = self._disk.stat(path).size
                 except FileNotFoundError:
                     directory = os.path.dirname(path) or "."
-                    if not os.path.isdir(directory):
+                    if not is_directory(self._disk, directory):
                         raise
                     size = 0
                 if entry.expect_size is not None and size != entry.expect_size:
@@ -697,7 +737,7 @@ class GroupCommit:
                     )
                 entries.append(("append", path, size, b"".join(entry.chunks)))
         for path, data in self._replaces.items():
-            if not os.path.isdir(os.path.dirname(path) or "."):
+            if not is_directory(self._disk, os.path.dirname(path) or "."):
                 raise FileNotFoundError(errno.ENOENT, "no such directory", path)
             entries.append(("replace", path, 0, data))
         return entries
@@ -714,12 +754,12 @@ class GroupCommit:
             for kind, path, offset, data in entries:
                 if kind == "append":
                     fault_point(f"before:apply:{basename(path)}")
-                    _write_at(path, offset, data)
+                    _write_at(path, offset, data, self._disk)
                     fault_point(f"after:apply:{basename(path)}")
                 else:
                     fault_point(f"before:replace:{basename(path)}")
                     # Not `replace_unsynced`: the batch passed its fence check.
-                    _replace_with_temp(path, data, sync=False)
+                    _replace_with_temp(path, data, sync=False, disk=self._disk)
                     fault_point(f"after:replace:{basename(path)}")
         except SimulatedCrash:
             self._state = "crashed"
@@ -745,19 +785,19 @@ class GroupCommit:
         fault_point("after:commit")
 
     def _write_append(self, path: str, entry: _Append, directories: list[str]) -> None:
-        fd, created = _open_append(path)
+        file, created = _open_append(path, self._disk)
         try:
             if entry.expect_size is not None:
-                size = os.fstat(fd).st_size
+                size = file.size()
                 if size != entry.expect_size:
                     raise OSError(
                         errno.EIO,
                         f"{path} is {size} bytes but its owner expected {entry.expect_size};"
                         " it changed under the scheduler",
                     )
-            write_all(fd, b"".join(entry.chunks))
+            file.append(b"".join(entry.chunks))
         finally:
-            os.close(fd)
+            file.close()
         if created:
             directories.append(os.path.dirname(path) or ".")
 

@@ -79,6 +79,7 @@ from core.occurrences import (
     run_row_refusal,
     span_refusal,
 )
+from shell.disk import OS_DISK, Disk, DiskFile, exists, is_directory
 from shell.durable import GroupCommit, atomic_write_bytes, fault_point, sync_paths
 from shell.fence import check_fence
 from shell.jsonlog import complete_end, iter_lines, repair_torn_tail
@@ -636,7 +637,7 @@ def _apply_transition(
 class _Reader:
     """Open log and index of one schedule during a load."""
 
-    def __init__(self, log_fd: int, idx_fd: int | None, idx_entries: int) -> None:
+    def __init__(self, log_fd: DiskFile, idx_fd: DiskFile | None, idx_entries: int) -> None:
         self.log_fd = log_fd
         self.idx_fd = idx_fd
         self.idx_entries = idx_entries
@@ -647,7 +648,7 @@ class _Reader:
     def entries(self, first: int, count: int) -> list[_Entry]:
         if self.idx_fd is None or first + count > self.idx_entries:
             raise _IndexDamaged(f"index has no entry for seq {first + count - 1}")
-        data = os.pread(self.idx_fd, count * _ENTRY_SIZE, _HEADER_SIZE + first * _ENTRY_SIZE)
+        data = self.idx_fd.read_at(count * _ENTRY_SIZE, _HEADER_SIZE + first * _ENTRY_SIZE)
         result: list[_Entry] = []
         for i in range(count):
             entry = _Entry.unpack(data[i * _ENTRY_SIZE : (i + 1) * _ENTRY_SIZE])
@@ -660,7 +661,7 @@ class _Reader:
         cached = self._rows.get(offset)
         if cached is not None and cached.get("seq") == seq and ("update" in cached) != decision:
             return cached
-        data = os.pread(self.log_fd, length, offset)
+        data = self.log_fd.read_at(length, offset)
         try:
             row = json.loads(data) if len(data) == length and data.endswith(b"\n") else None
         except ValueError:
@@ -826,12 +827,12 @@ def _page_json(data: bytes, seq: int, *, decision: bool) -> dict[str, Any]:
     return row
 
 
-def _line_number(fd: int, offset: int) -> int:
+def _line_number(fd: DiskFile, offset: int) -> int:
     """The 1-based line of the log that starts at byte `offset` (a diagnostic
     names it; counting reads the log up to there, once, when damage is found)."""
     newlines, position = 0, 0
     while position < offset:
-        chunk = os.pread(fd, min(1 << 20, offset - position), position)
+        chunk = fd.read_at(min(1 << 20, offset - position), position)
         if not chunk:
             break
         newlines += chunk.count(b"\n")
@@ -849,8 +850,9 @@ class HistoryStore:
     without writing anything.
     """
 
-    def __init__(self, store_root: str | os.PathLike[str]) -> None:
+    def __init__(self, store_root: str | os.PathLike[str], *, disk: Disk = OS_DISK) -> None:
         self.store_root = Path(store_root)
+        self.disk = disk
         self._logs: dict[str, _Log] = {}
         self._paths: dict[str, ScheduleFiles] = {}
 
@@ -951,23 +953,24 @@ class HistoryStore:
             ],
         ]
 
-    @staticmethod
-    def _header_matches(log: _Log) -> bool:
+    def _header_matches(self, log: _Log) -> bool:
         """Whether the index file's header is the checkpoint of the state held
         for the log (so a load from the files would replay no tail)."""
         expected = log.state.checkpoint()
         if expected == _EMPTY_CHECKPOINT:
             # A load of an absent log finds the empty state and writes nothing.
             files = log.files
-            return not os.path.exists(files.history) and not os.path.exists(files.history_index)
+            return not exists(self.disk, files.history) and not exists(
+                self.disk, files.history_index
+            )
         try:
-            fd = os.open(log.files.history_index, os.O_RDONLY)
+            fd = self.disk.open(log.files.history_index)
         except FileNotFoundError:
             return False
         try:
-            return os.pread(fd, _HEADER_SIZE, 0) == expected.pack()
+            return fd.read_at(_HEADER_SIZE, 0) == expected.pack()
         finally:
-            os.close(fd)
+            fd.close()
 
     def adopt_state(self, schedule_id: str, exported: Sequence[Any]) -> HistoryRecovery:
         """Take a history exported by `export_state` as this store's recovered
@@ -1013,7 +1016,7 @@ class HistoryStore:
         if not logs:
             return
         paths = [p for log in logs for p in (log.files.history, log.files.history_index)]
-        sync_paths(paths, mode="auto")
+        sync_paths(paths, mode="auto", disk=self.disk)
         for log in logs:
             log.needs_sync = False
 
@@ -1021,7 +1024,7 @@ class HistoryStore:
         """Scan the whole log (read-only) and return every problem found before
         the first one that stops the replay. O(log): for operators and tests."""
         files = self._files(schedule_id)
-        if not os.path.isdir(files.directory):
+        if not is_directory(self.disk, files.directory):
             raise NotFound(
                 f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
             )
@@ -1031,33 +1034,33 @@ class HistoryStore:
         self, files: ScheduleFiles, *, repair: bool, full_open: bool, force_rebuild: bool = False
     ) -> _Loaded:
         try:
-            log_fd = os.open(files.history, os.O_RDONLY)
+            log_fd = self.disk.open(files.history)
         except FileNotFoundError:
             if repair:
                 # An index without its log describes nothing.
                 check_fence(files.history_index)
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(files.history_index)
+                    self.disk.remove(files.history_index)
             return _Loaded(state=_State(), problems=[])
         try:
             dropped = 0
-            size = os.fstat(log_fd).st_size
-            if size and os.pread(log_fd, 1, size - 1) != b"\n":
+            size = log_fd.size()
+            if size and log_fd.read_at(1, size - 1) != b"\n":
                 if repair:
-                    dropped = repair_torn_tail(files.history)
-                    size = os.fstat(log_fd).st_size
+                    dropped = repair_torn_tail(files.history, disk=self.disk)
+                    size = log_fd.size()
                 else:
                     size = complete_end(log_fd, size)
-            idx_fd: int | None = None
+            idx_fd: DiskFile | None = None
             with contextlib.suppress(FileNotFoundError):
-                idx_fd = os.open(files.history_index, os.O_RDONLY)
+                idx_fd = self.disk.open(files.history_index)
             try:
                 loaded: _Loaded | None = None
                 durable_size: int | None = None
                 if force_rebuild and idx_fd is not None:
                     # The rows are all read, but a log shorter than what the
                     # index saw committed is damage all the same.
-                    header = _Checkpoint.unpack(os.pread(idx_fd, _HEADER_SIZE, 0))
+                    header = _Checkpoint.unpack(idx_fd.read_at(_HEADER_SIZE, 0))
                     if isinstance(header, _Checkpoint) and header.size > size:
                         durable_size = header.size
                 if not force_rebuild:
@@ -1095,19 +1098,24 @@ class HistoryStore:
                         )
             finally:
                 if idx_fd is not None:
-                    os.close(idx_fd)
+                    idx_fd.close()
             loaded.dropped = dropped
             return loaded
         finally:
-            os.close(log_fd)
+            log_fd.close()
 
     def _load_with_index(
-        self, files: ScheduleFiles, log_fd: int, idx_fd: int | None, size: int, full_open: bool
+        self,
+        files: ScheduleFiles,
+        log_fd: DiskFile,
+        idx_fd: DiskFile | None,
+        size: int,
+        full_open: bool,
     ) -> _Loaded:
         if idx_fd is None:
             raise _IndexDamaged("index is missing", missing=True)
-        idx_size = os.fstat(idx_fd).st_size
-        checkpoint = _Checkpoint.unpack(os.pread(idx_fd, _HEADER_SIZE, 0))
+        idx_size = idx_fd.size()
+        checkpoint = _Checkpoint.unpack(idx_fd.read_at(_HEADER_SIZE, 0))
         if isinstance(checkpoint, str):
             raise _IndexDamaged(checkpoint)
         entries_in_file = max(0, (idx_size - _HEADER_SIZE) // _ENTRY_SIZE)
@@ -1118,7 +1126,7 @@ class HistoryStore:
             )
         if checkpoint.count > entries_in_file:
             raise _IndexDamaged("index is shorter than its checkpoint")
-        if checkpoint.size and os.pread(log_fd, 1, checkpoint.size - 1) != b"\n":
+        if checkpoint.size and log_fd.read_at(1, checkpoint.size - 1) != b"\n":
             raise _IndexDamaged("checkpoint does not end a record")
         reader = _Reader(log_fd, idx_fd, entries_in_file)
         state = _State(size=checkpoint.size, count=checkpoint.count, lines=checkpoint.lines)
@@ -1151,16 +1159,15 @@ class HistoryStore:
             return
         first, last = seqs[0], seqs[-1]
         if last - first < _ENTRY_CHUNK:
-            data = os.pread(
-                reader.idx_fd, (last - first + 1) * _ENTRY_SIZE, _HEADER_SIZE + first * _ENTRY_SIZE
+            data = reader.idx_fd.read_at(
+                (last - first + 1) * _ENTRY_SIZE, _HEADER_SIZE + first * _ENTRY_SIZE
             )
             on_disk = {
                 s: data[(s - first) * _ENTRY_SIZE : (s - first + 1) * _ENTRY_SIZE] for s in seqs
             }
         else:
             on_disk = {
-                s: os.pread(reader.idx_fd, _ENTRY_SIZE, _HEADER_SIZE + s * _ENTRY_SIZE)
-                for s in seqs
+                s: reader.idx_fd.read_at(_ENTRY_SIZE, _HEADER_SIZE + s * _ENTRY_SIZE) for s in seqs
             }
         for seq, packed in on_disk.items():
             if packed == touched[seq].pack():
@@ -1237,21 +1244,20 @@ class HistoryStore:
 
     # --- index writes ------------------------------------------------------------------------
 
-    @staticmethod
-    def _write_full_index(files: ScheduleFiles, state: _State) -> None:
+    def _write_full_index(self, files: ScheduleFiles, state: _State) -> None:
         # The rows were read from the page cache; make them durable before an
         # index that claims them is.
-        fd = os.open(files.history, os.O_RDONLY)
+        fd = self.disk.open(files.history)
         try:
-            os.fsync(fd)
+            fd.fsync()
         finally:
-            os.close(fd)
+            fd.close()
         parts = [state.checkpoint().pack()]
         parts.extend(state.touched[seq].pack() for seq in range(state.count))
-        atomic_write_bytes(files.history_index, b"".join(parts))
+        atomic_write_bytes(files.history_index, b"".join(parts), disk=self.disk)
 
-    @staticmethod
     def _write_entries(
+        self,
         files: ScheduleFiles,
         entries: Mapping[int, _Entry],
         *,
@@ -1260,30 +1266,30 @@ class HistoryStore:
     ) -> None:
         check_fence(files.history_index)
         fault_point(f"before:index:{HISTORY_INDEX_FILE}")
-        fd = os.open(files.history_index, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = self.disk.open(files.history_index, write=True, create=True)
         try:
-            if os.fstat(fd).st_size < _HEADER_SIZE:
-                os.pwrite(fd, (header or _EMPTY_CHECKPOINT).pack(), 0)
+            if fd.size() < _HEADER_SIZE:
+                fd.write_at((header or _EMPTY_CHECKPOINT).pack(), 0)
             elif header is not None:
-                os.pwrite(fd, header.pack(), 0)
+                fd.write_at(header.pack(), 0)
             # One write per run of consecutive seqs (a whole batch of new
             # decisions is one run).
             run_start, run = -1, list[bytes]()
             for seq in sorted(entries):
                 if run and seq != run_start + len(run):
-                    os.pwrite(fd, b"".join(run), _HEADER_SIZE + run_start * _ENTRY_SIZE)
+                    fd.write_at(b"".join(run), _HEADER_SIZE + run_start * _ENTRY_SIZE)
                     run = []
                 if not run:
                     run_start = seq
                 run.append(entries[seq].pack())
             if run:
-                os.pwrite(fd, b"".join(run), _HEADER_SIZE + run_start * _ENTRY_SIZE)
+                fd.write_at(b"".join(run), _HEADER_SIZE + run_start * _ENTRY_SIZE)
             if truncate_to is not None:
                 end = _HEADER_SIZE + truncate_to * _ENTRY_SIZE
-                if os.fstat(fd).st_size > end:
-                    os.ftruncate(fd, end)
+                if fd.size() > end:
+                    fd.truncate(end)
         finally:
-            os.close(fd)
+            fd.close()
         fault_point(f"after:index:{HISTORY_INDEX_FILE}")
 
     def _publish_checkpoint(self, log: _Log) -> None:
@@ -1298,7 +1304,7 @@ class HistoryStore:
         log = self._logs.get(schedule_id)
         if log is None:
             files = self._files(schedule_id)
-            if not os.path.isdir(files.directory):
+            if not is_directory(self.disk, files.directory):
                 raise NotFound(
                     f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
                 )
@@ -1751,7 +1757,7 @@ class HistoryStore:
     ) -> tuple[_State, Mapping[int, _Entry], Sequence[StoreProblem]]:
         """The state a read works from (the owned one, or one loaded from the
         files without writing anything) and the damage it stops at."""
-        if not os.path.isdir(files.directory):
+        if not is_directory(self.disk, files.directory):
             raise NotFound(
                 f"schedule {files.schedule_id!r} does not exist",
                 data={"schedule_id": files.schedule_id},
@@ -1811,11 +1817,11 @@ class HistoryStore:
             if not _is_int(seq) or not 0 <= seq < state.count:
                 return f"seq {seq}"
             (entry,) = self._page_entries(files, state, overlay, seq, seq + 1)
-            fd = os.open(files.history, os.O_RDONLY)
+            fd = self.disk.open(files.history)
             try:
                 line = _line_number(fd, entry.latest_off)
             finally:
-                os.close(fd)
+                fd.close()
         except (OSError, StoreDamaged, NotFound):
             return f"seq {seq}"
         return f"line {line}, byte {entry.latest_off} (seq {seq})"
@@ -1830,11 +1836,11 @@ class HistoryStore:
     ) -> list[_Entry]:
         raw = b""
         if any(s not in state.open and s not in overlay for s in range(start, end)):
-            fd = os.open(files.history_index, os.O_RDONLY)
+            fd = self.disk.open(files.history_index)
             try:
-                raw = os.pread(fd, (end - start) * _ENTRY_SIZE, _HEADER_SIZE + start * _ENTRY_SIZE)
+                raw = fd.read_at((end - start) * _ENTRY_SIZE, _HEADER_SIZE + start * _ENTRY_SIZE)
             finally:
-                os.close(fd)
+                fd.close()
         entries: list[_Entry] = []
         for seq in range(start, end):
             opened = state.open.get(seq)
@@ -1859,7 +1865,7 @@ class HistoryStore:
     ) -> list[dict[str, Any]]:
         spans = {(e.decision_off, e.decision_len) for e in entries}
         spans.update((e.latest_off, e.latest_len) for e in entries)
-        fd = os.open(files.history, os.O_RDONLY)
+        fd = self.disk.open(files.history)
         try:
             # Decision rows of consecutive seqs sit together, but the latest
             # row of an admitted occurrence was appended later, elsewhere:
@@ -1871,11 +1877,11 @@ class HistoryStore:
                     cluster_end = max(cluster_end, offset + length)
                     continue
                 if cluster_end >= 0:
-                    chunks[cluster_start] = os.pread(fd, cluster_end - cluster_start, cluster_start)
+                    chunks[cluster_start] = fd.read_at(cluster_end - cluster_start, cluster_start)
                 cluster_start, cluster_end = offset, offset + length
-            chunks[cluster_start] = os.pread(fd, cluster_end - cluster_start, cluster_start)
+            chunks[cluster_start] = fd.read_at(cluster_end - cluster_start, cluster_start)
         finally:
-            os.close(fd)
+            fd.close()
         bases = sorted(chunks)
 
         def read(offset: int, length: int) -> bytes:
@@ -1908,11 +1914,11 @@ class HistoryStore:
         if start == 0:
             return None
         (entry,) = self._page_entries(files, state, overlay, start - 1, start)
-        fd = os.open(files.history, os.O_RDONLY)
+        fd = self.disk.open(files.history)
         try:
-            data = os.pread(fd, entry.decision_len, entry.decision_off)
+            data = fd.read_at(entry.decision_len, entry.decision_off)
         finally:
-            os.close(fd)
+            fd.close()
         try:
             return _check_decision(_page_json(data, start - 1, decision=True), start - 1).instant
         except _Bad as bad:
@@ -1921,11 +1927,11 @@ class HistoryStore:
     def _row_damaged(self, files: ScheduleFiles, offset: int, seq: int, reason: str) -> NoReturn:
         """A row a read found where the index points breaks the row rules: the
         history is damaged there. Names the row by line, as a load does."""
-        fd = os.open(files.history, os.O_RDONLY)
+        fd = self.disk.open(files.history)
         try:
             line = _line_number(fd, offset)
         finally:
-            os.close(fd)
+            fd.close()
         self._damaged(
             files, files.history, f"line {line}, byte {offset} (seq {seq})", reason, freeze=True
         )
@@ -1962,11 +1968,11 @@ class HistoryStore:
         ]
         if logs:
             paths = [p for log in logs for p in (log.files.history, log.files.history_index)]
-            sync_paths(paths, mode="auto")
+            sync_paths(paths, mode="auto", disk=self.disk)
             for log in logs:
                 log.needs_sync = False
                 self._publish_checkpoint(log)
-            sync_paths([log.files.history_index for log in logs], mode="auto")
+            sync_paths([log.files.history_index for log in logs], mode="auto", disk=self.disk)
 
     def close(self) -> None:
         """`publish()`, then forget every log without staged writes."""

@@ -59,17 +59,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Literal
 
+from shell.disk import OS_DISK, Disk, DiskFile, exists
 from shell.durable import (
     JournalEntry,
     fault_point,
     fsync_directory,
-    pwrite_all,
     replace_unsynced,
     sync_paths,
     syncfs_available,
-    write_all,
 )
 from shell.fence import check_fence
+from shell.store_format import read_file
 
 __all__ = [
     "CHECKPOINT_AFTER_S",
@@ -166,10 +166,9 @@ def _decode(root: str, payload: bytes) -> list[JournalEntry] | None:
     return entries
 
 
-def _read_records(path: Path, report: ReplayReport) -> list[list[JournalEntry]]:
-    try:
-        content = path.read_bytes()
-    except FileNotFoundError:
+def _read_records(path: Path, report: ReplayReport, disk: Disk) -> list[list[JournalEntry]]:
+    content = read_file(str(path), disk=disk)
+    if content is None:
         return []
     root = str(path.parent)
     records: list[list[JournalEntry]] = []
@@ -191,15 +190,15 @@ def _read_records(path: Path, report: ReplayReport) -> list[list[JournalEntry]]:
     return records
 
 
-def _apply_append(path: str, offset: int, data: bytes, report: ReplayReport) -> None:
+def _apply_append(path: str, offset: int, data: bytes, report: ReplayReport, disk: Disk) -> None:
     end = offset + len(data)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        file = disk.open(path, write=True, create=True)
     except FileNotFoundError:
         report.problems.append(f"{path}: its directory is gone; {len(data)} bytes not written")
         return
     try:
-        size = os.fstat(fd).st_size
+        size = file.size()
         if size >= end:
             report.already_in_place += 1
             return
@@ -209,19 +208,20 @@ def _apply_append(path: str, offset: int, data: bytes, report: ReplayReport) -> 
                 " the file lost bytes that no journal record holds; not written"
             )
             return
-        pwrite_all(fd, data, offset)
+        file.write_at(data, offset)
         report.appends_written += 1
         report.written.append(path)
     finally:
-        os.close(fd)
+        file.close()
 
 
-def journal_supported() -> bool:
+def journal_supported(disk: Disk = OS_DISK) -> bool:
     """True where a checkpoint can flush a whole filesystem at once (Linux)."""
-    return syncfs_available()
+    # The OS disk asks `shell.durable`, whose syncfs tests replace.
+    return syncfs_available() if disk is OS_DISK else disk.can_syncfs()
 
 
-def replay_journal(store_root: str | os.PathLike[str]) -> ReplayReport:
+def replay_journal(store_root: str | os.PathLike[str], *, disk: Disk = OS_DISK) -> ReplayReport:
     """Apply the journal of `store_root` to its files, flush, and empty it.
 
     Only the process that owns the store may call it (under the scheduler
@@ -231,7 +231,7 @@ def replay_journal(store_root: str | os.PathLike[str]) -> ReplayReport:
     root = Path(store_root)
     path = root / JOURNAL_FILE
     report = ReplayReport()
-    records = _read_records(path, report)
+    records = _read_records(path, report, disk)
     if report.torn_bytes:
         _log.warning(
             "commit journal %s ends with %d bytes of a commit that never completed;"
@@ -253,10 +253,10 @@ def replay_journal(store_root: str | os.PathLike[str]) -> ReplayReport:
             if kind == "append":
                 if replaced is not None and (number, position) < replaced:
                     continue
-                _apply_append(target, offset, data, report)
+                _apply_append(target, offset, data, report, disk)
             elif replaced == (number, position):
                 try:
-                    replace_unsynced(target, data)
+                    replace_unsynced(target, data, disk=disk)
                 except FileNotFoundError:
                     report.problems.append(f"{target}: its directory is gone; not replaced")
                     continue
@@ -265,7 +265,7 @@ def replay_journal(store_root: str | os.PathLike[str]) -> ReplayReport:
     report.records = len(records)
     for problem in report.problems:
         _log.error("commit journal replay: %s", problem)
-    _checkpoint(root, path, report.written)
+    _checkpoint(root, path, report.written, disk)
     if report.records:
         _log.warning(
             "commit journal replayed %d commit(s): %d append(s) and %d replace(s) written,"
@@ -278,26 +278,26 @@ def replay_journal(store_root: str | os.PathLike[str]) -> ReplayReport:
     return report
 
 
-def _checkpoint(root: Path, path: Path, written: Sequence[str] = ()) -> None:
+def _checkpoint(root: Path, path: Path, written: Sequence[str], disk: Disk) -> None:
     # Emptying the journal is a write: a fenced owner leaves it to the next one.
     check_fence(path)
     fault_point("before:checkpoint")
-    if syncfs_available():
-        sync_paths([], [str(root)], mode="syncfs")
+    if journal_supported(disk):
+        sync_paths([], [str(root)], mode="syncfs", disk=disk)
     else:
         # Only a replay gets here (a journal is kept only where syncfs exists),
         # and it knows every file it wrote.
-        sync_paths(written, {os.path.dirname(p) for p in written}, mode="fsync")
+        sync_paths(written, {os.path.dirname(p) for p in written}, mode="fsync", disk=disk)
     fault_point("before:journal-truncate")
     try:
-        fd = os.open(path, os.O_WRONLY)
+        file = disk.open(str(path), write=True)
     except FileNotFoundError:
         return
     try:
-        os.ftruncate(fd, 0)
-        os.fsync(fd)
+        file.truncate(0)
+        file.fsync()
     finally:
-        os.close(fd)
+        file.close()
     fault_point("after:checkpoint")
 
 
@@ -317,18 +317,25 @@ class CommitJournal:
         checkpoint_after_s: float = CHECKPOINT_AFTER_S,
         checkpoint_limit_bytes: int = CHECKPOINT_LIMIT_BYTES,
         monotonic: Callable[[], float] = time.monotonic,
+        disk: Disk = OS_DISK,
     ) -> None:
         self.store_root = Path(store_root)
+        self._disk = disk
         self.path = self.store_root / JOURNAL_FILE
         self._root_text = str(self.store_root)
         self._checkpoint_at = checkpoint_at_bytes
         self._checkpoint_after = checkpoint_after_s
         self._checkpoint_limit = max(checkpoint_limit_bytes, checkpoint_at_bytes)
         self._monotonic = monotonic
-        self._fd: int | None = None
+        self._fd: DiskFile | None = None
         self._size = 0
         # When the oldest record since the last checkpoint was written.
         self._oldest: float | None = None
+
+    @property
+    def disk(self) -> Disk:
+        """The disk of the journal and of the files its batches write."""
+        return self._disk
 
     @property
     def size(self) -> int:
@@ -338,12 +345,13 @@ class CommitJournal:
     def open(self) -> ReplayReport:
         """Replay what a previous owner left, then open for appends."""
         self.close_file()
-        report = replay_journal(self.store_root)
-        created = not self.path.exists()
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        report = replay_journal(self.store_root, disk=self._disk)
+        path = str(self.path)
+        created = not exists(self._disk, path)
+        self._fd = self._disk.open(path, append=True, create=True)
         if created:
-            fsync_directory(self.store_root)
-        self._size = os.fstat(self._fd).st_size
+            fsync_directory(self.store_root, disk=self._disk)
+        self._size = self._fd.size()
         return report
 
     def write(self, entries: Sequence[JournalEntry]) -> None:
@@ -354,8 +362,8 @@ class CommitJournal:
         check_fence(self.path)
         fault_point(f"before:append:{JOURNAL_FILE}")
         try:
-            write_all(self._fd, record)
-            os.fsync(self._fd)
+            self._fd.append(record)
+            self._fd.fsync()
         except OSError:
             self._cut_back()
             raise
@@ -373,8 +381,8 @@ class CommitJournal:
         rebuild after the failed round) replays and cuts it."""
         assert self._fd is not None
         try:
-            os.ftruncate(self._fd, self._size)
-            os.fsync(self._fd)
+            self._fd.truncate(self._size)
+            self._fd.fsync()
         except OSError as exc:
             _log.error("could not cut %s back after a failed write: %s", self.path, exc)
             self.close_file()
@@ -393,7 +401,7 @@ class CommitJournal:
         """Make every applied write durable in its own file and empty the journal."""
         if self._fd is None or self._size == 0:
             return
-        _checkpoint(self.store_root, self.path)
+        _checkpoint(self.store_root, self.path, (), self._disk)
         self._size = 0
         self._oldest = None
 
@@ -409,7 +417,7 @@ class CommitJournal:
     def close_file(self) -> None:
         """Close without a checkpoint (the next `open()` replays)."""
         if self._fd is not None:
-            os.close(self._fd)
+            self._fd.close()
             self._fd = None
             self._size = 0
             self._oldest = None

@@ -14,6 +14,7 @@ import os
 from collections.abc import Iterator
 from typing import Final
 
+from shell.disk import OS_DISK, Disk, DiskFile
 from shell.durable import fault_point
 from shell.fence import check_fence
 from shell.store_format import read_file
@@ -31,7 +32,7 @@ _log = logging.getLogger(__name__)
 _CHUNK: Final = 1 << 20
 
 
-def iter_lines(fd: int, start: int, end: int) -> Iterator[tuple[int, bytes]]:
+def iter_lines(file: DiskFile, start: int, end: int) -> Iterator[tuple[int, bytes]]:
     """Yield `(offset, line)` for the bytes `[start, end)` of an open file.
 
     Every line but possibly the last ends in `\\n`; a last line without it is
@@ -41,7 +42,7 @@ def iter_lines(fd: int, start: int, end: int) -> Iterator[tuple[int, bytes]]:
     pending_at = start
     position = start
     while position < end:
-        chunk = os.pread(fd, min(_CHUNK, end - position), position)
+        chunk = file.read_at(min(_CHUNK, end - position), position)
         if not chunk:
             break
         position += len(chunk)
@@ -59,7 +60,7 @@ def iter_lines(fd: int, start: int, end: int) -> Iterator[tuple[int, bytes]]:
         yield pending_at, pending
 
 
-def complete_end(fd: int, size: int, floor: int = 0) -> int:
+def complete_end(file: DiskFile, size: int, floor: int = 0) -> int:
     """The offset just past the last `\\n` in `[floor, size)`, or `floor` if none.
 
     Reads backwards from the end, so finding a torn final line costs only the
@@ -68,7 +69,7 @@ def complete_end(fd: int, size: int, floor: int = 0) -> int:
     position = size
     while position > floor:
         start = max(floor, position - 65536)
-        chunk = os.pread(fd, position - start, start)
+        chunk = file.read_at(position - start, start)
         newline = chunk.rfind(b"\n")
         if newline >= 0:
             return start + newline + 1
@@ -76,7 +77,7 @@ def complete_end(fd: int, size: int, floor: int = 0) -> int:
     return floor
 
 
-def repair_torn_tail(path: str | os.PathLike[str], *, floor: int = 0) -> int:
+def repair_torn_tail(path: str | os.PathLike[str], *, floor: int = 0, disk: Disk = OS_DISK) -> int:
     """Drop a torn final line of the log at `path`; returns the bytes dropped.
 
     The truncation is fsynced, so new records are never appended to a torn
@@ -86,22 +87,22 @@ def repair_torn_tail(path: str | os.PathLike[str], *, floor: int = 0) -> int:
     target = os.fspath(path)
     name = os.path.basename(target)
     try:
-        fd = os.open(target, os.O_RDWR)
+        file = disk.open(target, write=True)
     except FileNotFoundError:
         return 0
     try:
-        size = os.fstat(fd).st_size
-        if size <= floor or os.pread(fd, 1, size - 1) == b"\n":
+        size = file.size()
+        if size <= floor or file.read_at(1, size - 1) == b"\n":
             return 0
-        end = complete_end(fd, size, floor)
+        end = complete_end(file, size, floor)
         # Only when there is a torn line to cut: reading stays fenced-free.
         check_fence(target)
         fault_point(f"before:truncate:{name}")
-        os.ftruncate(fd, end)
-        os.fsync(fd)
+        file.truncate(end)
+        file.fsync()
         fault_point(f"after:truncate:{name}")
     finally:
-        os.close(fd)
+        file.close()
     dropped = size - end
     _log.warning(
         "dropped a torn final line of %s (%d bytes at offset %d): a crash interrupted"
@@ -113,12 +114,14 @@ def repair_torn_tail(path: str | os.PathLike[str], *, floor: int = 0) -> int:
     return dropped
 
 
-def read_lines(path: str | os.PathLike[str]) -> tuple[list[bytes], bytes] | None:
+def read_lines(
+    path: str | os.PathLike[str], *, disk: Disk = OS_DISK
+) -> tuple[list[bytes], bytes] | None:
     """All complete lines of a small log and its torn remainder (b"" if none).
 
     Returns None when the file does not exist.
     """
-    data = read_file(os.fspath(path))
+    data = read_file(os.fspath(path), disk=disk)
     if data is None:
         return None
     end = data.rfind(b"\n") + 1
@@ -127,7 +130,9 @@ def read_lines(path: str | os.PathLike[str]) -> tuple[list[bytes], bytes] | None
     return lines, data[end:]
 
 
-def read_last_line(path: str | os.PathLike[str]) -> tuple[bytes | None, int] | None:
+def read_last_line(
+    path: str | os.PathLike[str], *, disk: Disk = OS_DISK
+) -> tuple[bytes | None, int] | None:
     """The last complete line of a log (None if it has none) and the log's
     size; None when the file does not exist. A torn final piece is ignored.
 
@@ -135,17 +140,17 @@ def read_last_line(path: str | os.PathLike[str]) -> tuple[bytes | None, int] | N
     not of the log.
     """
     try:
-        fd = os.open(path, os.O_RDONLY)
+        file = disk.open(os.fspath(path))
     except FileNotFoundError:
         return None
     try:
-        size = os.fstat(fd).st_size
+        size = file.size()
         end = size
-        if size and os.pread(fd, 1, size - 1) != b"\n":
-            end = complete_end(fd, size)
+        if size and file.read_at(1, size - 1) != b"\n":
+            end = complete_end(file, size)
         if end == 0:
             return None, size
-        start = complete_end(fd, end - 1)
-        return os.pread(fd, end - start, start), size
+        start = complete_end(file, end - 1)
+        return file.read_at(end - start, start), size
     finally:
-        os.close(fd)
+        file.close()

@@ -44,6 +44,7 @@ from core.events import (
 from core.lifecycle import LifecycleRefusal, apply_record
 from core.recovery_checks import OpenAdmission, RunClaim, claim_problems, recovered_run
 from shell.definition_store import DefinitionStore
+from shell.disk import OS_DISK, Disk
 from shell.history_store import HistoryRecovery, HistoryStore, OpenOccurrence
 from shell.ports import HostApi
 from shell.runtime_store import RuntimeLoad
@@ -239,6 +240,9 @@ class StartupRecovery:
         self._checkpoint = checkpoint if checkpoint is not None else {}
         self._captured = captured
         self._root = os.fspath(schedules.definitions.store_root)
+        # A checkpoint entry's identities are of the file stores' disk; other
+        # stores write no checkpoint, so the OS disk is never asked for them.
+        self._disk: Disk = getattr(schedules.definitions, "disk", OS_DISK)
         # Run ids that admitted rows name but no run record holds: their runs
         # are created next, so the run-id counter is moved past them.
         self._orphans: list[str] = []
@@ -405,7 +409,7 @@ class StartupRecovery:
         unchanged: UnchangedParts | None = None
         full_scan = False
         if entry is not None:
-            current = current_identities_text(files)
+            current = current_identities_text(files, disk=self._disk)
             unchanged = entry.unchanged(current)
             full_scan = unchanged is not None and not unchanged.history
             full_scan = full_scan and entry.history_rewritten(current)

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from core.errors import InvalidInput, NotFound, Problem
+from shell.disk import OS_DISK, Disk, is_directory
 from shell.durable import GroupCommit, append_records, atomic_write_bytes
 from shell.jsonlog import read_last_line, repair_torn_tail
 from shell.store_format import (
@@ -103,7 +104,8 @@ class RuntimeStore:
     Only the scheduler (the lock holder) writes. Not thread-safe.
     """
 
-    def __init__(self, store_root: str | os.PathLike[str]) -> None:
+    def __init__(self, store_root: str | os.PathLike[str], *, disk: Disk = OS_DISK) -> None:
+        self.disk = disk
         self.store_root = Path(store_root)
         self._paths: dict[str, ScheduleFiles] = {}
         # Known size of each runtime log this process appends to.
@@ -124,7 +126,7 @@ class RuntimeStore:
         Never raises for a damaged record: it comes back as `problem`.
         """
         files = self._files(schedule_id)
-        found = read_last_line(files.runtime)
+        found = read_last_line(files.runtime, disk=self.disk)
         if found is None:
             return RuntimeLoad(schedule_id=schedule_id, record=None)
         line, size = found
@@ -196,13 +198,13 @@ class RuntimeStore:
         """The log's size, after dropping a torn final line (owner only)."""
         size = self._sizes.get(schedule_id)
         if size is None:
-            if not os.path.isdir(files.directory):
+            if not is_directory(self.disk, files.directory):
                 raise NotFound(
                     f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
                 )
-            repair_torn_tail(files.runtime)
+            repair_torn_tail(files.runtime, disk=self.disk)
             try:
-                size = os.stat(files.runtime).st_size
+                size = self.disk.stat(files.runtime).size
             except FileNotFoundError:
                 size = 0
         return size
@@ -306,9 +308,9 @@ class RuntimeStore:
         size = self._prepared_size(schedule_id, files)
         self._sizes.pop(schedule_id, None)
         if self._compacts(schedule_id, size):
-            atomic_write_bytes(files.runtime, encode_json_line(record))
+            atomic_write_bytes(files.runtime, encode_json_line(record), disk=self.disk)
             self._sizes[schedule_id] = len(encode_json_line(record))
         else:
-            append_records(files.runtime, [record])
+            append_records(files.runtime, [record], disk=self.disk)
             self._sizes[schedule_id] = size + len(encode_json_line(record))
         return record

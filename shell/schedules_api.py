@@ -152,8 +152,8 @@ class SchedulesApi:
     ) -> None:
         # Shared with the host API and the scheduler service of the same store.
         self.store_health = store_health if store_health is not None else StoreHealth(store_root)
-        # Stores default to the files under `store_root`; a simulation injects
-        # in-memory ones (`shell.sim`).
+        # Stores default to the files under `store_root`; the simulation injects
+        # the same stores over its simulated disk (`shell.sim`).
         self.definitions: DefinitionsPort = (
             definitions if definitions is not None else DefinitionStore(store_root)
         )

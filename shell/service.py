@@ -645,7 +645,7 @@ class SchedulerService:
                 history=history,
                 examine=examine,
             )
-            write_startup_checkpoint(definitions.store_root, entries)
+            write_startup_checkpoint(definitions.store_root, entries, disk=definitions.disk)
         except (OSError, SchedulingError) as exc:
             _log.warning("could not write the startup checkpoint: %s", exc)
             return False
@@ -700,7 +700,9 @@ class SchedulerService:
         try:
             for schedule_id in definitions.list_ids():
                 directory = ScheduleFiles.of(definitions.store_root, schedule_id).directory
-                removed = remove_stale_temp_files(directory, older_than_ns=before)
+                removed = remove_stale_temp_files(
+                    directory, older_than_ns=before, disk=definitions.disk
+                )
                 if removed:
                     _log.info(
                         "removed temp files of interrupted writes in %s: %s", directory, removed
@@ -721,7 +723,7 @@ class SchedulerService:
         if not self._running and stores is not None:
             # A start (not a rebuild after a failed round) takes the last
             # checkpoint, which reading consumes.
-            checkpoint = read_startup_checkpoint(stores[0].store_root)
+            checkpoint = read_startup_checkpoint(stores[0].store_root, disk=stores[0].disk)
             self._captured = {}
             self._checkpointed_at, self._touched = None, set()
             self._started_ns, self._swept = time.time_ns(), False

@@ -66,11 +66,12 @@ from typing import Any, Final, NamedTuple
 
 from core.errors import SchedulingError
 from shell.definition_store import DefinitionLoad, DefinitionStore
+from shell.disk import OS_DISK, Disk
 from shell.durable import atomic_write_bytes
 from shell.fence import check_fence
 from shell.history_store import HistoryStore
 from shell.runtime_store import RuntimeStore
-from shell.store_format import ScheduleFiles
+from shell.store_format import ScheduleFiles, read_file
 
 __all__ = [
     "CHECKPOINT_FILE",
@@ -119,16 +120,16 @@ def _paths(files: ScheduleFiles) -> tuple[str, ...]:
     )
 
 
-def file_identities(files: ScheduleFiles) -> Identities:
+def file_identities(files: ScheduleFiles, *, disk: Disk = OS_DISK) -> Identities:
     """The identity of each file a recovery reads."""
     result: list[FileIdentity | None] = []
     for path in _paths(files):
         try:
-            st = os.stat(path)
+            st = disk.stat(path)
         except FileNotFoundError:
             result.append(None)
         else:
-            result.append((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+            result.append((st.inode, st.size, st.mtime_ns, st.ctime_ns))
     return tuple(result)
 
 
@@ -137,17 +138,17 @@ def _inode(identity_text: str) -> int | None:
     return int(inode) if inode.isdigit() else None
 
 
-def current_identities_text(files: ScheduleFiles) -> str:
+def current_identities_text(files: ScheduleFiles, *, disk: Disk = OS_DISK) -> str:
     """`identities_text(file_identities(files))`, without the tuples: a start
     computes it for every schedule."""
     parts: list[str] = []
     for path in _paths(files):
         try:
-            st = os.stat(path)
+            st = disk.stat(path)
         except FileNotFoundError:
             parts.append("-")
         else:
-            parts.append(f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}")
+            parts.append(f"{st.inode}:{st.size}:{st.mtime_ns}:{st.ctime_ns}")
     return ",".join(parts)
 
 
@@ -281,7 +282,10 @@ def _parse_identities(text: str) -> Identities:
 
 
 def write_startup_checkpoint(
-    store_root: str | os.PathLike[str], entries: Mapping[str, CachedSchedule]
+    store_root: str | os.PathLike[str],
+    entries: Mapping[str, CachedSchedule],
+    *,
+    disk: Disk = OS_DISK,
 ) -> None:
     """Write the checkpoint atomically and durably (one line per schedule
     after a header holding the format and the body's checksum)."""
@@ -299,21 +303,21 @@ def write_startup_checkpoint(
         },
         sort_keys=True,
     ).encode()
-    atomic_write_bytes(os.path.join(store_root, CHECKPOINT_FILE), header + b"\n" + body)
+    atomic_write_bytes(os.path.join(store_root, CHECKPOINT_FILE), header + b"\n" + body, disk=disk)
 
 
-def read_startup_checkpoint(store_root: str | os.PathLike[str]) -> dict[str, CachedSchedule]:
+def read_startup_checkpoint(
+    store_root: str | os.PathLike[str], *, disk: Disk = OS_DISK
+) -> dict[str, CachedSchedule]:
     """The entries of the last checkpoint written, and the file removed
     (it is consumed); empty when there is none or it cannot be trusted."""
     path = os.path.join(store_root, CHECKPOINT_FILE)
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except FileNotFoundError:
+    data = read_file(path, disk=disk)
+    if data is None:
         return {}
     check_fence(path)
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+        disk.remove(path)
     try:
         return _parse(data)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -382,7 +386,7 @@ def checkpoint_entries(
             continue
         files = ScheduleFiles.of(definitions.store_root, schedule_id)
         examined_ns = time.time_ns()
-        now = file_identities(files)
+        now = file_identities(files, disk=definitions.disk)
         history_file = now[_HISTORY]
         history_size = history_file[1] if history_file is not None else 0
         if now[_LIFECYCLE] is None or exported[0] != history_size:
@@ -425,7 +429,7 @@ def _definitions_json(
         return None
     if loaded is None or not _clean_definition_read(loaded):
         return None
-    after = file_identities(files)
+    after = file_identities(files, disk=definitions.disk)
     if any(after[p] != now[p] for p in _OTHERS):
         return None
     return json.dumps(list(records))

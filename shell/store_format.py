@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from core.errors import InvalidInput, InvalidState, Problem
+from shell.disk import OS_DISK, Disk
 
 __all__ = [
     "DEFINITION_FILE",
@@ -138,24 +139,24 @@ class ScheduleFiles:
         return path
 
 
-def read_file(path: str) -> bytes | None:
+def read_file(path: str, *, disk: Disk = OS_DISK) -> bytes | None:
     """The whole content of a (small) file, or None if it does not exist."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        file = disk.open(path)
     except FileNotFoundError:
         return None
     try:
-        data = os.read(fd, 1 << 16)
+        data = file.read(1 << 16)
         if len(data) < 1 << 16:
             # A short read of a regular file means end of file: skip the
             # extra read() that would only confirm it.
             return data
         chunks = [data]
-        while chunk := os.read(fd, 1 << 16):
+        while chunk := file.read(1 << 16):
             chunks.append(chunk)
         return b"".join(chunks)
     finally:
-        os.close(fd)
+        file.close()
 
 
 # The three stores of one root each ask for the same schedules' paths.

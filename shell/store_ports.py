@@ -1,9 +1,9 @@
 """What the scheduler service and the schedules API need from their stores and lock.
 
 The file-backed classes (`DefinitionStore`, `RuntimeStore`, `HistoryStore`,
-`SchedulerLock`) are the implementations a server uses; `shell.sim` provides
-in-memory ones with the same behaviour (and the same errors) so that the
-service's real loop can run fully simulated. These protocols are the seam:
+`SchedulerLock`) are the implementations a server uses; the deterministic
+simulation (`shell.sim`) runs the same file stores over a simulated disk,
+with an in-memory lock of the same behaviour. These protocols are the seam:
 `SchedulesApi` and `SchedulerService` accept any object that fits them.
 
 Only the methods the service and the API call are listed; see the file-backed

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from shell.definition_store import DefinitionStore
+from shell.disk import OS_DISK, Disk
 from shell.durable import GroupCommit, SyncMode, remove_stale_temp_files
 from shell.history_store import HistoryRecovery, HistoryStore
 from shell.runtime_store import RuntimeStore
@@ -52,16 +53,23 @@ class RecoveredRecords:
 class ScheduleStores:
     """Definition, runtime and history stores under one store root."""
 
-    def __init__(self, store_root: str | os.PathLike[str], *, sync: SyncMode = "auto") -> None:
+    def __init__(
+        self,
+        store_root: str | os.PathLike[str],
+        *,
+        sync: SyncMode = "auto",
+        disk: Disk = OS_DISK,
+    ) -> None:
         self.store_root = Path(store_root)
         self.sync_mode: SyncMode = sync
-        self.definitions = DefinitionStore(self.store_root)
-        self.runtime = RuntimeStore(self.store_root)
-        self.history = HistoryStore(self.store_root)
+        self.disk = disk
+        self.definitions = DefinitionStore(self.store_root, disk=disk)
+        self.runtime = RuntimeStore(self.store_root, disk=disk)
+        self.history = HistoryStore(self.store_root, disk=disk)
 
     def new_batch(self) -> GroupCommit:
         """A `GroupCommit` for one wake-up, flushing with this store's sync mode."""
-        return GroupCommit(sync=self.sync_mode)
+        return GroupCommit(sync=self.sync_mode, disk=self.disk)
 
     def recover_all(self) -> list[RecoveredRecords]:
         """Recover every schedule, sorted by id. Only the lock holder may call it.
@@ -77,7 +85,7 @@ class ScheduleStores:
         """Recover one schedule (see `recover_all`); never raises for damage."""
         files = ScheduleFiles.of(self.store_root, schedule_id)
         problems: list[StoreProblem] = []
-        removed = remove_stale_temp_files(files.directory)
+        removed = remove_stale_temp_files(files.directory, disk=self.disk)
         if removed:
             _log.info(
                 "removed temp files of interrupted writes in %s: %s", files.directory, removed

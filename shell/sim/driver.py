@@ -1,10 +1,11 @@
 """`simulate_service`: the real scheduler loop, fully simulated, from a seed.
 
-One simulation is a store root that lives in memory (`SimDisk`), a virtual
+One simulation is a store root on a simulated disk (`SimDisk`), a virtual
 clock (`ManualClock`), and a sequence of simulated *processes*. Each process
 is what a server start builds: the run API (`SimHost`, after its startup
-recovery), the in-memory stores, the real `SchedulesApi` and the real
-`SchedulerService` with an in-memory lock. The simulation then repeats one
+recovery), the real file stores and commit journal over the simulated disk,
+the real `SchedulesApi` and the real `SchedulerService` with an in-memory
+lock. The simulation then repeats one
 step until the virtual time is up:
 
 1. move the clock to the next moment something happens: an operator action,
@@ -51,17 +52,18 @@ from core.errors import (
 )
 from shell.clock import ManualClock
 from shell.config import SchedulerServiceConfig
+from shell.definition_store import DefinitionStore
 from shell.durable import SimulatedCrash, set_fault_injector
+from shell.history_store import HistoryStore
+from shell.journal import CommitJournal
+from shell.runtime_store import RuntimeStore
 from shell.schedules_api import SchedulesApi
 from shell.service import SchedulerService
-from shell.sim.definitions import MemoryDefinitionStore
-from shell.sim.disk import SimDisk
+from shell.sim.disk import SIM_STORE_ROOT, SimDisk
 from shell.sim.faults import SIMULATED, FaultRates, InjectedWriteError, SimFaults
-from shell.sim.history import MemoryHistoryStore
 from shell.sim.host import RunBehaviour, SimHost
 from shell.sim.invariants import InvariantChecker
 from shell.sim.lock import MemoryLock
-from shell.sim.runtime import MemoryRuntimeStore
 from shell.sim.workload import DEPLOYMENTS, Action, plan_workload, random_patch
 from shell.store_format import format_instant
 
@@ -203,7 +205,11 @@ class _Simulation:
             f" {message}\nlast events:\n  {recent}",
         )
 
+    def _monotonic(self) -> float:
+        return self.clock.now().timestamp()
+
     def verify(self, *, settled: bool) -> None:
+        self.disk.report_history(complete=False)
         if self.watch.unexpected:
             raise self.fail(f"the scheduler logged an error: {self.watch.unexpected[0]}")
         if not self.checker.violations and settled and self.process is not None:
@@ -231,9 +237,9 @@ class _Simulation:
                 store_root=None,
                 host=host,
                 clock=self.clock,
-                definitions=MemoryDefinitionStore(self.disk),
-                runtime=MemoryRuntimeStore(self.disk),
-                history=MemoryHistoryStore(self.disk),
+                definitions=DefinitionStore(SIM_STORE_ROOT, disk=self.disk),
+                runtime=RuntimeStore(SIM_STORE_ROOT, disk=self.disk),
+                history=HistoryStore(SIM_STORE_ROOT, disk=self.disk),
             )
             service = SchedulerService(
                 host=host,
@@ -247,6 +253,8 @@ class _Simulation:
                 ),
                 clock=self.clock,
                 lock=MemoryLock(self.disk, name, clock=self.clock.now),
+                # Checkpoints age on the virtual clock, so a seed replays exactly.
+                journal=CommitJournal(SIM_STORE_ROOT, disk=self.disk, monotonic=self._monotonic),
             )
             before = {t for t in asyncio.all_tasks() if t.get_name() == _LOOP_TASK}
             await service.start()

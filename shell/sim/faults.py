@@ -11,8 +11,12 @@ it draws from its own seeded stream:
 - a *write error* (`InjectedWriteError`, an `OSError`) at the points where a
   real write can fail and its caller sees the error (`WRITE_ERROR_POINTS`).
 
-Inside a group commit the disk first makes durable what the real commit would
-have left (`SimDisk.interrupt_commit`). Preflight failures and run admissions
+A crash is, one time in two, also a power cut: the disk then loses none, all
+or some of the writes not flushed yet (`SimDisk.power_cut`), and the real
+stores and commit journal must recover from what is left. The history rows
+a group commit wrote are reported to the invariant checker at its
+`after:commit` (a whole batch), and at a fault or a check (what there is).
+Preflight failures and run admissions
 refused by the host are drawn by the run API through `preflight_fails()` and
 `admission_refused()`. Every injected error says `[simulated]`, which is how
 the simulation tells its own faults from real errors in the service's log.
@@ -27,7 +31,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from shell.durable import SimulatedCrash
-from shell.sim.disk import BATCH_POINTS, SimDisk
+from shell.sim.disk import SIMULATED, DiskFault, InjectedWriteError, PowerCut, SimDisk
 
 __all__ = [
     "SIMULATED",
@@ -38,14 +42,14 @@ __all__ = [
     "SimFaults",
 ]
 
-SIMULATED = "[simulated]"
-
 WRITE_ERROR_POINTS = frozenset(
     {
-        # A wake-up's group commit (the round fails).
+        # A wake-up's group commit (the round fails): its journal record, and
+        # the files written after it is durable.
         "before:commit",
-        "before:sync",
-        "after:sync",
+        "before:append:commit.journal",
+        "before:apply:history.jsonl",
+        "before:apply:runtime.jsonl",
         # The schedules API's writes (the call fails).
         "before:mkdir:schedule",
         "before:append:lifecycle.jsonl",
@@ -56,10 +60,6 @@ WRITE_ERROR_POINTS = frozenset(
         "before:run:executing-mark",
     }
 )
-
-
-class InjectedWriteError(OSError):
-    """An I/O error the simulation injected at a durable write."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,13 +100,16 @@ class FaultCounts:
     write_errors: int = 0
     preflight_failures: int = 0
     admission_refusals: int = 0
+    disk_errors: int = 0
     crash_points: Counter[str] = field(default_factory=Counter)
     error_points: Counter[str] = field(default_factory=Counter)
 
     @property
     def errors(self) -> int:
         """Faults the live process saw (everything but crashes)."""
-        return self.write_errors + self.preflight_failures + self.admission_refusals
+        return (
+            self.write_errors + self.preflight_failures + self.admission_refusals + self.disk_errors
+        )
 
 
 class SimFaults:
@@ -121,7 +124,29 @@ class SimFaults:
         self.armed = True
         self.dead = False
         self.crash_point: str | None = None
+        self.power_cuts = 0
+        # Disk writes seen at the last `before:commit`: an `after:commit`
+        # with none since ends an empty commit, which wrote nothing.
+        self._writes_at_commit = -1
         self._dead_event: asyncio.Event | None = None
+        # Its own stream, so drawing disk faults leaves the other draws as they were.
+        self._disk_rng = random.Random(f"wf-sim/disk-faults/{seed}")
+        disk.faults = self.disk_fault
+
+    def disk_fault(self, op: str, path: str, size: int) -> DiskFault | None:
+        """The disk's own faults (`SimDisk.faults`): a write refused with
+        `ENOSPC` after writing part of its bytes, or an `fsync` with `EIO`."""
+        if self.dead or not self.armed or op not in ("write", "fsync"):
+            return None
+        if self._disk_rng.random() >= self.rates.write_error * 0.1:
+            return None
+        # Also a write error: one of those the live process saw.
+        self.counts.write_errors += 1
+        self.counts.disk_errors += 1
+        self.counts.error_points[f"disk:{op}"] += 1
+        if op == "fsync":
+            return DiskFault(errno.EIO)
+        return DiskFault(errno.ENOSPC, self._disk_rng.randint(0, max(0, size - 1)))
 
     def dead_event(self) -> asyncio.Event:
         """Set when the simulated process crashes."""
@@ -140,15 +165,23 @@ class SimFaults:
     def __call__(self, point: str) -> None:
         if self.dead:
             raise SimulatedCrash(f"write after the crash at {self.crash_point}: {point}")
+        if point == "before:commit":
+            self._disk.report_history(complete=False)
+            self._writes_at_commit = self._disk.writes
+        if point == "after:commit":
+            self._disk.report_history(complete=True)
+            if self._disk.writes == self._writes_at_commit:
+                return  # an empty commit writes nothing that could fail
         if not self.armed:
             return
-        if point in BATCH_POINTS and not self._disk.committing(point):
-            return  # an empty commit writes nothing that could fail
         self.counts.points += 1
         roll = self._rng.random()
         if roll < self.rates.crash:
-            if point in BATCH_POINTS:
-                self._disk.interrupt_commit(point, crash=True, rng=self._rng)
+            self._disk.report_history(complete=False)
+            if self._rng.random() < 0.5:
+                mode: PowerCut = self._rng.choice(("none", "all", "some"))
+                self._disk.power_cut(self._rng, mode)
+                self.power_cuts += 1
             self.dead = True
             self.crash_point = point
             self.counts.crashes += 1
@@ -157,8 +190,7 @@ class SimFaults:
                 self._dead_event.set()
             raise SimulatedCrash(point)
         if roll < self.rates.crash + self.rates.write_error and point in WRITE_ERROR_POINTS:
-            if point in BATCH_POINTS:
-                self._disk.interrupt_commit(point, crash=False, rng=self._rng)
+            self._disk.report_history(complete=False)
             self.counts.write_errors += 1
             self.counts.error_points[point] += 1
             raise InjectedWriteError(errno.EIO, f"{SIMULATED} I/O error at {point}")

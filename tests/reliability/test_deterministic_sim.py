@@ -1,5 +1,5 @@
-"""Deterministic simulation: the real scheduler loop over in-memory stores, a
-simulated run API and seeded faults (`shell.sim`, docs/reliability-sim.md).
+"""Deterministic simulation: the real scheduler loop and file stores over a
+simulated disk, a simulated run API and seeded faults (`shell.sim`, docs/reliability-sim.md).
 
 Each seed runs a few virtual hours of random schedules, operator actions,
 crashes, write errors and refused preflights, checking every invariant after
@@ -21,17 +21,19 @@ import pytest
 from core.errors import StoreUnavailable
 from shell.clock import ManualClock
 from shell.config import SchedulerServiceConfig
+from shell.definition_store import DefinitionStore
 from shell.durable import set_fault_injector
+from shell.history_store import HistoryStore
+from shell.journal import CommitJournal
+from shell.runtime_store import RuntimeStore
 from shell.schedules_api import SchedulesApi
 from shell.service import SchedulerService
 from shell.sim import (
     SIM_START,
+    SIM_STORE_ROOT,
     FaultRates,
     InjectedWriteError,
-    MemoryDefinitionStore,
-    MemoryHistoryStore,
     MemoryLock,
-    MemoryRuntimeStore,
     RunBehaviour,
     SimDisk,
     SimFaults,
@@ -149,14 +151,14 @@ async def test_a_scheduler_that_misses_pauses_is_caught(monkeypatch: pytest.Monk
 async def test_a_history_that_drops_terminal_rows_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    original = MemoryHistoryStore.append_transition
+    original = HistoryStore.append_transition
 
-    def lossy(self: MemoryHistoryStore, schedule_id: str, **row: Any) -> int:
+    def lossy(self: HistoryStore, schedule_id: str, **row: Any) -> int:
         if row["status"] == "completed":
             return 0
         return original(self, schedule_id, **row)
 
-    monkeypatch.setattr(MemoryHistoryStore, "append_transition", lossy)
+    monkeypatch.setattr(HistoryStore, "append_transition", lossy)
     with pytest.raises(SimulationFailure, match="completed"):
         await simulate_service(3, rates=FaultRates())
 
@@ -178,7 +180,7 @@ class FailOnce:
 
 
 class World:
-    """One simulated process over an in-memory store root."""
+    """One simulated process over the file stores on a simulated disk."""
 
     def __init__(self) -> None:
         self.disk = SimDisk(deployments=["dep"])
@@ -189,9 +191,9 @@ class World:
             store_root=None,
             host=self.host,
             clock=self.clock,
-            definitions=MemoryDefinitionStore(self.disk),
-            runtime=MemoryRuntimeStore(self.disk),
-            history=MemoryHistoryStore(self.disk),
+            definitions=DefinitionStore(SIM_STORE_ROOT, disk=self.disk),
+            runtime=RuntimeStore(SIM_STORE_ROOT, disk=self.disk),
+            history=HistoryStore(SIM_STORE_ROOT, disk=self.disk),
         )
         self.service = SchedulerService(
             host=self.host,
@@ -200,6 +202,9 @@ class World:
             config=SchedulerServiceConfig(enabled=True, max_concurrent_runs=2),
             clock=self.clock,
             lock=MemoryLock(self.disk, "p1", clock=self.clock.now),
+            journal=CommitJournal(
+                SIM_STORE_ROOT, disk=self.disk, monotonic=lambda: self.clock.now().timestamp()
+            ),
         )
 
     async def at(self, minute: int, second: int = 0) -> None:

@@ -476,9 +476,9 @@ async def test_the_running_checkpoint_examines_only_what_the_scheduler_touched(
     examined: list[str] = []
     real = startup_checkpoint.file_identities
 
-    def spy(files: ScheduleFiles) -> Any:
+    def spy(files: ScheduleFiles, **options: Any) -> Any:
         examined.append(files.schedule_id)
-        return real(files)
+        return real(files, **options)
 
     monkeypatch.setattr(startup_checkpoint, "file_identities", spy)
     await harness.at(START + 9 * MINUTE)  # "every" and "edited" (at 09:38) fire

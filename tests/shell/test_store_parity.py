@@ -1,5 +1,6 @@
-"""The file stores and the simulator's stores refuse the same bad records
-with the same reason (both judge them by core.lifecycle / core.occurrences)."""
+"""The file stores refuse the same bad records with the same reason on the
+real disk and on the simulated one the deterministic simulation runs them
+over (`shell.sim.disk.SimDisk`): the simulation sees the stores' own rules."""
 
 from __future__ import annotations
 
@@ -12,9 +13,7 @@ import pytest
 
 from shell.definition_store import DefinitionStore
 from shell.history_store import HistoryStore
-from shell.sim.definitions import MemoryDefinitionStore
-from shell.sim.disk import SimDisk
-from shell.sim.history import MemoryHistoryStore
+from shell.sim.disk import SIM_STORE_ROOT, SimDisk
 from shell.store_format import ScheduleFiles
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -88,14 +87,21 @@ def test_history_rows_are_refused_alike(
     real = HistoryStore(tmp_path).recover("s1").problems
 
     disk = SimDisk()
-    MemoryDefinitionStore(disk).create("s1", {"x": 1}, at=T0)
-    disk.schedules["s1"].history = list(lines)
-    sim = MemoryHistoryStore(disk).recover("s1").problems
+    DefinitionStore(SIM_STORE_ROOT, disk=disk).create("s1", {"x": 1}, at=T0)
+    _put(disk, ScheduleFiles.of(SIM_STORE_ROOT, "s1").history, b"".join(lines))
+    sim = HistoryStore(SIM_STORE_ROOT, disk=disk).recover("s1").problems
 
     assert len(real) == len(sim) == 1, name
     assert reason in real[0].reason
     assert real[0].reason == sim[0].reason
     assert real[0].file == sim[0].file
+
+
+def _put(disk: SimDisk, path: str, data: bytes) -> None:
+    file = disk.open(path, write=True, create=True)
+    file.truncate(0)
+    file.write_at(data, 0)
+    file.close()
 
 
 def _created() -> bytes:
@@ -132,9 +138,9 @@ def test_lifecycle_records_are_refused_alike(
     real = DefinitionStore(tmp_path).load("s1").problems
 
     disk = SimDisk()
-    MemoryDefinitionStore(disk).create("s1", {"x": 1}, at=T0)
-    disk.schedules["s1"].lifecycle = [_created(), *lines]
-    sim = MemoryDefinitionStore(disk).load("s1").problems
+    DefinitionStore(SIM_STORE_ROOT, disk=disk).create("s1", {"x": 1}, at=T0)
+    _put(disk, ScheduleFiles.of(SIM_STORE_ROOT, "s1").lifecycle, _created() + b"".join(lines))
+    sim = DefinitionStore(SIM_STORE_ROOT, disk=disk).load("s1").problems
 
     assert len(real) == len(sim) == 1, name
     assert real[0].reason == sim[0].reason == reason

@@ -1,0 +1,289 @@
+"""The disk port: every system call the file stores make, behind one seam.
+
+The definition, runtime and history stores, the commit journal and the
+durable-write primitives (`shell.durable`, `shell.jsonlog`) reach files only
+through a `Disk`. Production uses `OS_DISK` (plain `os` calls, no caching);
+the deterministic simulation gives the same stores a simulated disk
+(`shell.sim.disk.SimDisk`) that keeps unsynced writes apart from durable
+ones and injects the faults a real disk has: torn writes, power cuts that
+lose some unsynced writes, a full disk, I/O errors.
+
+The port is deliberately POSIX-shaped (descriptors that read and write at
+offsets, rename over a target, fsync of files and directories), so the
+stores' durability rules stay the ones a real filesystem enforces: what was
+not fsynced may be lost, a rename is atomic, a new entry needs its
+directory flushed. Errors are the `OSError`s the `os` module raises
+(`FileNotFoundError`, `FileExistsError`, `ENOSPC`, `EIO`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import stat
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+__all__ = [
+    "OS_DISK",
+    "SYNCFS",
+    "Disk",
+    "DiskFile",
+    "DiskStat",
+    "OsDisk",
+    "OsFile",
+    "exists",
+    "is_directory",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DiskStat:
+    """What the stores ask of `stat(2)`."""
+
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    inode: int
+    device: int
+    is_directory: bool
+
+
+class DiskFile(Protocol):
+    """An open file: reads and writes at offsets, like a descriptor."""
+
+    def read_at(self, size: int, offset: int) -> bytes:
+        """Up to `size` bytes at `offset` (fewer at the end of the file)."""
+        ...
+
+    def read(self, size: int) -> bytes:
+        """Up to `size` bytes at the file's position, which moves past them."""
+        ...
+
+    def write_at(self, data: bytes, offset: int) -> None:
+        """Write all of `data` at `offset` (not durable before `fsync`)."""
+        ...
+
+    def append(self, data: bytes) -> None:
+        """Write all of `data` at the end of the file (not durable before `fsync`)."""
+        ...
+
+    def size(self) -> int: ...
+
+    def truncate(self, size: int) -> None: ...
+
+    def fsync(self) -> None:
+        """Make the file's data durable (not its directory entry)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Disk(Protocol):
+    """The file system the stores write to (see the module docstring)."""
+
+    def open(
+        self,
+        path: str,
+        *,
+        write: bool = False,
+        append: bool = False,
+        create: bool = False,
+        exclusive: bool = False,
+    ) -> DiskFile:
+        """Open `path` (read-only unless `write` or `append`); `create` makes
+        a missing file, `exclusive` raises `FileExistsError` for an existing
+        one, `FileNotFoundError` otherwise when it is missing."""
+        ...
+
+    def rename(self, source: str, target: str) -> None:
+        """Atomically replace `target` with `source` (`os.replace`)."""
+        ...
+
+    def list(self, directory: str) -> list[str]:
+        """The names in `directory`, in no particular order."""
+        ...
+
+    def stat(self, path: str) -> DiskStat: ...
+
+    def remove(self, path: str) -> None:
+        """Unlink a file."""
+        ...
+
+    def make_directory(self, path: str, *, parents: bool = False) -> None:
+        """`mkdir`; with `parents`, also the missing parents, and an existing
+        directory is not an error."""
+        ...
+
+    def remove_directory(self, path: str) -> None: ...
+
+    def fsync_directory(self, path: str) -> None:
+        """Make the entries created, renamed or removed in `path` durable."""
+        ...
+
+    def syncfs(self, path: str) -> bool:
+        """Flush the whole filesystem holding `path`; False when the disk
+        cannot (then the caller fsyncs file by file)."""
+        ...
+
+    def can_syncfs(self) -> bool: ...
+
+
+class OsFile:
+    """A descriptor of the operating system."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def read_at(self, size: int, offset: int) -> bytes:
+        return os.pread(self.fd, size, offset)
+
+    def read(self, size: int) -> bytes:
+        return os.read(self.fd, size)
+
+    def write_at(self, data: bytes, offset: int) -> None:
+        # A short write resumes where it stopped.
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(self.fd, view, offset)
+            view = view[written:]
+            offset += written
+
+    def append(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            written = os.write(self.fd, view)
+            view = view[written:]
+
+    def size(self) -> int:
+        return os.fstat(self.fd).st_size
+
+    def truncate(self, size: int) -> None:
+        os.ftruncate(self.fd, size)
+
+    def fsync(self) -> None:
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+_O_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
+
+
+def _load_syncfs() -> Callable[[int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        function = libc.syncfs
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int]
+    function.restype = ctypes.c_int
+    return function
+
+
+# `syncfs(2)` where the platform has it (Linux), else None.
+SYNCFS: Final = _load_syncfs()
+
+
+class OsDisk:
+    """The real file system, through `os` (stateless: one instance serves all)."""
+
+    def open(
+        self,
+        path: str,
+        *,
+        write: bool = False,
+        append: bool = False,
+        create: bool = False,
+        exclusive: bool = False,
+    ) -> OsFile:
+        if append:
+            flags = os.O_WRONLY | os.O_APPEND
+        elif write:
+            # The torn-tail repair reads the file it truncates.
+            flags = os.O_RDWR
+        else:
+            flags = os.O_RDONLY
+        if create:
+            flags |= os.O_CREAT
+        if exclusive:
+            flags |= os.O_EXCL
+        return OsFile(os.open(path, flags, 0o644))
+
+    def rename(self, source: str, target: str) -> None:
+        os.replace(source, target)
+
+    def list(self, directory: str) -> list[str]:
+        return os.listdir(directory)
+
+    def stat(self, path: str) -> DiskStat:
+        st = os.stat(path)
+        return DiskStat(
+            st.st_size,
+            st.st_mtime_ns,
+            st.st_ctime_ns,
+            st.st_ino,
+            st.st_dev,
+            stat.S_ISDIR(st.st_mode),
+        )
+
+    def remove(self, path: str) -> None:
+        os.unlink(path)
+
+    def make_directory(self, path: str, *, parents: bool = False) -> None:
+        if parents:
+            os.makedirs(path, exist_ok=True)
+        else:
+            os.mkdir(path)
+
+    def remove_directory(self, path: str) -> None:
+        os.rmdir(path)
+
+    def fsync_directory(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | _O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def syncfs(self, path: str) -> bool:
+        if SYNCFS is None:
+            return False
+        fd = os.open(path, os.O_RDONLY | _O_DIRECTORY)
+        try:
+            if SYNCFS(fd) != 0:
+                code = ctypes.get_errno()
+                raise OSError(code, f"syncfs failed: {os.strerror(code)}", path)
+        finally:
+            os.close(fd)
+        return True
+
+    def can_syncfs(self) -> bool:
+        return SYNCFS is not None
+
+
+OS_DISK: Final[Disk] = OsDisk()
+
+
+def exists(disk: Disk, path: str) -> bool:
+    """`os.path.exists` on `disk`: any error reads as absent."""
+    try:
+        disk.stat(path)
+    except OSError:
+        return False
+    return True
+
+
+def is_directory(disk: Disk, path: str) -> bool:
+    """`os.path.isdir` on `disk`: any error reads as absent."""
+    try:
+        return disk.stat(path).is_directory
+    except OSError:
+        return False
