@@ -14,7 +14,7 @@ owner's load rewrites the snapshot.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -121,11 +121,11 @@ class MemoryDefinitionStore:
     def exists(self, schedule_id: str) -> bool:
         return check_schedule_id(schedule_id) in self._disk.schedules
 
-    def list_ids(self) -> list[str]:
+    def list_ids(self, *, present: Container[str] = ()) -> list[str]:
         return sorted(
             schedule_id
             for schedule_id, files in self._disk.schedules.items()
-            if files.lifecycle or files.snapshot is not None
+            if schedule_id in present or files.lifecycle or files.snapshot is not None
         )
 
     def load(self, schedule_id: str, *, repair: bool = False) -> DefinitionLoad:
@@ -198,6 +198,13 @@ class MemoryDefinitionStore:
         if loaded.problems and loaded.snapshot.get("blocked") is None:
             return dict(loaded.snapshot, blocked={**loaded.problems[0].as_dict(), "at": None})
         return loaded.snapshot
+
+    def read_for_recovery(
+        self, schedule_id: str, *, repair: bool = False
+    ) -> tuple[tuple[dict[str, Any], ...], DefinitionLoad | None]:
+        """`records_after(schedule_id, 0)`, then `load` (None if no record)."""
+        records = self.records_after(schedule_id, 0)
+        return records, self.load(schedule_id, repair=repair) if records else None
 
     def records_after(self, schedule_id: str, seq: int) -> tuple[dict[str, Any], ...]:
         """Lifecycle records after `seq`, every record checked. Raises

@@ -27,7 +27,7 @@ import binascii
 import hashlib
 import json
 import struct
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Final
@@ -285,8 +285,13 @@ class MemoryHistoryStore:
             log = self._logs[schedule_id] = self._read(schedule_id)
         return log
 
-    def recover(self, schedule_id: str) -> HistoryRecovery:
-        """Load one schedule's history from the disk as its owner."""
+    def adopt_state(self, schedule_id: str, exported: Sequence[Any]) -> HistoryRecovery | None:
+        # No startup checkpoint is kept in memory: there is never a state to adopt.
+        return None
+
+    def recover(self, schedule_id: str, *, full_scan: bool = False) -> HistoryRecovery:
+        """Load one schedule's history from the disk as its owner (always
+        whole: `full_scan` changes nothing)."""
         existing = self._logs.get(schedule_id)
         if existing is not None and existing.pending is not None:
             raise RuntimeError(f"history of {schedule_id!r} has writes staged in an open batch")
