@@ -8,13 +8,17 @@ deciding again what was already decided. That is a large job with one
 concern of its own, so it lives here and not in the loop of
 `shell/service.py`; no scheduling rule lives here either.
 
-The ledgers the service keeps between rounds (consumed lifecycle seqs, the
-schedules whose consumed seq must become durable, the schedules still
-without a runtime record, and the runtime marks) are written in place, as
-the recovery finds them: a recovery that fails part-way leaves in them what
-it found, as it did when it was part of the service. `lifecycle_event` and
-`RuntimeMark` are exported because the loop reads the same records after the
-start and must read them the same way.
+It depends on the store ports alone (`shell.store_ports`): a backend that
+keeps no startup checkpoint simply never hands it one.
+
+What the service keeps between rounds besides the events (consumed
+lifecycle seqs, the schedules whose consumed seq must become durable, the
+schedules still without a runtime record, the runtime marks, the checkpoint
+entries taken) comes back in a `Recovered` value. A recovery that fails
+part-way raises, and `found` still holds what it had found, which the
+service keeps, as it did when recovery was part of it. `lifecycle_event`
+and `RuntimeMark` are exported because the loop reads the same records
+after the start and must read them the same way.
 """
 
 from __future__ import annotations
@@ -43,13 +47,11 @@ from core.events import (
 )
 from core.lifecycle import LifecycleRefusal, apply_record
 from core.recovery_checks import OpenAdmission, RunClaim, claim_problems, recovered_run
-from shell.definition_store import DefinitionStore
-from shell.disk import OS_DISK, Disk
-from shell.history_store import HistoryRecovery, HistoryStore, OpenOccurrence
+from shell.history_store import HistoryRecovery, OpenOccurrence
 from shell.ports import HostApi
 from shell.runtime_store import RuntimeLoad
 from shell.schedules_api import SchedulesApi, unchecked_run_reads
-from shell.startup_checkpoint import CachedSchedule, UnchangedParts, current_identities_text
+from shell.startup_checkpoint import CachedSchedule, UnchangedParts
 from shell.store_format import (
     ScheduleFiles,
     StoreDamaged,
@@ -57,7 +59,7 @@ from shell.store_format import (
     parse_instant,
 )
 
-__all__ = ["RuntimeMark", "StartupRecovery", "lifecycle_event"]
+__all__ = ["Recovered", "RuntimeMark", "StartupRecovery", "lifecycle_event"]
 
 # The service's logger: recovery was part of the service, and operators'
 # filters and the JSON log's logger field name it.
@@ -66,6 +68,25 @@ _log = logging.getLogger("shell.service")
 
 # What a runtime record says besides its watermark: (held, waiting, lifecycle_seq).
 RuntimeMark = tuple[datetime | None, tuple[datetime, ...], int]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recovered:
+    """What one recovery found, for the service to keep."""
+
+    # The events that rebuild every schedule, in schedule order.
+    events: tuple[Event, ...]
+    # Per schedule, the seq of the last lifecycle record the events carry.
+    consumed: Mapping[str, int]
+    # Schedules whose consumed seq the next round must make durable.
+    consumed_now: frozenset[str]
+    # Schedules without a runtime record yet: (id, creation instant).
+    unseeded: tuple[tuple[str, str], ...]
+    # Per schedule, what its durable runtime record says.
+    runtime_marks: Mapping[str, RuntimeMark]
+    # The checkpoint entries taken as they were (unchanged files), kept for
+    # the next checkpoint.
+    reused: Mapping[str, CachedSchedule]
 
 
 @dataclass(slots=True)
@@ -219,48 +240,53 @@ class StartupRecovery:
         schedules: SchedulesApi,
         block_unknown: Callable[[str, StoreProblem], None],
         damaged_record: Callable[[str, Mapping[str, Any], str], list[Event]],
-        consumed: dict[str, int],
-        consumed_now: set[str],
-        unseeded: list[tuple[str, str]],
-        runtime_marks: dict[str, RuntimeMark],
-        checkpoint: dict[str, CachedSchedule] | None = None,
-        captured: dict[str, CachedSchedule] | None = None,
+        checkpoint: Mapping[str, CachedSchedule] | None = None,
     ) -> None:
         self._host = host
         self._api = schedules
         self._block_unknown = block_unknown
         self._damaged_record = damaged_record
-        self._consumed = consumed
-        self._consumed_now = consumed_now
-        self._unseeded = unseeded
-        self._runtime_marks = runtime_marks
-        # The last clean stop's entries, taken instead of reading a schedule's
-        # files when they have not changed; and, when given, where to keep
-        # the entries taken, for the next stop's checkpoint.
-        self._checkpoint = checkpoint if checkpoint is not None else {}
-        self._captured = captured
+        self._events: list[Event] = []
+        self._consumed: dict[str, int] = {}
+        self._consumed_now: set[str] = set()
+        self._unseeded: list[tuple[str, str]] = []
+        self._runtime_marks: dict[str, RuntimeMark] = {}
+        # The last checkpoint's entries, taken instead of reading a schedule's
+        # files when they have not changed, and those taken, for the next
+        # checkpoint.
+        self._checkpoint = dict(checkpoint) if checkpoint is not None else {}
+        self._reused: dict[str, CachedSchedule] = {}
         self._root = os.fspath(schedules.definitions.store_root)
-        # A checkpoint entry's identities are of the file stores' disk; other
-        # stores write no checkpoint, so the OS disk is never asked for them.
-        self._disk: Disk = getattr(schedules.definitions, "disk", OS_DISK)
+        # Only a backend with upkeep keeps a checkpoint, and it says what the
+        # entries' identities are now.
+        self._upkeep = schedules.upkeep
         # Run ids that admitted rows name but no run record holds: their runs
         # are created next, so the run-id counter is moved past them.
         self._orphans: list[str] = []
 
-    async def recover(self) -> list[Event]:
-        """The events that rebuild every schedule, in schedule order."""
-        events: list[Event] = []
-        definitions = self._api.definitions
-        if isinstance(definitions, DefinitionStore):
-            # A checkpointed schedule's files are checked one by one next.
-            ids = definitions.list_ids(present=self._checkpoint.keys())
-        else:
-            ids = definitions.list_ids()
+    @property
+    def found(self) -> Recovered:
+        """What this recovery has found so far (all of it once `recover` returns)."""
+        return Recovered(
+            events=tuple(self._events),
+            consumed=dict(self._consumed),
+            consumed_now=frozenset(self._consumed_now),
+            unseeded=tuple(self._unseeded),
+            runtime_marks=dict(self._runtime_marks),
+            reused=dict(self._reused),
+        )
+
+    async def recover(self) -> Recovered:
+        """Recover every schedule, in schedule order. Call once."""
+        # A checkpointed schedule's files are checked one by one next.
+        ids = self._api.definitions.list_ids(present=self._checkpoint.keys())
         claims = await self._run_claims(set(ids))
         for schedule_id in ids:
-            events.extend(await self._recover_schedule(schedule_id, claims.get(schedule_id, [])))
+            self._events.extend(
+                await self._recover_schedule(schedule_id, claims.get(schedule_id, []))
+            )
         await self._reserve_past(self._orphans)
-        return events
+        return self.found
 
     async def _reserve_past(self, run_ids: Sequence[str]) -> None:
         """Move the host's run-id counter past `run_ids`, which admitted rows name
@@ -320,11 +346,7 @@ class StartupRecovery:
         # The snapshot is a cache of the log, but damage to it blocks all the same;
         # loading as the owner drops a torn final lifecycle line, with a warning.
         try:
-            if isinstance(definitions, DefinitionStore):
-                records, found = definitions.read_for_recovery(schedule_id, repair=True)
-            else:
-                records = definitions.records_after(schedule_id, 0)
-                found = definitions.load(schedule_id, repair=True) if records else None
+            records, found = definitions.read_for_recovery(schedule_id, repair=True)
         except StoreDamaged as exc:
             self._block_unknown(schedule_id, exc.problem)
             return None
@@ -346,7 +368,7 @@ class StartupRecovery:
         read, not only those after the index checkpoint: damage written into
         it since is found now, not when a page reads it."""
         history = self._api.history
-        if full_scan and isinstance(history, HistoryStore):
+        if full_scan:
             _log.warning(
                 "schedule %s: its history log was rewritten since the last checkpoint"
                 " (not only appended to); reading it whole",
@@ -368,14 +390,8 @@ class StartupRecovery:
         runtime record and the history state each from the checkpoint if
         its files did not change, else from the files (a schedule that fired
         since the checkpoint). See `shell/startup_checkpoint.py`."""
-        definitions, history_store = self._api.definitions, self._api.history
-        if (
-            entry is None
-            or not isinstance(definitions, DefinitionStore)
-            or not isinstance(history_store, HistoryStore)
-        ):
-            return None
-        if unchanged is None or not unchanged.lifecycle:
+        history_store = self._api.history
+        if entry is None or unchanged is None or not unchanged.lifecycle:
             return None
         try:
             records, cached_runtime, history = entry.parts()
@@ -398,9 +414,8 @@ class StartupRecovery:
             runtime = RuntimeLoad(schedule_id=schedule_id, record=cached_runtime)
         else:
             runtime = self._api.runtime.load(schedule_id)
-        if self._captured is not None:
-            # The next checkpoint reuses the parts whose files are unchanged.
-            self._captured[schedule_id] = entry
+        # The next checkpoint reuses the parts whose files are unchanged.
+        self._reused[schedule_id] = entry
         return _Inputs(records, runtime, recovered, (), None)
 
     async def _recover_schedule(self, schedule_id: str, claims: Sequence[RunClaim]) -> list[Event]:
@@ -408,8 +423,8 @@ class StartupRecovery:
         entry = self._checkpoint.pop(schedule_id, None)
         unchanged: UnchangedParts | None = None
         full_scan = False
-        if entry is not None:
-            current = current_identities_text(files, disk=self._disk)
+        if entry is not None and self._upkeep is not None:
+            current = self._upkeep.current_identities(schedule_id)
             unchanged = entry.unchanged(current)
             full_scan = unchanged is not None and not unchanged.history
             full_scan = full_scan and entry.history_rewritten(current)

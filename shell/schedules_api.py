@@ -43,6 +43,7 @@ from core.occurrences import TERMINAL_RUN_STATUSES
 from core.schedule_state import lifecycle_state, oneshot_finished
 from shell.clock import Clock, SystemClock
 from shell.definition_store import DefinitionStore
+from shell.file_upkeep import file_store_upkeep
 from shell.history_store import HistoryStore
 from shell.ports import HostApi
 from shell.runtime_store import RuntimeStore
@@ -54,7 +55,7 @@ from shell.store_format import (
     parse_instant,
 )
 from shell.store_health import StoreHealth, store_call
-from shell.store_ports import DefinitionsPort, HistoryPort, RuntimePort
+from shell.store_ports import DefinitionsPort, HistoryPort, RuntimePort, StoreUpkeepPort
 
 __all__ = [
     "RUN_NOT_CREATED",
@@ -149,6 +150,7 @@ class SchedulesApi:
         runtime: RuntimePort | None = None,
         history: HistoryPort | None = None,
         store_health: StoreHealth | None = None,
+        upkeep: StoreUpkeepPort | None = None,
     ) -> None:
         # Shared with the host API and the scheduler service of the same store.
         self.store_health = store_health if store_health is not None else StoreHealth(store_root)
@@ -159,6 +161,13 @@ class SchedulesApi:
         )
         self.runtime: RuntimePort = runtime if runtime is not None else RuntimeStore(store_root)
         self.history: HistoryPort = history if history is not None else HistoryStore(store_root)
+        # What the scheduler service runs at quiet moments and at a start for
+        # these stores (None: nothing, as for in-memory stores).
+        self.upkeep: StoreUpkeepPort | None = (
+            upkeep
+            if upkeep is not None
+            else file_store_upkeep(self.definitions, self.runtime, self.history)
+        )
         self._host = host
         self.clock: Clock = clock or SystemClock()
         self._service: _Service | None = None

@@ -75,21 +75,13 @@ from core.occurrences import RUN_STATUSES
 from core.state import SchedulerState, initial_state, schedule_view
 from shell.clock import Clock, SystemClock
 from shell.config import SchedulerServiceConfig
-from shell.definition_store import DefinitionStore
-from shell.durable import GroupCommit, remove_stale_temp_files
-from shell.history_store import HistoryStore
+from shell.durable import GroupCommit
 from shell.journal import CommitJournal, journal_supported
 from shell.lock import SchedulerLock
 from shell.ports import BatchRunHost, HostApi, StopNotingHost
-from shell.recovery import RuntimeMark, StartupRecovery, lifecycle_event
-from shell.runtime_store import RuntimeStore
+from shell.recovery import Recovered, RuntimeMark, StartupRecovery, lifecycle_event
 from shell.schedules_api import RUN_NOT_CREATED, LiveScheduleView, SchedulesApi
-from shell.startup_checkpoint import (
-    CachedSchedule,
-    checkpoint_entries,
-    read_startup_checkpoint,
-    write_startup_checkpoint,
-)
+from shell.startup_checkpoint import CachedSchedule
 from shell.store_format import (
     ScheduleFiles,
     StoreDamaged,
@@ -97,7 +89,7 @@ from shell.store_format import (
     format_instant,
     parse_instant,
 )
-from shell.store_ports import LockPort
+from shell.store_ports import LockPort, StoreUpkeepPort
 
 __all__ = ["SchedulerService", "build_scheduler_service"]
 
@@ -316,16 +308,16 @@ class SchedulerService:
             return still
         # A clean close publishes the history index checkpoints, so the next
         # start replays nothing.
-        stores = self._file_stores()
+        upkeep = self._api.upkeep
         try:
-            if stores is not None:
-                stores[2].publish()
+            if upkeep is not None:
+                upkeep.publish()
             if self._journal is not None:
                 # Empties the journal (a checkpoint); if that fails, its
                 # records stay for the next owner's replay.
                 self._journal.close()
-            if stores is not None:
-                self._write_startup_checkpoint(*stores)
+            if upkeep is not None:
+                self._write_startup_checkpoint(upkeep)
             self._api.history.close()
         finally:
             self._lock.release()
@@ -610,24 +602,8 @@ class SchedulerService:
 
     # --- recovery ---------------------------------------------------------------------
 
-    def _file_stores(self) -> tuple[DefinitionStore, RuntimeStore, HistoryStore] | None:
-        api = self._api
-        definitions, runtime, history = api.definitions, api.runtime, api.history
-        if (
-            isinstance(definitions, DefinitionStore)
-            and isinstance(runtime, RuntimeStore)
-            and isinstance(history, HistoryStore)
-        ):
-            return definitions, runtime, history
-        return None
-
     def _write_startup_checkpoint(
-        self,
-        definitions: DefinitionStore,
-        runtime: RuntimeStore,
-        history: HistoryStore,
-        *,
-        examine: Collection[str] | None = None,
+        self, upkeep: StoreUpkeepPort, *, examine: Collection[str] | None = None
     ) -> bool:
         """What this process knows of every schedule's files, for the next
         start to `stat` instead of read (`shell/startup_checkpoint.py`); with
@@ -638,14 +614,7 @@ class SchedulerService:
         if self._resync or self._fenced:
             return False
         try:
-            entries = checkpoint_entries(
-                self._captured,
-                definitions=definitions,
-                runtime=runtime,
-                history=history,
-                examine=examine,
-            )
-            write_startup_checkpoint(definitions.store_root, entries, disk=definitions.disk)
+            entries = upkeep.write_startup_checkpoint(self._captured, examine=examine)
         except (OSError, SchedulingError) as exc:
             _log.warning("could not write the startup checkpoint: %s", exc)
             return False
@@ -661,8 +630,8 @@ class SchedulerService:
         changed. At 10,000 schedules the first after a start holds the loop
         for about a second, a later checkpoint 0.15-0.6 s (it examines only
         the schedules rounds touched since the last)."""
-        stores = self._file_stores()
-        if not self._running or stores is None or self._resync or self._fenced:
+        upkeep = self._api.upkeep
+        if not self._running or upkeep is None or self._resync or self._fenced:
             return
         now = self._clock.now()
         due = next_wakeup(self._state)
@@ -670,7 +639,8 @@ class SchedulerService:
             return
         if not self._swept:
             self._swept = True
-            self._sweep_temp_files(stores[0])
+            # Temp files a start does not look for (`StoreUpkeepPort`).
+            upkeep.sweep_temp_files(older_than_ns=self._started_ns - _SWEEP_MARGIN_NS)
         interval = self._config.checkpoint_interval_s
         last = self._checkpointed_at
         if (
@@ -680,50 +650,28 @@ class SchedulerService:
         ):
             return
         self._checkpointed_at = now
-        definitions, runtime, history = stores
         # A failure to publish or to empty the journal is a failed round
         # (the loop rebuilds from the stores); one to write the checkpoint
         # only costs the next start time.
-        history.publish()
+        upkeep.publish()
         if self._journal is not None:
             self._journal.checkpoint()
-        if self._write_startup_checkpoint(definitions, runtime, history, examine=self._touched):
+        if self._write_startup_checkpoint(upkeep, examine=self._touched):
             self._touched = set()
 
-    def _sweep_temp_files(self, definitions: DefinitionStore) -> None:
-        """Remove the temp files interrupted atomic writes left in every
-        schedule's directory before this start. A start does not look for
-        them (a temp file is never read as the truth, and listing 10,000
-        directories costs about 0.4 s before the first decision): the first
-        quiet moment after it does. Failing costs disk space, nothing else."""
-        before = self._started_ns - _SWEEP_MARGIN_NS
-        try:
-            for schedule_id in definitions.list_ids():
-                directory = ScheduleFiles.of(definitions.store_root, schedule_id).directory
-                removed = remove_stale_temp_files(
-                    directory, older_than_ns=before, disk=definitions.disk
-                )
-                if removed:
-                    _log.info(
-                        "removed temp files of interrupted writes in %s: %s", directory, removed
-                    )
-        except OSError as exc:
-            _log.warning("could not sweep temp files of interrupted writes: %s", exc)
-
     async def _recover(self) -> list[Event]:
-        # Marks are found afresh; the other ledgers carry over, and recovery
-        # fills them in place, so one that fails part-way leaves what it found.
+        # Marks are found afresh; the other ledgers carry over.
         self._runtime_marks = {}
         if self._journal is not None:
             # Whatever a crash (or a failed round) left in the journal reaches
             # the files before the recovery below reads them again.
             self._journal.open()
         checkpoint: dict[str, CachedSchedule] = {}
-        stores = self._file_stores()
-        if not self._running and stores is not None:
+        upkeep = self._api.upkeep
+        if not self._running and upkeep is not None:
             # A start (not a rebuild after a failed round) takes the last
             # checkpoint, which reading consumes.
-            checkpoint = read_startup_checkpoint(stores[0].store_root, disk=stores[0].disk)
+            checkpoint = upkeep.take_startup_checkpoint()
             self._captured = {}
             self._checkpointed_at, self._touched = None, set()
             self._started_ns, self._swept = time.time_ns(), False
@@ -732,17 +680,27 @@ class SchedulerService:
             schedules=self._api,
             block_unknown=self._block_unknown,
             damaged_record=self._damaged_record,
-            consumed=self._consumed,
-            consumed_now=self._consumed_now,
-            unseeded=self._unseeded,
-            runtime_marks=self._runtime_marks,
             checkpoint=checkpoint,
-            captured=self._captured if stores is not None else None,
         )
-        events = await recovery.recover()
+        try:
+            found = await recovery.recover()
+        except BaseException:
+            # What it found before failing is kept, as the ledgers kept it
+            # when recovery filled them in place.
+            self._keep_recovered(recovery.found)
+            raise
+        self._keep_recovered(found)
         self._seed_runtimes()
         self._api.history.sync_recovered()
-        return events
+        return list(found.events)
+
+    def _keep_recovered(self, found: Recovered) -> None:
+        self._consumed.update(found.consumed)
+        self._consumed_now.update(found.consumed_now)
+        self._unseeded.extend(found.unseeded)
+        self._runtime_marks.update(found.runtime_marks)
+        if self._api.upkeep is not None:
+            self._captured.update(found.reused)
 
     def _seed_runtimes(self) -> None:
         """Make a first runtime record durable (creation consumed, nothing

@@ -8,12 +8,16 @@ with an in-memory lock of the same behaviour. These protocols are the seam:
 
 Only the methods the service and the API call are listed; see the file-backed
 classes for the full contracts (errors, idempotence, staging in a batch).
+`StoreUpkeepPort` is the work a backend may need done off the rounds' path
+(the file backend's startup checkpoint and temp-file sweep); a backend with
+none leaves it out (`SchedulesApi.upkeep` is None), so that the service never
+needs to know which backend it runs on.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Container, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -22,9 +26,10 @@ from shell.definition_store import ChangeKind, DefinitionLoad, LifecycleResult
 from shell.durable import GroupCommit
 from shell.history_store import HistoryRecovery, OpenOccurrence
 from shell.runtime_store import RuntimeLoad
+from shell.startup_checkpoint import CachedSchedule
 from shell.store_format import Instant
 
-__all__ = ["DefinitionsPort", "HistoryPort", "LockPort", "RuntimePort"]
+__all__ = ["DefinitionsPort", "HistoryPort", "LockPort", "RuntimePort", "StoreUpkeepPort"]
 
 
 class DefinitionsPort(Protocol):
@@ -37,9 +42,17 @@ class DefinitionsPort(Protocol):
 
     def exists(self, schedule_id: str) -> bool: ...
 
-    def list_ids(self) -> list[str]: ...
+    def list_ids(self, *, present: Container[str] = ()) -> list[str]:
+        """`present`: ids the caller checks itself, listed even if incomplete."""
+        ...
 
     def load(self, schedule_id: str, *, repair: bool = False) -> DefinitionLoad: ...
+
+    def read_for_recovery(
+        self, schedule_id: str, *, repair: bool = False
+    ) -> tuple[tuple[dict[str, Any], ...], DefinitionLoad | None]:
+        """`records_after(schedule_id, 0)`, then `load` (None if no record)."""
+        ...
 
     def get(self, schedule_id: str) -> dict[str, Any]: ...
 
@@ -85,7 +98,14 @@ class RuntimePort(Protocol):
 class HistoryPort(Protocol):
     """Occurrence history (see `HistoryStore`)."""
 
-    def recover(self, schedule_id: str) -> HistoryRecovery: ...
+    def recover(self, schedule_id: str, *, full_scan: bool = False) -> HistoryRecovery:
+        """`full_scan`: read every row, not only those after an index checkpoint."""
+        ...
+
+    def adopt_state(self, schedule_id: str, exported: Sequence[Any]) -> HistoryRecovery | None:
+        """A startup checkpoint's history state taken as recovered (None: a
+        backend that cannot, so the history is recovered instead)."""
+        ...
 
     def sync_recovered(self) -> None: ...
 
@@ -152,3 +172,31 @@ class LockPort(Protocol):
     def verify(self) -> bool: ...
 
     def release(self) -> None: ...
+
+
+class StoreUpkeepPort(Protocol):
+    """Work off the rounds' path that a backend needs (see `shell.file_upkeep`)."""
+
+    def take_startup_checkpoint(self) -> dict[str, CachedSchedule]:
+        """The last checkpoint's entries, consumed: a start calls it once."""
+        ...
+
+    def current_identities(self, schedule_id: str) -> str:
+        """What a checkpoint entry of this schedule is compared with: its
+        stored parts' identities now."""
+        ...
+
+    def publish(self) -> None:
+        """Make what the stores cache durable where a start finds it."""
+        ...
+
+    def write_startup_checkpoint(
+        self, captured: Mapping[str, CachedSchedule], *, examine: Collection[str] | None = None
+    ) -> dict[str, CachedSchedule]:
+        """Write the next checkpoint and return its entries; raises OSError or
+        SchedulingError (a failure costs the next start time, nothing else)."""
+        ...
+
+    def sweep_temp_files(self, *, older_than_ns: int) -> None:
+        """Remove what interrupted writes left before `older_than_ns`."""
+        ...
