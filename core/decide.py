@@ -700,6 +700,13 @@ class _Decider:
             was_missed = self.missed_held.get(schedule_id) == draft.held
             self.record(schedule_id, draft.held, "coalesced" if was_missed else "superseded")
             draft.held = None
+        if draft.blocked is not None:
+            # rule I: a blocked schedule cannot take a new held candidate: its
+            # runtime record stays as found, so the next start would not know
+            # the instant was held (and under another definition, that it was
+            # ever an instant). What the block held back is recorded missed.
+            self.record_span(schedule_id, first, last, count, "skipped-misfire")
+            return
         if replaced:
             # rule G: the newest missed instant was never a candidate anyone
             # waited on: it is coalesced with the rest of the catch-up, in one

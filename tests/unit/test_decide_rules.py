@@ -270,6 +270,26 @@ def test_a_lifecycle_change_decides_what_a_block_held_back_as_missed() -> None:
     assert schedule_view(state, "r").watermark == at(10, 5)
 
 
+def test_a_blocked_latest_schedule_takes_no_new_held_candidate_at_a_change() -> None:
+    # A blocked schedule's runtime record is not written, so a candidate it
+    # held would be forgotten by the next start; and after an update to
+    # another trigger, nothing would say 10:00 was ever an instant.
+    state = started_state(cron("r", misfire="latest"))
+    state, _ = run(
+        state,
+        at(9, 35),
+        RecordsContradicted(schedule_id="r", file="history.jsonl", record="2", reason="torn"),
+    )
+    edited = oneshot("r", at(10, 30), misfire="latest")
+    state, commands = run(
+        state, at(10, 5), ScheduleUpdated(definition=edited, revision=2, at=at(10, 5))
+    )
+    recorded = [c for c in commands if isinstance(c, RecordOccurrence)]
+    assert [(c.instant, c.status, c.count) for c in recorded] == [(at(10), "skipped-misfire", 1)]
+    assert schedule_view(state, "r").held is None
+    assert not any(isinstance(c, PersistRuntime) for c in commands)
+
+
 def test_decision_rows_stay_in_instant_order_behind_a_waiting_instant() -> None:
     # a holds the only slot. m (every minute, 5-minute allowance) decides
     # 10:01 and 10:02 in one call: both wait (no row may precede 10:01's).
