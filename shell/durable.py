@@ -284,7 +284,7 @@ _DEVICE_CACHE_MAX: Final = 1 << 17
 def _device_of(directory: str, disk: Disk) -> int | None:
     if disk is not OS_DISK:
         try:
-            return disk.stat(directory).device
+            return disk.stat(directory).st_dev
         except FileNotFoundError:
             return None
     device = _devices.get(directory)
@@ -428,7 +428,7 @@ def remove_stale_temp_files(
             path = os.path.join(directory, name)
             if older_than_ns is not None:
                 try:
-                    if disk.stat(path).mtime_ns >= older_than_ns:
+                    if disk.stat(path).st_mtime_ns >= older_than_ns:
                         continue
                 except FileNotFoundError:
                     continue
@@ -723,7 +723,7 @@ class GroupCommit:
         for ranked in (self._appends, self._late_appends):
             for path, entry in ranked.items():
                 try:
-                    size = self._disk.stat(path).size
+                    size = self._disk.stat(path).st_size
                 except FileNotFoundError:
                     directory = os.path.dirname(path) or "."
                     if not is_directory(self._disk, directory):

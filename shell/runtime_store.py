@@ -204,7 +204,7 @@ class RuntimeStore:
                 )
             repair_torn_tail(files.runtime, disk=self.disk)
             try:
-                size = self.disk.stat(files.runtime).size
+                size = self.disk.stat(files.runtime).st_size
             except FileNotFoundError:
                 size = 0
         return size

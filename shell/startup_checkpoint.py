@@ -129,7 +129,7 @@ def file_identities(files: ScheduleFiles, *, disk: Disk = OS_DISK) -> Identities
         except FileNotFoundError:
             result.append(None)
         else:
-            result.append((st.inode, st.size, st.mtime_ns, st.ctime_ns))
+            result.append((st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
     return tuple(result)
 
 
@@ -148,7 +148,7 @@ def current_identities_text(files: ScheduleFiles, *, disk: Disk = OS_DISK) -> st
         except FileNotFoundError:
             parts.append("-")
         else:
-            parts.append(f"{st.inode}:{st.size}:{st.mtime_ns}:{st.ctime_ns}")
+            parts.append(f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}")
     return ",".join(parts)
 
 

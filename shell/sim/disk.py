@@ -36,7 +36,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal, Protocol
+from typing import Any, Final, Literal, NamedTuple, Protocol
 
 from shell.disk import DiskStat
 from shell.startup_checkpoint import CHECKPOINT_FILE
@@ -54,6 +54,7 @@ __all__ = [
     "SimFile",
     "SimFileSystem",
     "SimScheduleFiles",
+    "SimStat",
 ]
 
 
@@ -90,6 +91,19 @@ PowerCut = Literal["none", "all", "some"]
 # gives a file a new identity.
 _EPOCH_NS: Final = 1_000_000_000_000_000_000
 _TICK_NS: Final = 1_000
+_DIRECTORY_MODE: Final = 0o040755
+_FILE_MODE: Final = 0o100644
+
+
+class SimStat(NamedTuple):
+    """A `DiskStat` of the simulated disk (the fields `os.stat_result` has)."""
+
+    st_size: int
+    st_mtime_ns: int
+    st_ctime_ns: int
+    st_ino: int
+    st_dev: int
+    st_mode: int
 
 
 class InjectedWriteError(OSError):
@@ -273,8 +287,8 @@ class SimFileSystem:
         if node is None:
             raise FileNotFoundError(errno.ENOENT, "no such file", path)
         if isinstance(node, _Directory):
-            return DiskStat(0, node.mtime_ns, node.mtime_ns, node.number, 1, True)
-        return DiskStat(len(node.data), node.mtime_ns, node.ctime_ns, node.number, 1, False)
+            return SimStat(0, node.mtime_ns, node.mtime_ns, node.number, 1, _DIRECTORY_MODE)
+        return SimStat(len(node.data), node.mtime_ns, node.ctime_ns, node.number, 1, _FILE_MODE)
 
     def remove(self, path: str) -> None:
         path = _normal(path)
