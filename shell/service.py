@@ -20,7 +20,8 @@ its stores (lifecycle log, runtime record, history) into events (see
    housekeeping kept off a start's path: the first time after a start it
    sweeps temp files of interrupted writes, and it rewrites the startup
    checkpoint if `checkpoint_interval_s` has passed since the last
-   (`shell/startup_checkpoint.py`: what a start after a crash need not read);
+   (`shell/startup_checkpoint.py`: what a start after a crash need not read)
+   (`shell/service_housekeeping.py`);
 5. sleeps until `next_wakeup(state)`, never longer than `poll_interval_s`,
    or until the API or the host wakes it.
 
@@ -39,8 +40,7 @@ import contextlib
 import gc
 import json
 import logging
-import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import TracebackType
@@ -81,6 +81,7 @@ from shell.lock import SchedulerLock
 from shell.ports import BatchRunHost, HostApi, StopNotingHost
 from shell.recovery import Recovered, RuntimeMark, StartupRecovery, lifecycle_event
 from shell.schedules_api import RUN_NOT_CREATED, LiveScheduleView, SchedulesApi
+from shell.service_housekeeping import Housekeeping
 from shell.startup_checkpoint import CachedSchedule
 from shell.store_format import (
     ScheduleFiles,
@@ -89,7 +90,7 @@ from shell.store_format import (
     format_instant,
     parse_instant,
 )
-from shell.store_ports import LockPort, StoreUpkeepPort
+from shell.store_ports import LockPort
 
 __all__ = ["SchedulerService", "build_scheduler_service"]
 
@@ -97,25 +98,6 @@ _log = logging.getLogger(__name__)
 
 # Run ids reserved per host call (the host accepts 1 to 1000).
 _RESERVE_CHUNK = 1000
-# Housekeeping (the startup checkpoint, the sweep of temp files) runs only
-# when nothing is due for this long, comfortably more than it takes at
-# 10,000 schedules.
-_QUIET = timedelta(seconds=10)
-# The sweep after a start removes temp files last modified this long before
-# the start, or earlier: a younger one may be another process's write in
-# flight (file times tick coarsely); the next start removes it if it stays.
-_SWEEP_MARGIN_NS = 1_000_000_000
-
-
-def _schedule_ids(events: Sequence[Event], commands: Sequence[Command]) -> Iterator[str]:
-    """The schedules a round's events and commands concern."""
-    for item in (*events, *commands):
-        schedule_id = getattr(item, "schedule_id", None)
-        if schedule_id is None:
-            definition = getattr(item, "definition", None)
-            schedule_id = getattr(definition, "schedule_id", None)
-        if isinstance(schedule_id, str):
-            yield schedule_id
 
 
 @dataclass(slots=True)
@@ -201,21 +183,9 @@ class SchedulerService:
         # This round's RecordsContradicted events: a BlockSchedule carries only
         # decide's text, the stored diagnostic keeps file, record and reason.
         self._contradicted: list[RecordsContradicted] = []
-        # The entries this process's start took from the startup checkpoint,
-        # or those of the last checkpoint it wrote: the next checkpoint keeps
-        # what is unchanged and reads the rest (a schedule the start read from
-        # its files is read again then).
-        self._captured: dict[str, CachedSchedule] = {}
-        # When this process last wrote the startup checkpoint (None: not since
-        # its start), on the service's clock, and the schedules whose events
-        # or commands rounds have had since: the next running checkpoint
-        # examines only those (an idle scheduler rewrites nothing).
-        self._checkpointed_at: datetime | None = None
-        self._touched: set[str] = set()
-        # Wall-clock time the last start began (`time.time_ns()`), and
-        # whether the temp files older than it have been swept since.
-        self._started_ns = 0
-        self._swept = True
+        # The quiet-moment work, in its own module so that this one keeps to
+        # the loop.
+        self._housekeeping = Housekeeping(journal=journal, clock=clock, config=config)
 
     # --- public ---------------------------------------------------------------------
 
@@ -316,8 +286,9 @@ class SchedulerService:
                 # Empties the journal (a checkpoint); if that fails, its
                 # records stay for the next owner's replay.
                 self._journal.close()
-            if upkeep is not None:
-                self._write_startup_checkpoint(upkeep)
+            if upkeep is not None and not (self._resync or self._fenced):
+                # Only a scheduler whose state matches the stores writes one.
+                self._housekeeping.write_startup_checkpoint(upkeep)
             self._api.history.close()
         finally:
             self._lock.release()
@@ -445,6 +416,14 @@ class SchedulerService:
                 await self._clock.sleep_until(deadline, self._wake)
         self._idle.set()
 
+    def _housekeeping_if_quiet(self) -> None:
+        """The quiet-moment work (`shell/service_housekeeping.py`), for a
+        running scheduler whose state matches the stores."""
+        upkeep = self._api.upkeep
+        if not self._running or upkeep is None or self._resync or self._fenced:
+            return
+        self._housekeeping.if_quiet(upkeep, self._state)
+
     def _round_failed(self, exc: Exception) -> None:
         """Log a failed round; one the store refused makes the store health
         degraded until a round completes (`shell.store_health`)."""
@@ -497,7 +476,7 @@ class SchedulerService:
         self._contradicted = [e for e in events if isinstance(e, RecordsContradicted)]
         now = self._clock.now()
         self._state, commands = decide(self._state, now, events)
-        self._touched.update(_schedule_ids(events, commands))
+        self._housekeeping.touch(events, commands)
         persisted = {c.schedule_id for c in commands if isinstance(c, PersistRuntime)}
         consumed, self._consumed_now = self._consumed_now, set()
         extra: list[Command] = []
@@ -602,63 +581,6 @@ class SchedulerService:
 
     # --- recovery ---------------------------------------------------------------------
 
-    def _write_startup_checkpoint(
-        self, upkeep: StoreUpkeepPort, *, examine: Collection[str] | None = None
-    ) -> bool:
-        """What this process knows of every schedule's files, for the next
-        start to `stat` instead of read (`shell/startup_checkpoint.py`); with
-        `examine`, only those schedules are examined again. The history
-        indexes are published and the journal emptied before. Only a
-        scheduler whose state matches the stores writes one; failing to
-        write it costs the next start time, never correctness."""
-        if self._resync or self._fenced:
-            return False
-        try:
-            entries = upkeep.write_startup_checkpoint(self._captured, examine=examine)
-        except (OSError, SchedulingError) as exc:
-            _log.warning("could not write the startup checkpoint: %s", exc)
-            return False
-        self._captured = entries
-        return True
-
-    def _housekeeping_if_quiet(self) -> None:
-        """At a quiet moment (nothing due for `_QUIET`), the work kept off a
-        start's path and off a herd's: the first one after a start sweeps the
-        temp files of interrupted writes, and the startup checkpoint is
-        written then and every `checkpoint_interval_s` after, if a round had
-        anything to do since, so that a start after a crash reads only what
-        changed. At 10,000 schedules the first after a start holds the loop
-        for about a second, a later checkpoint 0.15-0.6 s (it examines only
-        the schedules rounds touched since the last)."""
-        upkeep = self._api.upkeep
-        if not self._running or upkeep is None or self._resync or self._fenced:
-            return
-        now = self._clock.now()
-        due = next_wakeup(self._state)
-        if due is not None and due - now < _QUIET:
-            return
-        if not self._swept:
-            self._swept = True
-            # Temp files a start does not look for (`StoreUpkeepPort`).
-            upkeep.sweep_temp_files(older_than_ns=self._started_ns - _SWEEP_MARGIN_NS)
-        interval = self._config.checkpoint_interval_s
-        last = self._checkpointed_at
-        if (
-            interval == 0
-            or not self._touched
-            or (last is not None and last <= now < last + timedelta(seconds=interval))
-        ):
-            return
-        self._checkpointed_at = now
-        # A failure to publish or to empty the journal is a failed round
-        # (the loop rebuilds from the stores); one to write the checkpoint
-        # only costs the next start time.
-        upkeep.publish()
-        if self._journal is not None:
-            self._journal.checkpoint()
-        if self._write_startup_checkpoint(upkeep, examine=self._touched):
-            self._touched = set()
-
     async def _recover(self) -> list[Event]:
         # Marks are found afresh; the other ledgers carry over.
         self._runtime_marks = {}
@@ -671,10 +593,7 @@ class SchedulerService:
         if not self._running and upkeep is not None:
             # A start (not a rebuild after a failed round) takes the last
             # checkpoint, which reading consumes.
-            checkpoint = upkeep.take_startup_checkpoint()
-            self._captured = {}
-            self._checkpointed_at, self._touched = None, set()
-            self._started_ns, self._swept = time.time_ns(), False
+            checkpoint = self._housekeeping.take_at_start(upkeep)
         recovery = StartupRecovery(
             host=self._host,
             schedules=self._api,
@@ -700,7 +619,7 @@ class SchedulerService:
         self._unseeded.extend(found.unseeded)
         self._runtime_marks.update(found.runtime_marks)
         if self._api.upkeep is not None:
-            self._captured.update(found.reused)
+            self._housekeeping.keep(found.reused)
 
     def _seed_runtimes(self) -> None:
         """Make a first runtime record durable (creation consumed, nothing
