@@ -43,10 +43,10 @@ async def measure(root: Path, schedules: int, rows: int, touched: list[int]) -> 
     real = shell.service.SchedulerService._housekeeping_if_quiet
 
     def timed(self: shell.service.SchedulerService) -> None:
-        before = self._checkpointed_at
+        before = self._housekeeping.checkpointed_at
         began = time.perf_counter()
         real(self)
-        if self._checkpointed_at != before:
+        if self._housekeeping.checkpointed_at != before:
             held.append(time.perf_counter() - began)
 
     async def next_checkpoint() -> float:

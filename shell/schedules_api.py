@@ -69,7 +69,7 @@ _log = logging.getLogger(__name__)
 
 # How the reason of a `failed` row begins when the occurrence's run could
 # not be created (the deployment vanished): the one finished occurrence
-# whose run has no record, truthfully (`shell/service.py`).
+# whose run has no record, truthfully (`shell/service_commands.py`).
 RUN_NOT_CREATED = "the run could not be created"
 
 # Set while the scheduler reads run records itself (recovery, the checks

@@ -15,12 +15,14 @@ its stores (lifecycle log, runtime record, history) into events (see
    records are staged in command order, preflight runs before an admission
    row is staged, run ids for all admissions are reserved with one counter
    write, then everything is flushed together; only after that are runs
-   created and launched (admitted row -> run record -> executing mark);
+   created and launched (admitted row -> run record -> executing mark)
+   (`shell/service_commands.py`);
 4. when nothing is pending and nothing is due for a while, does the
    housekeeping kept off a start's path: the first time after a start it
    sweeps temp files of interrupted writes, and it rewrites the startup
    checkpoint if `checkpoint_interval_s` has passed since the last
-   (`shell/startup_checkpoint.py`: what a start after a crash need not read);
+   (`shell/startup_checkpoint.py`: what a start after a crash need not read)
+   (`shell/service_housekeeping.py`);
 5. sleeps until `next_wakeup(state)`, never longer than `poll_interval_s`,
    or until the API or the host wakes it.
 
@@ -28,6 +30,11 @@ its stores (lifecycle log, runtime record, history) into events (see
 for up to `drain_grace_s`; whatever still runs keeps its executing mark, noted
 (when the host can) with the drain that ran out, and the next start's
 recovery fails it truthfully: the server stopped it, not a dead process.
+
+This module keeps the loop: start, stop and drain, the wake-ups and rounds,
+the fencing checks, and the events each round feeds to decide. Carrying out
+the commands and the quiet-moment work are collaborators the service owns,
+each in the module named above; they log as `shell.service` too.
 
 No scheduling rule lives here: every decision is `decide`'s.
 """
@@ -37,25 +44,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import json
 import logging
-import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from collections.abc import Iterator, Mapping
+from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
-from core.commands import (
-    AdmitOccurrence,
-    BlockSchedule,
-    Command,
-    CreateAdmittedRun,
-    LogWarning,
-    PersistRuntime,
-    RecordOccurrence,
-    StartRun,
-)
+from core.commands import Command, PersistRuntime
 from core.decide import decide, next_wakeup
 from core.errors import (
     InvalidDefinition,
@@ -66,8 +61,6 @@ from core.errors import (
 from core.events import (
     CapacityChanged,
     Event,
-    OccurrenceAdmitted,
-    PreflightFailed,
     RecordsContradicted,
     RunStatusChanged,
 )
@@ -78,58 +71,27 @@ from shell.config import SchedulerServiceConfig
 from shell.durable import GroupCommit
 from shell.journal import CommitJournal, journal_supported
 from shell.lock import SchedulerLock
-from shell.ports import BatchRunHost, HostApi, StopNotingHost
+from shell.ports import HostApi, StopNotingHost
 from shell.recovery import Recovered, RuntimeMark, StartupRecovery, lifecycle_event
-from shell.schedules_api import RUN_NOT_CREATED, LiveScheduleView, SchedulesApi
+from shell.schedules_api import LiveScheduleView, SchedulesApi
+from shell.service_commands import CommandExecutor, CommittedRound
+from shell.service_housekeeping import Housekeeping
 from shell.startup_checkpoint import CachedSchedule
 from shell.store_format import (
     ScheduleFiles,
     StoreDamaged,
     StoreProblem,
-    format_instant,
     parse_instant,
 )
-from shell.store_ports import LockPort, StoreUpkeepPort
+from shell.store_ports import LockPort
 
 __all__ = ["SchedulerService", "build_scheduler_service"]
 
 _log = logging.getLogger(__name__)
 
-# Run ids reserved per host call (the host accepts 1 to 1000).
+# Run ids reserved per host call (the host accepts 1 to 1000); the command
+# executor reserves a round's ids in chunks of this size.
 _RESERVE_CHUNK = 1000
-# Housekeeping (the startup checkpoint, the sweep of temp files) runs only
-# when nothing is due for this long, comfortably more than it takes at
-# 10,000 schedules.
-_QUIET = timedelta(seconds=10)
-# The sweep after a start removes temp files last modified this long before
-# the start, or earlier: a younger one may be another process's write in
-# flight (file times tick coarsely); the next start removes it if it stays.
-_SWEEP_MARGIN_NS = 1_000_000_000
-
-
-def _schedule_ids(events: Sequence[Event], commands: Sequence[Command]) -> Iterator[str]:
-    """The schedules a round's events and commands concern."""
-    for item in (*events, *commands):
-        schedule_id = getattr(item, "schedule_id", None)
-        if schedule_id is None:
-            definition = getattr(item, "definition", None)
-            schedule_id = getattr(definition, "schedule_id", None)
-        if isinstance(schedule_id, str):
-            yield schedule_id
-
-
-@dataclass(slots=True)
-class _Round:
-    """What one round's commands produced for after the group commit."""
-
-    launches: list[tuple[str, str, datetime, dict[str, Any]]] = field(default_factory=list)
-    creates: list[tuple[str, datetime]] = field(default_factory=list)
-    starts: list[tuple[str, datetime, str]] = field(default_factory=list)
-    events: list[Event] = field(default_factory=list)
-    # Per schedule, the instant of the newest decision row staged in the batch.
-    decided: dict[str, datetime] = field(default_factory=dict)
-    # Runtime records staged in the batch: durable once it commits.
-    runtime_marks: dict[str, RuntimeMark] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -189,7 +151,8 @@ class SchedulerService:
         # runtime record is rewritten so the consumed seq is durable.
         self._consumed_now: set[str] = set()
         # Per schedule, the held/waiting/lifecycle_seq of its last durable
-        # runtime record (see `_runtime_implied`).
+        # runtime record (see `shell.service_commands`: a record that would
+        # repeat it is not written).
         self._runtime_marks: dict[str, RuntimeMark] = {}
         self._idle = asyncio.Event()
         # Set by a round that failed part-way: decide's state may be ahead of
@@ -198,24 +161,18 @@ class SchedulerService:
         # Schedules about to reach decide for the first time: (id, creation
         # instant), to get a first runtime record before any of their rows.
         self._unseeded: list[tuple[str, str]] = []
-        # This round's RecordsContradicted events: a BlockSchedule carries only
-        # decide's text, the stored diagnostic keeps file, record and reason.
-        self._contradicted: list[RecordsContradicted] = []
-        # The entries this process's start took from the startup checkpoint,
-        # or those of the last checkpoint it wrote: the next checkpoint keeps
-        # what is unchanged and reads the rest (a schedule the start read from
-        # its files is read again then).
-        self._captured: dict[str, CachedSchedule] = {}
-        # When this process last wrote the startup checkpoint (None: not since
-        # its start), on the service's clock, and the schedules whose events
-        # or commands rounds have had since: the next running checkpoint
-        # examines only those (an idle scheduler rewrites nothing).
-        self._checkpointed_at: datetime | None = None
-        self._touched: set[str] = set()
-        # Wall-clock time the last start began (`time.time_ns()`), and
-        # whether the temp files older than it have been swept since.
-        self._started_ns = 0
-        self._swept = True
+        # The stages of a round and of its quiet moments, each in its own
+        # module so that this one keeps to the loop.
+        self._commands = CommandExecutor(
+            host=host,
+            schedules=schedules,
+            journal=journal,
+            clock=clock,
+            reserve_chunk=_RESERVE_CHUNK,
+            emit=self._emit,
+            refused=self._refused,
+        )
+        self._housekeeping = Housekeeping(journal=journal, clock=clock, config=config)
 
     # --- public ---------------------------------------------------------------------
 
@@ -316,8 +273,9 @@ class SchedulerService:
                 # Empties the journal (a checkpoint); if that fails, its
                 # records stay for the next owner's replay.
                 self._journal.close()
-            if upkeep is not None:
-                self._write_startup_checkpoint(upkeep)
+            if upkeep is not None and not (self._resync or self._fenced):
+                # Only a scheduler whose state matches the stores writes one.
+                self._housekeeping.write_startup_checkpoint(upkeep)
             self._api.history.close()
         finally:
             self._lock.release()
@@ -445,6 +403,14 @@ class SchedulerService:
                 await self._clock.sleep_until(deadline, self._wake)
         self._idle.set()
 
+    def _housekeeping_if_quiet(self) -> None:
+        """The quiet-moment work (`shell/service_housekeeping.py`), for a
+        running scheduler whose state matches the stores."""
+        upkeep = self._api.upkeep
+        if not self._running or upkeep is None or self._resync or self._fenced:
+            return
+        self._housekeeping.if_quiet(upkeep, self._state)
+
     def _round_failed(self, exc: Exception) -> None:
         """Log a failed round; one the store refused makes the store health
         degraded until a round completes (`shell.store_health`)."""
@@ -488,16 +454,16 @@ class SchedulerService:
             return
         with _collector_paused():
             after = await self._decide_and_commit()
-        await self._launch_round(after)
+        await self._commands.launch(after)
 
-    async def _decide_and_commit(self) -> _Round:
+    async def _decide_and_commit(self) -> CommittedRound:
         """Decide, stage every write and make them durable: the part of a
         round that decides how late a herd is admitted."""
         events = self._take_events()
-        self._contradicted = [e for e in events if isinstance(e, RecordsContradicted)]
+        contradicted = [e for e in events if isinstance(e, RecordsContradicted)]
         now = self._clock.now()
         self._state, commands = decide(self._state, now, events)
-        self._touched.update(_schedule_ids(events, commands))
+        self._housekeeping.touch(events, commands)
         persisted = {c.schedule_id for c in commands if isinstance(c, PersistRuntime)}
         consumed, self._consumed_now = self._consumed_now, set()
         extra: list[Command] = []
@@ -516,7 +482,13 @@ class SchedulerService:
                         waiting=view.waiting,
                     )
                 )
-        return await self._commit((*commands, *extra), now)
+        return await self._commands.commit(
+            (*commands, *extra),
+            now,
+            consumed=self._consumed,
+            runtime_marks=self._runtime_marks,
+            contradicted=contradicted,
+        )
 
     async def _resynchronize(self) -> None:
         """Rebuild the state from the stores and the run API, as a start does.
@@ -602,63 +574,6 @@ class SchedulerService:
 
     # --- recovery ---------------------------------------------------------------------
 
-    def _write_startup_checkpoint(
-        self, upkeep: StoreUpkeepPort, *, examine: Collection[str] | None = None
-    ) -> bool:
-        """What this process knows of every schedule's files, for the next
-        start to `stat` instead of read (`shell/startup_checkpoint.py`); with
-        `examine`, only those schedules are examined again. The history
-        indexes are published and the journal emptied before. Only a
-        scheduler whose state matches the stores writes one; failing to
-        write it costs the next start time, never correctness."""
-        if self._resync or self._fenced:
-            return False
-        try:
-            entries = upkeep.write_startup_checkpoint(self._captured, examine=examine)
-        except (OSError, SchedulingError) as exc:
-            _log.warning("could not write the startup checkpoint: %s", exc)
-            return False
-        self._captured = entries
-        return True
-
-    def _housekeeping_if_quiet(self) -> None:
-        """At a quiet moment (nothing due for `_QUIET`), the work kept off a
-        start's path and off a herd's: the first one after a start sweeps the
-        temp files of interrupted writes, and the startup checkpoint is
-        written then and every `checkpoint_interval_s` after, if a round had
-        anything to do since, so that a start after a crash reads only what
-        changed. At 10,000 schedules the first after a start holds the loop
-        for about a second, a later checkpoint 0.15-0.6 s (it examines only
-        the schedules rounds touched since the last)."""
-        upkeep = self._api.upkeep
-        if not self._running or upkeep is None or self._resync or self._fenced:
-            return
-        now = self._clock.now()
-        due = next_wakeup(self._state)
-        if due is not None and due - now < _QUIET:
-            return
-        if not self._swept:
-            self._swept = True
-            # Temp files a start does not look for (`StoreUpkeepPort`).
-            upkeep.sweep_temp_files(older_than_ns=self._started_ns - _SWEEP_MARGIN_NS)
-        interval = self._config.checkpoint_interval_s
-        last = self._checkpointed_at
-        if (
-            interval == 0
-            or not self._touched
-            or (last is not None and last <= now < last + timedelta(seconds=interval))
-        ):
-            return
-        self._checkpointed_at = now
-        # A failure to publish or to empty the journal is a failed round
-        # (the loop rebuilds from the stores); one to write the checkpoint
-        # only costs the next start time.
-        upkeep.publish()
-        if self._journal is not None:
-            self._journal.checkpoint()
-        if self._write_startup_checkpoint(upkeep, examine=self._touched):
-            self._touched = set()
-
     async def _recover(self) -> list[Event]:
         # Marks are found afresh; the other ledgers carry over.
         self._runtime_marks = {}
@@ -671,10 +586,7 @@ class SchedulerService:
         if not self._running and upkeep is not None:
             # A start (not a rebuild after a failed round) takes the last
             # checkpoint, which reading consumes.
-            checkpoint = upkeep.take_startup_checkpoint()
-            self._captured = {}
-            self._checkpointed_at, self._touched = None, set()
-            self._started_ns, self._swept = time.time_ns(), False
+            checkpoint = self._housekeeping.take_at_start(upkeep)
         recovery = StartupRecovery(
             host=self._host,
             schedules=self._api,
@@ -700,7 +612,7 @@ class SchedulerService:
         self._unseeded.extend(found.unseeded)
         self._runtime_marks.update(found.runtime_marks)
         if self._api.upkeep is not None:
-            self._captured.update(found.reused)
+            self._housekeeping.keep(found.reused)
 
     def _seed_runtimes(self) -> None:
         """Make a first runtime record durable (creation consumed, nothing
@@ -733,159 +645,15 @@ class SchedulerService:
         for schedule_id, _ in unseeded:
             self._runtime_marks[schedule_id] = (None, (), 1)
 
-    # --- carrying out commands -----------------------------------------------------------
+    # --- called by the executor ----------------------------------------------------
 
-    async def _commit(self, commands: Sequence[Command], now: datetime) -> _Round:
-        """Stage and commit what `commands` write; returns what is left to do
-        once they are durable (see `_launch_round`)."""
-        admits = [c for c in commands if isinstance(c, AdmitOccurrence)]
-        verdicts = await self._preflight_all(admits)
-        passing = [a for a in admits if verdicts[(a.schedule_id, a.instant)] is None]
-        run_ids = iter(await self._reserve_run_ids(len(passing)))
-        after = _Round()
-        batch = GroupCommit(journal=self._journal)
-        # A schedule whose store refuses a write (a damaged history is frozen)
-        # loses the rest of this round's writes, and only it does: it is blocked.
-        refused: set[str] = set()
-        try:
-            for command in commands:
-                schedule_id = getattr(command, "schedule_id", None)
-                if schedule_id in refused and not isinstance(command, BlockSchedule):
-                    # (A block writes nothing to the refusing store, and its
-                    # diagnostic is what the operator must see.)
-                    continue
-                try:
-                    self._stage(batch, command, now, verdicts, run_ids, after)
-                except SchedulingError as exc:
-                    if schedule_id is None:
-                        raise
-                    refused.add(schedule_id)
-                    self._refused(schedule_id, exc)
-            batch.commit()
-        except BaseException:
-            if batch.state == "open":
-                batch.abort()
-            raise
-        self._runtime_marks.update(after.runtime_marks)
-        self._events.extend(after.events)
-        return after
-
-    async def _launch_round(self, after: _Round) -> None:
-        """Create and start the runs of a committed round."""
-        history = self._api.history
-        creations = list(after.launches)
-        for schedule_id, instant in after.creates:
-            occurrence = history.open_occurrence(schedule_id, instant)
-            if occurrence is None or occurrence.run_id is None or occurrence.snapshot is None:
-                _log.error(
-                    "admitted occurrence %s@%s has no run id or snapshot to create its run from",
-                    schedule_id,
-                    format_instant(instant),
-                )
-                continue
-            creations.append((schedule_id, occurrence.run_id, instant, occurrence.snapshot))
-        await self._create_and_launch_all(creations)
-        for schedule_id, instant, run_id in after.starts:
-            await self._launch(schedule_id, instant, run_id)
-
-    def _stage(
-        self,
-        batch: GroupCommit,
-        command: Command,
-        now: datetime,
-        verdicts: Mapping[tuple[str, datetime], str | None],
-        run_ids: Iterator[str],
-        after: _Round,
-    ) -> None:
-        history = self._api.history
-        if isinstance(command, RecordOccurrence):
-            self._stage_row(batch, command, now)
-            if command.status not in RUN_STATUSES:
-                after.decided[command.schedule_id] = command.instant
-        elif isinstance(command, AdmitOccurrence):
-            after.decided[command.schedule_id] = command.instant
-            reason = verdicts[(command.schedule_id, command.instant)]
-            if reason is not None:
-                history.append_decision(
-                    command.schedule_id,
-                    instant=command.instant,
-                    status="preflight-rejected",
-                    reason=reason,
-                    revision=command.revision,
-                    recorded_at=now,
-                    batch=batch,
-                )
-                after.events.append(
-                    PreflightFailed(
-                        schedule_id=command.schedule_id,
-                        instant=command.instant,
-                        reason=reason,
-                    )
-                )
-                return
-            run_id = next(run_ids)
-            snapshot = {
-                "deployment_id": command.deployment_id,
-                "inputs": command.inputs,
-                "max_steps": command.max_steps,
-                "revision": command.revision,
-            }
-            history.stage_admitted(
-                command.schedule_id,
-                instant=command.instant,
-                run_id=run_id,
-                snapshot=snapshot,
-                recorded_at=now,
-                batch=batch,
-            )
-            after.launches.append((command.schedule_id, run_id, command.instant, snapshot))
-        elif isinstance(command, PersistRuntime):
-            lifecycle_seq = self._consumed.get(command.schedule_id, 0)
-            mark: RuntimeMark = (command.held, tuple(command.waiting), lifecycle_seq)
-            if self._runtime_implied(command, mark, after):
-                return
-            self._api.runtime.stage(
-                batch,
-                command.schedule_id,
-                watermark=command.watermark,
-                held=command.held,
-                waiting=command.waiting,
-                lifecycle_seq=lifecycle_seq,
-                written_at=now,
-            )
-            after.runtime_marks[command.schedule_id] = mark
-        elif isinstance(command, BlockSchedule):
-            _log.error("schedule %s is blocked: %s", command.schedule_id, command.diagnostic)
-            self._persist_block(command)
-        elif isinstance(command, CreateAdmittedRun):
-            after.creates.append((command.schedule_id, command.instant))
-        elif isinstance(command, StartRun):
-            after.starts.append((command.schedule_id, command.instant, command.run_id))
-        elif isinstance(command, LogWarning):
-            _log.warning("%s", command.message)
-        else:
-            raise TypeError(f"unknown command {command!r}")
-
-    def _runtime_implied(self, command: PersistRuntime, mark: RuntimeMark, after: _Round) -> bool:
-        """True when the record would say nothing a start cannot read elsewhere,
-        so it is not written: its held candidate, waiting instants and lifecycle
-        seq are those of the schedule's last durable record, and its watermark
-        is the instant of a decision row of this same batch.
-
-        Recovery takes the newest of the persisted watermark and the newest
-        decision row, and that row is durable before any late write of its
-        batch would have been, so every crash state reads the same watermark as
-        with the record. A herd of admissions is the common case: this halves
-        the files its group commit appends to. A round that fails part-way
-        rebuilds `_runtime_marks` from the disk before the next one.
-        """
-        schedule_id = command.schedule_id
-        return (
-            after.decided.get(schedule_id) == command.watermark
-            and self._runtime_marks.get(schedule_id) == mark
-        )
+    def _emit(self, event: Event) -> None:
+        """Queue an event the executor produced for the next round."""
+        self._events.append(event)
 
     def _refused(self, schedule_id: str, exc: SchedulingError) -> None:
+        """The store refused a write of `schedule_id` in a group commit: block it
+        (unless it is blocked already)."""
         sched = self._state.schedules.get(schedule_id)
         if sched is not None and sched.blocked is not None:
             # The run store keeps what the history could not take; the next
@@ -906,193 +674,6 @@ class SchedulerService:
             )
         self._events.extend(self._damaged(schedule_id, problem))
         self._wake.set()
-
-    async def _reserve_run_ids(self, count: int) -> list[str]:
-        """`count` run ids, in reservations of at most `_RESERVE_CHUNK` (the host's
-        bound per call): a herd larger than that still gets every id."""
-        reserved: list[str] = []
-        while len(reserved) < count:
-            chunk = min(_RESERVE_CHUNK, count - len(reserved))
-            reserved.extend(await self._host.reserve_run_ids(chunk))
-        return reserved
-
-    async def _preflight_all(
-        self, admits: Sequence[AdmitOccurrence]
-    ) -> dict[tuple[str, datetime], str | None]:
-        """Each admission's preflight verdict (None = passes). Admissions of one
-        round with the same deployment and inputs share one host check: a
-        herd of schedules on one deployment costs one preflight, not thousands."""
-        verdicts: dict[tuple[str, datetime], str | None] = {}
-        shared: dict[tuple[str, str], str | None] = {}
-        for admit in admits:
-            try:
-                key: tuple[str, str] | None = (
-                    admit.deployment_id,
-                    json.dumps(admit.inputs, sort_keys=True, allow_nan=False)
-                    if admit.inputs
-                    else "{}",
-                )
-            except (TypeError, ValueError):
-                key = None
-            if key is not None and key in shared:
-                verdict = shared[key]
-            else:
-                verdict = await self._preflight(admit)
-                if key is not None:
-                    shared[key] = verdict
-            verdicts[(admit.schedule_id, admit.instant)] = verdict
-        return verdicts
-
-    async def _preflight(self, admit: AdmitOccurrence) -> str | None:
-        try:
-            await self._host.preflight(admit.deployment_id, admit.inputs)
-        except SchedulingError as exc:
-            return exc.message
-        return None
-
-    def _stage_row(self, batch: GroupCommit, command: RecordOccurrence, now: datetime) -> None:
-        history = self._api.history
-        if command.status in RUN_STATUSES:
-            history.append_transition(
-                command.schedule_id,
-                instant=command.instant,
-                status=command.status,
-                run_id=command.run_id,
-                reason=command.reason,
-                recorded_at=now,
-                batch=batch,
-            )
-            return
-        history.append_decision(
-            command.schedule_id,
-            instant=command.instant,
-            status=command.status,
-            reason=command.reason,
-            count=command.count,
-            first_instant=command.first_instant if command.count > 1 else None,
-            last_instant=command.last_instant if command.count > 1 else None,
-            recorded_at=now,
-            batch=batch,
-        )
-
-    def _persist_block(self, command: BlockSchedule) -> None:
-        source = next((e for e in self._contradicted if e.schedule_id == command.schedule_id), None)
-        blocked = {"file": "", "record": "", "reason": command.diagnostic}
-        if source is not None:
-            self._contradicted.remove(source)
-            blocked = {
-                "file": source.file,
-                "record": source.record,
-                "reason": "; ".join((source.reason, *source.extra)),
-            }
-        try:
-            current = self._api.definitions.get(command.schedule_id)
-            stored = current.get("blocked")
-            if stored is not None and stored.get("file"):
-                return  # the first diagnostic found stays until the records are sound
-            self._api.definitions.set_blocked(command.schedule_id, blocked, at=self._clock.now())
-        except SchedulingError as exc:
-            _log.error("could not persist the diagnostic of %s: %s", command.schedule_id, exc)
-
-    async def _create_and_launch(
-        self, schedule_id: str, instant: datetime, run_id: str, snapshot: Mapping[str, Any]
-    ) -> None:
-        origin = {
-            "kind": "schedule",
-            "schedule_id": schedule_id,
-            "instant": format_instant(instant),
-            "revision": snapshot["revision"],
-        }
-        try:
-            await self._host.admit_run(
-                snapshot["deployment_id"],
-                dict(snapshot["inputs"]),
-                max_steps=snapshot["max_steps"],
-                origin=origin,
-                run_id=run_id,
-            )
-        except SchedulingError as exc:
-            self._not_created(schedule_id, instant, run_id, exc)
-            return
-        self._events.append(
-            OccurrenceAdmitted(schedule_id=schedule_id, instant=instant, run_id=run_id)
-        )
-        await self._launch(schedule_id, instant, run_id)
-
-    def _not_created(
-        self, schedule_id: str, instant: datetime, run_id: str, exc: SchedulingError
-    ) -> None:
-        # The occurrence is admitted and durable; its run cannot be created
-        # (the deployment vanished between preflight and now). Fail it
-        # truthfully rather than leave the overlap place taken forever.
-        _log.error(
-            "run %s for %s@%s could not be created: %s",
-            run_id,
-            schedule_id,
-            format_instant(instant),
-            exc,
-        )
-        self._events.append(
-            OccurrenceAdmitted(schedule_id=schedule_id, instant=instant, run_id=run_id)
-        )
-        self._events.append(
-            RunStatusChanged(
-                schedule_id=schedule_id,
-                instant=instant,
-                run_id=run_id,
-                status="failed",
-                message=f"{RUN_NOT_CREATED}: {exc.message}",
-            )
-        )
-
-    async def _create_and_launch_all(
-        self, creations: Sequence[tuple[str, str, datetime, Mapping[str, Any]]]
-    ) -> None:
-        """Create and launch the runs of admitted occurrences ((schedule id, run
-        id, instant, snapshot) each). A host that takes batches writes all run
-        records with one group commit, then all executing marks with another,
-        instead of four fsyncs per run."""
-        if len(creations) < 2 or not isinstance(self._host, BatchRunHost):
-            for schedule_id, run_id, instant, snapshot in creations:
-                await self._create_and_launch(schedule_id, instant, run_id, snapshot)
-            return
-        requests = [
-            {
-                "deployment_id": snapshot["deployment_id"],
-                "inputs": dict(snapshot["inputs"]),
-                "max_steps": snapshot["max_steps"],
-                "origin": {
-                    "kind": "schedule",
-                    "schedule_id": schedule_id,
-                    "instant": format_instant(instant),
-                    "revision": snapshot["revision"],
-                },
-                "run_id": run_id,
-            }
-            for schedule_id, run_id, instant, snapshot in creations
-        ]
-        created = await self._host.admit_runs(requests)
-        launching: list[tuple[str, str]] = []
-        for (schedule_id, run_id, instant, _), outcome in zip(creations, created, strict=True):
-            if isinstance(outcome, SchedulingError):
-                self._not_created(schedule_id, instant, run_id, outcome)
-                continue
-            self._events.append(
-                OccurrenceAdmitted(schedule_id=schedule_id, instant=instant, run_id=run_id)
-            )
-            launching.append((schedule_id, run_id))
-        if not launching:
-            return
-        launched = await self._host.launch_runs([run_id for _, run_id in launching])
-        for (schedule_id, run_id), error in zip(launching, launched, strict=True):
-            if error is not None:
-                _log.error("run %s of %s could not be launched: %s", run_id, schedule_id, error)
-
-    async def _launch(self, schedule_id: str, instant: datetime, run_id: str) -> None:
-        try:
-            await self._host.launch_run(run_id)
-        except SchedulingError as exc:
-            _log.error("run %s of %s could not be launched: %s", run_id, schedule_id, exc)
 
 
 def build_scheduler_service(

@@ -1,0 +1,529 @@
+"""Carrying out `decide`'s commands: a round's group commit, then its runs.
+
+`CommandExecutor.commit` makes what a round's commands write durable with one
+group commit: history rows and runtime records are staged in command order,
+preflight runs before an admission row is staged, run ids for all admissions
+are reserved with one counter write (per `reserve_chunk` ids), then everything
+is flushed together. `CommandExecutor.launch` then creates and launches the
+runs the committed round admitted (admitted row -> run record -> executing
+mark). Nothing is launched before its row is durable.
+
+Staging goes through `_HANDLERS`, the table from command type to handler, as
+`core/decide.py` has one from event type to handler: each handler is a method
+of `_Staging`, the working set of one group commit (the batch, the preflight
+verdicts, the reserved run ids, and what the round leaves for after it).
+
+The executor is the service's (`shell/service.py`): it keeps no ledger of its
+own between rounds. What it learns goes back through the service's
+callbacks: the events it produces are queued with `emit` as they happen (a
+launched run may report before the next event is queued), and a store that
+refuses a schedule's write is reported with `refused`, which blocks the
+schedule. No scheduling rule lives here: every decision is `decide`'s.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final, TypeAlias
+
+from core.commands import (
+    AdmitOccurrence,
+    BlockSchedule,
+    Command,
+    CreateAdmittedRun,
+    LogWarning,
+    PersistRuntime,
+    RecordOccurrence,
+    StartRun,
+)
+from core.errors import SchedulingError
+from core.events import (
+    Event,
+    OccurrenceAdmitted,
+    PreflightFailed,
+    RecordsContradicted,
+    RunStatusChanged,
+)
+from core.occurrences import RUN_STATUSES
+from shell.clock import Clock
+from shell.durable import GroupCommit
+from shell.journal import CommitJournal
+from shell.ports import BatchRunHost, HostApi
+from shell.recovery import RuntimeMark
+from shell.schedules_api import RUN_NOT_CREATED, SchedulesApi
+from shell.store_format import format_instant
+
+__all__ = ["CommandExecutor", "CommittedRound"]
+
+# The service's own messages: operators and tests filter on its logger name.
+_log = logging.getLogger("shell.service")
+
+
+@dataclass(slots=True)
+class CommittedRound:
+    """What one round's commands produced for after the group commit."""
+
+    launches: list[tuple[str, str, datetime, dict[str, Any]]] = field(default_factory=list)
+    creates: list[tuple[str, datetime]] = field(default_factory=list)
+    starts: list[tuple[str, datetime, str]] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    # Per schedule, the instant of the newest decision row staged in the batch.
+    decided: dict[str, datetime] = field(default_factory=dict)
+    # Runtime records staged in the batch: durable once it commits.
+    runtime_marks: dict[str, RuntimeMark] = field(default_factory=dict)
+
+
+class CommandExecutor:
+    """Carries out the commands of the service's rounds. See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        host: HostApi,
+        schedules: SchedulesApi,
+        journal: CommitJournal | None,
+        clock: Clock,
+        reserve_chunk: int,
+        emit: Callable[[Event], None],
+        refused: Callable[[str, SchedulingError], None],
+    ) -> None:
+        self._host = host
+        self._api = schedules
+        self._journal = journal
+        self._clock = clock
+        self._reserve_chunk = reserve_chunk
+        self._emit = emit
+        self._refused = refused
+
+    async def commit(
+        self,
+        commands: Sequence[Command],
+        now: datetime,
+        *,
+        consumed: Mapping[str, int],
+        runtime_marks: dict[str, RuntimeMark],
+        contradicted: Sequence[RecordsContradicted],
+    ) -> CommittedRound:
+        """Stage and commit what `commands` write; returns what is left to do
+        once they are durable (see `launch`).
+
+        `consumed` gives each schedule's consumed lifecycle seq, which its
+        runtime record carries; `runtime_marks` what each schedule's last
+        durable runtime record says, updated with the records this commit
+        made durable; `contradicted` the round's RecordsContradicted events,
+        whose file, record and reason a BlockSchedule's stored diagnostic
+        keeps (the command carries only decide's text)."""
+        admits = [c for c in commands if isinstance(c, AdmitOccurrence)]
+        verdicts = await self._preflight_all(admits)
+        passing = [a for a in admits if verdicts[(a.schedule_id, a.instant)] is None]
+        run_ids = iter(await self._reserve_run_ids(len(passing)))
+        after = CommittedRound()
+        batch = GroupCommit(journal=self._journal)
+        staging = _Staging(
+            schedules=self._api,
+            clock=self._clock,
+            batch=batch,
+            now=now,
+            verdicts=verdicts,
+            run_ids=run_ids,
+            consumed=consumed,
+            runtime_marks=runtime_marks,
+            contradicted=contradicted,
+            after=after,
+        )
+        # A schedule whose store refuses a write (a damaged history is frozen)
+        # loses the rest of this round's writes, and only it does: it is blocked.
+        refused: set[str] = set()
+        try:
+            for command in commands:
+                schedule_id = getattr(command, "schedule_id", None)
+                if schedule_id in refused and not isinstance(command, BlockSchedule):
+                    # (A block writes nothing to the refusing store, and its
+                    # diagnostic is what the operator must see.)
+                    continue
+                try:
+                    staging.stage(command)
+                except SchedulingError as exc:
+                    if schedule_id is None:
+                        raise
+                    refused.add(schedule_id)
+                    self._refused(schedule_id, exc)
+            batch.commit()
+        except BaseException:
+            if batch.state == "open":
+                batch.abort()
+            raise
+        runtime_marks.update(after.runtime_marks)
+        for event in after.events:
+            self._emit(event)
+        return after
+
+    async def launch(self, after: CommittedRound) -> None:
+        """Create and start the runs of a committed round."""
+        history = self._api.history
+        creations = list(after.launches)
+        for schedule_id, instant in after.creates:
+            occurrence = history.open_occurrence(schedule_id, instant)
+            if occurrence is None or occurrence.run_id is None or occurrence.snapshot is None:
+                _log.error(
+                    "admitted occurrence %s@%s has no run id or snapshot to create its run from",
+                    schedule_id,
+                    format_instant(instant),
+                )
+                continue
+            creations.append((schedule_id, occurrence.run_id, instant, occurrence.snapshot))
+        await self._create_and_launch_all(creations)
+        for schedule_id, instant, run_id in after.starts:
+            await self._launch(schedule_id, instant, run_id)
+
+    # --- before the commit ------------------------------------------------------------
+
+    async def _reserve_run_ids(self, count: int) -> list[str]:
+        """`count` run ids, in reservations of at most `reserve_chunk` (the host's
+        bound per call): a herd larger than that still gets every id."""
+        reserved: list[str] = []
+        while len(reserved) < count:
+            chunk = min(self._reserve_chunk, count - len(reserved))
+            reserved.extend(await self._host.reserve_run_ids(chunk))
+        return reserved
+
+    async def _preflight_all(
+        self, admits: Sequence[AdmitOccurrence]
+    ) -> dict[tuple[str, datetime], str | None]:
+        """Each admission's preflight verdict (None = passes). Admissions of one
+        round with the same deployment and inputs share one host check: a
+        herd of schedules on one deployment costs one preflight, not thousands."""
+        verdicts: dict[tuple[str, datetime], str | None] = {}
+        shared: dict[tuple[str, str], str | None] = {}
+        for admit in admits:
+            try:
+                key: tuple[str, str] | None = (
+                    admit.deployment_id,
+                    json.dumps(admit.inputs, sort_keys=True, allow_nan=False)
+                    if admit.inputs
+                    else "{}",
+                )
+            except (TypeError, ValueError):
+                key = None
+            if key is not None and key in shared:
+                verdict = shared[key]
+            else:
+                verdict = await self._preflight(admit)
+                if key is not None:
+                    shared[key] = verdict
+            verdicts[(admit.schedule_id, admit.instant)] = verdict
+        return verdicts
+
+    async def _preflight(self, admit: AdmitOccurrence) -> str | None:
+        try:
+            await self._host.preflight(admit.deployment_id, admit.inputs)
+        except SchedulingError as exc:
+            return exc.message
+        return None
+
+    # --- after the commit -------------------------------------------------------------
+
+    async def _create_and_launch(
+        self, schedule_id: str, instant: datetime, run_id: str, snapshot: Mapping[str, Any]
+    ) -> None:
+        origin = {
+            "kind": "schedule",
+            "schedule_id": schedule_id,
+            "instant": format_instant(instant),
+            "revision": snapshot["revision"],
+        }
+        try:
+            await self._host.admit_run(
+                snapshot["deployment_id"],
+                dict(snapshot["inputs"]),
+                max_steps=snapshot["max_steps"],
+                origin=origin,
+                run_id=run_id,
+            )
+        except SchedulingError as exc:
+            self._not_created(schedule_id, instant, run_id, exc)
+            return
+        self._emit(OccurrenceAdmitted(schedule_id=schedule_id, instant=instant, run_id=run_id))
+        await self._launch(schedule_id, instant, run_id)
+
+    def _not_created(
+        self, schedule_id: str, instant: datetime, run_id: str, exc: SchedulingError
+    ) -> None:
+        # The occurrence is admitted and durable; its run cannot be created
+        # (the deployment vanished between preflight and now). Fail it
+        # truthfully rather than leave the overlap place taken forever.
+        _log.error(
+            "run %s for %s@%s could not be created: %s",
+            run_id,
+            schedule_id,
+            format_instant(instant),
+            exc,
+        )
+        self._emit(OccurrenceAdmitted(schedule_id=schedule_id, instant=instant, run_id=run_id))
+        self._emit(
+            RunStatusChanged(
+                schedule_id=schedule_id,
+                instant=instant,
+                run_id=run_id,
+                status="failed",
+                message=f"{RUN_NOT_CREATED}: {exc.message}",
+            )
+        )
+
+    async def _create_and_launch_all(
+        self, creations: Sequence[tuple[str, str, datetime, Mapping[str, Any]]]
+    ) -> None:
+        """Create and launch the runs of admitted occurrences ((schedule id, run
+        id, instant, snapshot) each). A host that takes batches writes all run
+        records with one group commit, then all executing marks with another,
+        instead of four fsyncs per run."""
+        if len(creations) < 2 or not isinstance(self._host, BatchRunHost):
+            for schedule_id, run_id, instant, snapshot in creations:
+                await self._create_and_launch(schedule_id, instant, run_id, snapshot)
+            return
+        requests = [
+            {
+                "deployment_id": snapshot["deployment_id"],
+                "inputs": dict(snapshot["inputs"]),
+                "max_steps": snapshot["max_steps"],
+                "origin": {
+                    "kind": "schedule",
+                    "schedule_id": schedule_id,
+                    "instant": format_instant(instant),
+                    "revision": snapshot["revision"],
+                },
+                "run_id": run_id,
+            }
+            for schedule_id, run_id, instant, snapshot in creations
+        ]
+        created = await self._host.admit_runs(requests)
+        launching: list[tuple[str, str]] = []
+        for (schedule_id, run_id, instant, _), outcome in zip(creations, created, strict=True):
+            if isinstance(outcome, SchedulingError):
+                self._not_created(schedule_id, instant, run_id, outcome)
+                continue
+            self._emit(OccurrenceAdmitted(schedule_id=schedule_id, instant=instant, run_id=run_id))
+            launching.append((schedule_id, run_id))
+        if not launching:
+            return
+        launched = await self._host.launch_runs([run_id for _, run_id in launching])
+        for (schedule_id, run_id), error in zip(launching, launched, strict=True):
+            if error is not None:
+                _log.error("run %s of %s could not be launched: %s", run_id, schedule_id, error)
+
+    async def _launch(self, schedule_id: str, instant: datetime, run_id: str) -> None:
+        try:
+            await self._host.launch_run(run_id)
+        except SchedulingError as exc:
+            _log.error("run %s of %s could not be launched: %s", run_id, schedule_id, exc)
+
+
+class _Staging:
+    """One group commit being staged, private to one `CommandExecutor.commit`:
+    the batch, what the handlers read, and the round they fill in."""
+
+    __slots__ = (
+        "_api",
+        "_clock",
+        "_consumed",
+        "_contradicted",
+        "_run_ids",
+        "_runtime_marks",
+        "_verdicts",
+        "after",
+        "batch",
+        "now",
+    )
+
+    def __init__(
+        self,
+        *,
+        schedules: SchedulesApi,
+        clock: Clock,
+        batch: GroupCommit,
+        now: datetime,
+        verdicts: Mapping[tuple[str, datetime], str | None],
+        run_ids: Iterator[str],
+        consumed: Mapping[str, int],
+        runtime_marks: Mapping[str, RuntimeMark],
+        contradicted: Sequence[RecordsContradicted],
+        after: CommittedRound,
+    ) -> None:
+        self._api = schedules
+        self._clock = clock
+        self.batch = batch
+        self.now = now
+        self._verdicts = verdicts
+        self._run_ids = run_ids
+        self._consumed = consumed
+        self._runtime_marks = runtime_marks
+        # A copy: each diagnostic is used once, by the first block of its schedule.
+        self._contradicted = list(contradicted)
+        self.after = after
+
+    def stage(self, command: Command) -> None:
+        handler = _HANDLERS.get(type(command))
+        if handler is None:
+            raise TypeError(f"unknown command {command!r}")
+        handler(self, command)
+
+    # --- the handlers (see `_HANDLERS`) ----------------------------------------------
+
+    def on_record(self, command: RecordOccurrence) -> None:
+        self._stage_row(command)
+        if command.status not in RUN_STATUSES:
+            self.after.decided[command.schedule_id] = command.instant
+
+    def on_admit(self, command: AdmitOccurrence) -> None:
+        history = self._api.history
+        self.after.decided[command.schedule_id] = command.instant
+        reason = self._verdicts[(command.schedule_id, command.instant)]
+        if reason is not None:
+            history.append_decision(
+                command.schedule_id,
+                instant=command.instant,
+                status="preflight-rejected",
+                reason=reason,
+                revision=command.revision,
+                recorded_at=self.now,
+                batch=self.batch,
+            )
+            self.after.events.append(
+                PreflightFailed(
+                    schedule_id=command.schedule_id,
+                    instant=command.instant,
+                    reason=reason,
+                )
+            )
+            return
+        run_id = next(self._run_ids)
+        snapshot = {
+            "deployment_id": command.deployment_id,
+            "inputs": command.inputs,
+            "max_steps": command.max_steps,
+            "revision": command.revision,
+        }
+        history.stage_admitted(
+            command.schedule_id,
+            instant=command.instant,
+            run_id=run_id,
+            snapshot=snapshot,
+            recorded_at=self.now,
+            batch=self.batch,
+        )
+        self.after.launches.append((command.schedule_id, run_id, command.instant, snapshot))
+
+    def on_persist_runtime(self, command: PersistRuntime) -> None:
+        lifecycle_seq = self._consumed.get(command.schedule_id, 0)
+        mark: RuntimeMark = (command.held, tuple(command.waiting), lifecycle_seq)
+        if self._runtime_implied(command, mark):
+            return
+        self._api.runtime.stage(
+            self.batch,
+            command.schedule_id,
+            watermark=command.watermark,
+            held=command.held,
+            waiting=command.waiting,
+            lifecycle_seq=lifecycle_seq,
+            written_at=self.now,
+        )
+        self.after.runtime_marks[command.schedule_id] = mark
+
+    def on_block(self, command: BlockSchedule) -> None:
+        _log.error("schedule %s is blocked: %s", command.schedule_id, command.diagnostic)
+        self._persist_block(command)
+
+    def on_create(self, command: CreateAdmittedRun) -> None:
+        self.after.creates.append((command.schedule_id, command.instant))
+
+    def on_start(self, command: StartRun) -> None:
+        self.after.starts.append((command.schedule_id, command.instant, command.run_id))
+
+    def on_warning(self, command: LogWarning) -> None:
+        _log.warning("%s", command.message)
+
+    # --- what the handlers share ------------------------------------------------------
+
+    def _runtime_implied(self, command: PersistRuntime, mark: RuntimeMark) -> bool:
+        """True when the record would say nothing a start cannot read elsewhere,
+        so it is not written: its held candidate, waiting instants and lifecycle
+        seq are those of the schedule's last durable record, and its watermark
+        is the instant of a decision row of this same batch.
+
+        Recovery takes the newest of the persisted watermark and the newest
+        decision row, and that row is durable before any late write of its
+        batch would have been, so every crash state reads the same watermark as
+        with the record. A herd of admissions is the common case: this halves
+        the files its group commit appends to. A round that fails part-way
+        rebuilds the service's runtime marks from the disk before the next one.
+        """
+        schedule_id = command.schedule_id
+        return (
+            self.after.decided.get(schedule_id) == command.watermark
+            and self._runtime_marks.get(schedule_id) == mark
+        )
+
+    def _stage_row(self, command: RecordOccurrence) -> None:
+        history = self._api.history
+        if command.status in RUN_STATUSES:
+            history.append_transition(
+                command.schedule_id,
+                instant=command.instant,
+                status=command.status,
+                run_id=command.run_id,
+                reason=command.reason,
+                recorded_at=self.now,
+                batch=self.batch,
+            )
+            return
+        history.append_decision(
+            command.schedule_id,
+            instant=command.instant,
+            status=command.status,
+            reason=command.reason,
+            count=command.count,
+            first_instant=command.first_instant if command.count > 1 else None,
+            last_instant=command.last_instant if command.count > 1 else None,
+            recorded_at=self.now,
+            batch=self.batch,
+        )
+
+    def _persist_block(self, command: BlockSchedule) -> None:
+        source = next((e for e in self._contradicted if e.schedule_id == command.schedule_id), None)
+        blocked = {"file": "", "record": "", "reason": command.diagnostic}
+        if source is not None:
+            self._contradicted.remove(source)
+            blocked = {
+                "file": source.file,
+                "record": source.record,
+                "reason": "; ".join((source.reason, *source.extra)),
+            }
+        try:
+            current = self._api.definitions.get(command.schedule_id)
+            stored = current.get("blocked")
+            if stored is not None and stored.get("file"):
+                return  # the first diagnostic found stays until the records are sound
+            self._api.definitions.set_blocked(command.schedule_id, blocked, at=self._clock.now())
+        except SchedulingError as exc:
+            _log.error("could not persist the diagnostic of %s: %s", command.schedule_id, exc)
+
+
+_Handler: TypeAlias = Callable[[_Staging, Any], None]
+
+
+# The command table: which handler stages each kind of command. Looked up by
+# exact type, as decide's event table is: a command type without an entry is
+# a programming error, not something to carry out as its base class.
+_HANDLERS: Final[dict[type[Command], _Handler]] = {
+    RecordOccurrence: _Staging.on_record,
+    AdmitOccurrence: _Staging.on_admit,
+    PersistRuntime: _Staging.on_persist_runtime,
+    BlockSchedule: _Staging.on_block,
+    CreateAdmittedRun: _Staging.on_create,
+    StartRun: _Staging.on_start,
+    LogWarning: _Staging.on_warning,
+}

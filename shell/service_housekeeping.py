@@ -1,0 +1,162 @@
+"""Housekeeping: the service's work kept off a start's path and off a herd's.
+
+Two jobs, both done through the upkeep port (`shell.store_ports`) and only at
+a quiet moment, when nothing is due for a while:
+
+- the first quiet moment after a start sweeps the temp files of interrupted
+  writes (a start does not look for them);
+- the startup checkpoint (`shell/startup_checkpoint.py`: what a start after a
+  crash need not read) is rewritten at the first quiet moment and every
+  `checkpoint_interval_s` after, if a round had anything to do since; the
+  history indexes are published and the journal checkpointed (emptied)
+  before it. A clean stop writes one too.
+
+`Housekeeping` keeps what that needs between rounds: the checkpoint entries
+this process holds, which schedules rounds touched since the last checkpoint,
+when it was written, and whether the sweep is still owed. The service
+(`shell/service.py`) owns it and decides when the state is fit to checkpoint:
+only a scheduler whose state matches the stores (not fenced, not waiting to
+rebuild after a failed round) calls it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
+
+from core.commands import Command
+from core.decide import next_wakeup
+from core.errors import SchedulingError
+from core.events import Event
+from core.state import SchedulerState
+from shell.clock import Clock
+from shell.config import SchedulerServiceConfig
+from shell.journal import CommitJournal
+from shell.startup_checkpoint import CachedSchedule
+from shell.store_ports import StoreUpkeepPort
+
+__all__ = ["Housekeeping"]
+
+# The service's own messages: operators and tests filter on its logger name.
+_log = logging.getLogger("shell.service")
+
+# Housekeeping (the startup checkpoint, the sweep of temp files) runs only
+# when nothing is due for this long, comfortably more than it takes at
+# 10,000 schedules.
+_QUIET = timedelta(seconds=10)
+# The sweep after a start removes temp files last modified this long before
+# the start, or earlier: a younger one may be another process's write in
+# flight (file times tick coarsely); the next start removes it if it stays.
+_SWEEP_MARGIN_NS = 1_000_000_000
+
+
+def _schedule_ids(events: Sequence[Event], commands: Sequence[Command]) -> Iterator[str]:
+    """The schedules a round's events and commands concern."""
+    for item in (*events, *commands):
+        schedule_id = getattr(item, "schedule_id", None)
+        if schedule_id is None:
+            definition = getattr(item, "definition", None)
+            schedule_id = getattr(definition, "schedule_id", None)
+        if isinstance(schedule_id, str):
+            yield schedule_id
+
+
+class Housekeeping:
+    """The service's quiet-moment work and the startup checkpoint's ledger."""
+
+    def __init__(
+        self, *, journal: CommitJournal | None, clock: Clock, config: SchedulerServiceConfig
+    ) -> None:
+        self._journal = journal
+        self._clock = clock
+        self._config = config
+        # The entries this process's start took from the startup checkpoint,
+        # or those of the last checkpoint it wrote: the next checkpoint keeps
+        # what is unchanged and reads the rest (a schedule the start read from
+        # its files is read again then).
+        self._captured: dict[str, CachedSchedule] = {}
+        # When this process last wrote the startup checkpoint (None: not since
+        # its start), on the service's clock, and the schedules whose events
+        # or commands rounds have had since: the next running checkpoint
+        # examines only those (an idle scheduler rewrites nothing).
+        self._checkpointed_at: datetime | None = None
+        self._touched: set[str] = set()
+        # Wall-clock time the last start began (`time.time_ns()`), and
+        # whether the temp files older than it have been swept since.
+        self._started_ns = 0
+        self._swept = True
+
+    @property
+    def checkpointed_at(self) -> datetime | None:
+        """When this process last wrote the startup checkpoint (for benchmarks)."""
+        return self._checkpointed_at
+
+    def take_at_start(self, upkeep: StoreUpkeepPort) -> dict[str, CachedSchedule]:
+        """The last startup checkpoint, for a start's recovery (reading consumes
+        it); this process's own ledger starts afresh."""
+        checkpoint = upkeep.take_startup_checkpoint()
+        self._captured = {}
+        self._checkpointed_at, self._touched = None, set()
+        self._started_ns, self._swept = time.time_ns(), False
+        return checkpoint
+
+    def keep(self, reused: Mapping[str, CachedSchedule]) -> None:
+        """Keep the checkpoint entries a recovery took as they were."""
+        self._captured.update(reused)
+
+    def touch(self, events: Sequence[Event], commands: Sequence[Command]) -> None:
+        """Note the schedules a round concerned: the next checkpoint examines them."""
+        self._touched.update(_schedule_ids(events, commands))
+
+    def write_startup_checkpoint(
+        self, upkeep: StoreUpkeepPort, *, examine: Collection[str] | None = None
+    ) -> bool:
+        """What this process knows of every schedule's files, for the next
+        start to `stat` instead of read (`shell/startup_checkpoint.py`); with
+        `examine`, only those schedules are examined again. The history
+        indexes are published and the journal emptied before. Failing to
+        write it costs the next start time, never correctness."""
+        try:
+            entries = upkeep.write_startup_checkpoint(self._captured, examine=examine)
+        except (OSError, SchedulingError) as exc:
+            _log.warning("could not write the startup checkpoint: %s", exc)
+            return False
+        self._captured = entries
+        return True
+
+    def if_quiet(self, upkeep: StoreUpkeepPort, state: SchedulerState) -> None:
+        """At a quiet moment (nothing due for `_QUIET`), the work kept off a
+        start's path and off a herd's: the first one after a start sweeps the
+        temp files of interrupted writes, and the startup checkpoint is
+        written then and every `checkpoint_interval_s` after, if a round had
+        anything to do since, so that a start after a crash reads only what
+        changed. At 10,000 schedules the first after a start holds the loop
+        for about a second, a later checkpoint 0.15-0.6 s (it examines only
+        the schedules rounds touched since the last)."""
+        now = self._clock.now()
+        due = next_wakeup(state)
+        if due is not None and due - now < _QUIET:
+            return
+        if not self._swept:
+            self._swept = True
+            # Temp files a start does not look for (`StoreUpkeepPort`).
+            upkeep.sweep_temp_files(older_than_ns=self._started_ns - _SWEEP_MARGIN_NS)
+        interval = self._config.checkpoint_interval_s
+        last = self._checkpointed_at
+        if (
+            interval == 0
+            or not self._touched
+            or (last is not None and last <= now < last + timedelta(seconds=interval))
+        ):
+            return
+        self._checkpointed_at = now
+        # A failure to publish or to empty the journal is a failed round
+        # (the loop rebuilds from the stores); one to write the checkpoint
+        # only costs the next start time.
+        upkeep.publish()
+        if self._journal is not None:
+            self._journal.checkpoint()
+        if self.write_startup_checkpoint(upkeep, examine=self._touched):
+            self._touched = set()
