@@ -38,53 +38,65 @@ not match the log, the index is rebuilt by one full scan, with a warning.
 
 Damage: a torn final line (no newline) is a crash artifact, dropped by the
 owner with a warning. An unparseable line, a duplicate or out-of-order
-decision, a transition for an unknown seq, a status going backwards, or a row
-after a terminal row stops the replay there and is returned as a
+decision, a transition for an unknown seq, a status going backwards, or a
+row after a terminal row stops the replay there and is returned as a
 `StoreProblem`; the log is then frozen (appends refused) and left as found,
 and pages show what precedes the damage. Every row read back is checked by
-the same row rules (`_check_decision`, `_check_transition`), whether replayed,
-taken by a load through the index (the last decision, the open occurrences:
-one that fails sends the load to a full scan, which names it), or read by a
-page. Damage before the checkpoint is not re-read at load; `verify()` and
-`recover(full_scan=True)` scan everything, and a page that reads a damaged
-row raises `StoreDamaged` naming its line and freezes an owned log.
+the same row rules (`check_decision`, `check_transition` in
+`shell/history_rows.py`), whether replayed, taken by a load through the
+index (the last decision, the open occurrences: one that fails sends the
+load to a full scan, which names it), or read by a page. Damage before the
+checkpoint is not re-read at load; `verify()` and `recover(full_scan=True)`
+scan everything, and a page that reads a damaged row raises `StoreDamaged`
+naming its line and freezes an owned log.
+
+The code is in four modules, each readable alone: `shell/history_rows.py`
+(the row rules and the state they build), `shell/history_index.py` (the
+index format, loads through it, its writes), `shell/history_cursor.py` (page
+cursors and page entries), and this one (`HistoryStore`: owning, appending,
+committing, paging, and when an index checkpoint may be published).
 
 Not thread-safe; one owner process (the scheduler lock holder) writes.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import bisect
-import contextlib
-import hashlib
-import json
 import logging
 import os
-import struct
-import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final, NamedTuple, NoReturn, TypeGuard
+from typing import Any, Final, NoReturn
 
 from core.errors import InvalidInput, InvalidState, NotFound, Problem
-from core.occurrences import (
-    DECISION_STATUSES,
-    RUN_STATUSES,
-    TERMINAL_STATUSES,
-    decision_row_refusal,
-    run_row_refusal,
-    span_refusal,
+from core.occurrences import DECISION_STATUSES, RUN_STATUSES
+from shell.disk import OS_DISK, Disk, DiskFile, is_directory
+from shell.durable import GroupCommit, sync_paths
+from shell.history_cursor import decode_cursor, encode_cursor, page_json, page_row
+from shell.history_index import (
+    ENTRY_SIZE,
+    Checkpoint,
+    HistoryIndex,
+    checkpoint_of,
+    unpack_entry,
 )
-from shell.disk import OS_DISK, Disk, DiskFile, exists, is_directory
-from shell.durable import GroupCommit, atomic_write_bytes, fault_point, sync_paths
-from shell.fence import check_fence
-from shell.jsonlog import complete_end, iter_lines, repair_torn_tail
+from shell.history_rows import (
+    Bad,
+    BadLatest,
+    Entry,
+    Open,
+    OpenOccurrence,
+    State,
+    apply_row,
+    check_decision,
+    check_snapshot,
+    enter_decision,
+    is_int,
+    unknown,
+)
 from shell.store_format import (
-    HISTORY_INDEX_FILE,
     Instant,
     ScheduleFiles,
     StoreDamaged,
@@ -107,52 +119,15 @@ _log = logging.getLogger(__name__)
 
 MAX_PAGE_LIMIT: Final = 100
 
-# On-disk status codes: append only, never reorder (the index stores the number).
-_STATUS_CODES: Final = (
-    "admitted",
-    "running",
-    "interrupted",
-    "completed",
-    "failed",
-    "exhausted",
-    "coalesced",
-    "superseded",
-    "skipped-overlap",
-    "skipped-misfire",
-    "preflight-rejected",
-)
-_CODE_OF: Final = {status: code for code, status in enumerate(_STATUS_CODES, start=1)}
+# The name the cursor encoder had here before it moved to `shell.history_cursor`;
+# tests forge cursors through it.
+_encode_cursor: Final = encode_cursor
 
-_MAGIC: Final = b"WFHIDX\x00\x00"
-_INDEX_VERSION: Final = 1
-_HEADER: Final = struct.Struct("<8sHHIQQQQ12xI")
-_ENTRY: Final = struct.Struct("<QIQIB3xI")
-_HEADER_SIZE: Final = _HEADER.size
-_ENTRY_SIZE: Final = _ENTRY.size
 # A page reads rows less than this far apart with one pread.
 _CLUSTER_GAP: Final = 64 << 10
-_ENTRY_CHUNK: Final = 4096
-
-_CURSOR: Final = struct.Struct("<2s8sQ")
-_CURSOR_TAG: Final = b"h1"
 
 
 # --- public values -------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class OpenOccurrence:
-    """An admitted occurrence whose run has not reached a terminal status."""
-
-    seq: int
-    instant: str
-    status: str
-    run_id: str | None
-    reason: str | None
-    snapshot: dict[str, Any] | None
-    revision: int | None
-    decided_at: str
-    updated_at: str
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -175,222 +150,6 @@ class HistoryRecovery:
     tail_bytes: int = 0
 
 
-# --- index records ---------------------------------------------------------------------
-
-
-class _Entry(NamedTuple):
-    decision_off: int
-    decision_len: int
-    latest_off: int
-    latest_len: int
-    status: str
-
-    def pack(self) -> bytes:
-        body = _ENTRY.pack(
-            self.decision_off,
-            self.decision_len,
-            self.latest_off,
-            self.latest_len,
-            _CODE_OF[self.status],
-            0,
-        )[:-4]
-        return body + struct.pack("<I", zlib.crc32(body))
-
-    @staticmethod
-    def unpack(data: bytes) -> _Entry | None:
-        if len(data) != _ENTRY_SIZE:
-            return None
-        d_off, d_len, l_off, l_len, code, crc = _ENTRY.unpack(data)
-        if zlib.crc32(data[:-4]) != crc or not 1 <= code <= len(_STATUS_CODES):
-            return None
-        return _Entry(d_off, d_len, l_off, l_len, _STATUS_CODES[code - 1])
-
-
-@dataclass(frozen=True, slots=True)
-class _Checkpoint:
-    size: int
-    count: int
-    lines: int
-    low_water: int
-
-    def pack(self) -> bytes:
-        body = _HEADER.pack(
-            _MAGIC,
-            _INDEX_VERSION,
-            _ENTRY_SIZE,
-            0,
-            self.size,
-            self.count,
-            self.lines,
-            self.low_water,
-            0,
-        )[:-4]
-        return body + struct.pack("<I", zlib.crc32(body))
-
-    @staticmethod
-    def unpack(data: bytes) -> _Checkpoint | str:
-        """The checkpoint, or why the header cannot be trusted."""
-        if len(data) != _HEADER_SIZE:
-            return "header is short"
-        magic, version, entry_size, _reserved, size, count, lines, low_water, crc = _HEADER.unpack(
-            data
-        )
-        if magic != _MAGIC:
-            return "not a history index (bad magic)"
-        if zlib.crc32(data[:-4]) != crc:
-            return "header fails its checksum"
-        if version != _INDEX_VERSION or entry_size != _ENTRY_SIZE:
-            return f"unknown index version {version} / entry size {entry_size}"
-        if lines < count or low_water > count:
-            return "header counts are inconsistent"
-        return _Checkpoint(size, count, lines, low_water)
-
-
-_EMPTY_CHECKPOINT: Final = _Checkpoint(0, 0, 0, 0)
-
-
-@dataclass(frozen=True, slots=True)
-class _Open:
-    seq: int
-    instant: str
-    status: str
-    run_id: str | None
-    reason: str | None
-    decision_off: int
-    decision_len: int
-    latest_off: int
-    latest_len: int
-    snapshot: dict[str, Any] | None
-    revision: int | None
-    decided_at: str
-    updated_at: str
-
-    def entry(self) -> _Entry:
-        return _Entry(
-            self.decision_off, self.decision_len, self.latest_off, self.latest_len, self.status
-        )
-
-    def public(self) -> OpenOccurrence:
-        return OpenOccurrence(
-            seq=self.seq,
-            instant=self.instant,
-            status=self.status,
-            run_id=self.run_id,
-            reason=self.reason,
-            snapshot=self.snapshot,
-            revision=self.revision,
-            decided_at=self.decided_at,
-            updated_at=self.updated_at,
-        )
-
-
-@dataclass(slots=True)
-class _State:
-    """A schedule's history as of log offset `size`."""
-
-    size: int = 0
-    count: int = 0
-    lines: int = 0
-    last_decided: datetime | None = None
-    last_decided_text: str | None = None
-    open: dict[int, _Open] = field(default_factory=dict)
-    by_instant: dict[str, int] = field(default_factory=dict)
-    # Index entries changed since the last index write.
-    touched: dict[int, _Entry] = field(default_factory=dict)
-
-    def copy(self) -> _State:
-        return _State(
-            self.size,
-            self.count,
-            self.lines,
-            self.last_decided,
-            self.last_decided_text,
-            dict(self.open),
-            dict(self.by_instant),
-            {},
-        )
-
-    def checkpoint(self) -> _Checkpoint:
-        low_water = min(self.open) if self.open else self.count
-        return _Checkpoint(self.size, self.count, self.lines, low_water)
-
-
-class _Bad(Exception):
-    """A row that cannot be parsed or contradicts the history before it."""
-
-    def __init__(self, reason: str, seq: int | None = None) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.seq = seq
-
-
-class _BadLatest(_Bad):
-    """A page read's latest row of an occurrence is the bad one (not its decision)."""
-
-
-class _IndexDamaged(Exception):
-    """The index does not match the log; rebuild it from the log."""
-
-    def __init__(
-        self, reason: str, *, missing: bool = False, durable_size: int | None = None
-    ) -> None:
-        super().__init__(reason)
-        self.missing = missing
-        # Set when the log is shorter than the size the index saw durable:
-        # committed rows are gone, which no crash can do (damage, not a repair).
-        self.durable_size = durable_size
-
-
-# --- applying rows ------------------------------------------------------------------------
-
-
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _instant_of(row: Mapping[str, Any], key: str, seq: int) -> datetime:
-    try:
-        return parse_instant(row.get(key))  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise _Bad(f"{key} is not an ISO-8601 instant: {row.get(key)!r}", seq) from None
-
-
-def _canonical_text(text: str, parsed: datetime) -> str:
-    """The at-rest text of an instant already parsed from `text`.
-
-    Rows this store wrote are canonical ("YYYY-MM-DDTHH:MM:SS[.ffffff]Z");
-    recognising that shape is much cheaper than formatting again.
-    """
-    if (
-        text[-1:] == "Z"
-        and text[10:11] == "T"
-        and (len(text) == 20 or (len(text) == 27 and parsed.microsecond))
-    ):
-        return text
-    return format_instant(parsed)
-
-
-def _optional_str(row: Mapping[str, Any], key: str, seq: int) -> str | None:
-    value = row.get(key)
-    if value is not None and not isinstance(value, str):
-        raise _Bad(f"{key} must be a string", seq)
-    return value
-
-
-def _check_snapshot(value: object, seq: int) -> dict[str, Any]:
-    if (
-        not isinstance(value, dict)
-        or not isinstance(value.get("deployment_id"), str)
-        or not isinstance(value.get("inputs"), dict)
-        or not (value.get("max_steps") is None or _is_int(value.get("max_steps")))
-        or not _is_int(value.get("revision"))
-    ):
-        raise _Bad(
-            "an admitted row needs snapshot {deployment_id, inputs, max_steps, revision}", seq
-        )
-    return value
-
-
 # The canonical line of an admitted row (keys sorted, as `encode_json_line`
 # writes it): instant, recorded_at, revision, run_id, seq, snapshot, status.
 _ADMITTED_LINE: Final = (
@@ -404,427 +163,20 @@ _SNAPSHOT_PROBLEM: Final = Problem(
 )
 
 
-def _apply_row(
-    state: _State,
-    row: object,
-    offset: int,
-    length: int,
-    known: Callable[[int], _Open | _Entry],
-) -> None:
-    """Apply the row found at `offset` to `state`, or raise `_Bad` leaving
-    `state` unchanged. `known(seq)` supplies an occurrence the state does not
-    hold (recovery reads it from the index)."""
-    if not isinstance(row, dict):
-        raise _Bad("record is not a JSON object")
-    seq = row.get("seq")
-    if not _is_int(seq) or seq < 0:
-        raise _Bad(f"seq must be a non-negative integer, got {seq!r}")
-    if "update" not in row:
-        _apply_decision(state, row, seq, offset, length)
-    elif row["update"] is True:
-        _apply_transition(state, row, seq, offset, length, known)
-    else:
-        raise _Bad("update must be true when present", seq)
-
-
-class _Decision(NamedTuple):
-    """A decision row's fields, checked by the row rules (`_check_decision`)."""
-
-    status: str
-    instant: datetime
-    instant_text: str
-    first: datetime
-    recorded_text: str
-    run_id: str | None
-    reason: str | None
-    revision: int | None
-    snapshot: dict[str, Any] | None
-
-
-class _Transition(NamedTuple):
-    """A transition row's fields, checked by the row rules (`_check_transition`)."""
-
-    status: str
-    instant_text: str
-    recorded_text: str
-    run_id: str | None
-    reason: str | None
-
-
-def _check_decision(row: Mapping[str, Any], seq: int) -> _Decision:
-    """The fields of decision row `seq`, or `_Bad` naming the first one that
-    breaks the row rules. Every decision row read back (replay, a page, the
-    rows a load takes from the index) passes here."""
-    status = row.get("status")
-    if status not in DECISION_STATUSES:
-        raise _Bad(f"{status!r} is not a decision status", seq)
-    instant = _instant_of(row, "instant", seq)
-    recorded_at = _instant_of(row, "recorded_at", seq)
-    run_id = _optional_str(row, "run_id", seq)
-    reason = _optional_str(row, "reason", seq)
-    revision = row.get("revision")
-    count = row.get("count", 1)
-    has_span = row.get("first_instant") is not None or row.get("last_instant") is not None
-    refusal = decision_row_refusal(revision=revision, count=count, has_span=has_span)
-    if refusal is not None:
-        raise _Bad(refusal, seq)
-    first = instant
-    if count > 1:
-        first = _instant_of(row, "first_instant", seq)
-        refusal = span_refusal(first, _instant_of(row, "last_instant", seq), instant)
-        if refusal is not None:
-            raise _Bad(refusal, seq)
-    snapshot = None
-    if status == "admitted":
-        snapshot = _check_snapshot(row.get("snapshot"), seq)
-    elif row.get("snapshot") is not None:
-        raise _Bad("only an admitted row carries a snapshot", seq)
-    return _Decision(
-        status=status,
-        instant=instant,
-        instant_text=_canonical_text(row["instant"], instant),
-        first=first,
-        recorded_text=_canonical_text(row["recorded_at"], recorded_at),
-        run_id=run_id,
-        reason=reason,
-        revision=revision,
-        snapshot=snapshot,
-    )
-
-
-def _check_transition(row: Mapping[str, Any], seq: int) -> _Transition:
-    """The fields of a transition row of `seq`, or `_Bad` (see `_check_decision`)."""
-    status = row.get("status")
-    if status not in RUN_STATUSES:
-        raise _Bad(f"{status!r} is not a run status", seq)
-    recorded_at = _instant_of(row, "recorded_at", seq)
-    run_id = _optional_str(row, "run_id", seq)
-    reason = _optional_str(row, "reason", seq)
-    instant = _instant_of(row, "instant", seq)
-    return _Transition(
-        status=status,
-        instant_text=_canonical_text(row["instant"], instant),
-        recorded_text=_canonical_text(row["recorded_at"], recorded_at),
-        run_id=run_id,
-        reason=reason,
-    )
-
-
-def _apply_decision(state: _State, row: dict[str, Any], seq: int, offset: int, length: int) -> None:
-    if seq < state.count:
-        raise _Bad(f"duplicate decision for seq {seq}", seq)
-    if seq > state.count:
-        raise _Bad(f"decision for seq {seq} where seq {state.count} was expected (a gap)", seq)
-    fields = _check_decision(row, seq)
-    _enter_decision(
-        state,
-        seq,
-        offset,
-        length,
-        status=fields.status,
-        instant=fields.instant,
-        instant_text=fields.instant_text,
-        first=fields.first,
-        recorded_text=fields.recorded_text,
-        run_id=fields.run_id,
-        reason=fields.reason,
-        revision=fields.revision,
-        snapshot=fields.snapshot,
-    )
-
-
-def _enter_decision(
-    state: _State,
-    seq: int,
-    offset: int,
-    length: int,
-    *,
-    status: str,
-    instant: datetime,
-    instant_text: str,
-    first: datetime,
-    recorded_text: str,
-    run_id: str | None,
-    reason: str | None,
-    revision: int | None,
-    snapshot: dict[str, Any] | None,
-) -> None:
-    """Enter a well-formed decision row (seq == state.count) into `state`, or
-    raise `_Bad` when it is not after the previous decision."""
-    if state.last_decided is not None and first <= state.last_decided:
-        raise _Bad(
-            f"decision for {instant_text} is not after the previous decision"
-            f" {state.last_decided_text} (duplicate or out of order)",
-            seq,
-        )
-    state.count += 1
-    state.last_decided = instant
-    state.last_decided_text = instant_text
-    entry = _Entry(offset, length, offset, length, status)
-    state.touched[seq] = entry
-    if status == "admitted":
-        state.open[seq] = _Open(
-            seq=seq,
-            instant=instant_text,
-            status=status,
-            run_id=run_id,
-            reason=reason,
-            decision_off=offset,
-            decision_len=length,
-            latest_off=offset,
-            latest_len=length,
-            snapshot=snapshot,
-            revision=revision,
-            decided_at=recorded_text,
-            updated_at=recorded_text,
-        )
-        state.by_instant[instant_text] = seq
-
-
-def _apply_transition(
-    state: _State,
-    row: dict[str, Any],
-    seq: int,
-    offset: int,
-    length: int,
-    known: Callable[[int], _Open | _Entry],
-) -> None:
-    fields = _check_transition(row, seq)
-    status, run_id = fields.status, fields.run_id
-    if seq >= state.count:
-        raise _Bad(f"transition for unknown seq {seq}", seq)
-    current = state.open.get(seq)
-    if current is None:
-        prior: _Open | _Entry | None = state.touched.get(seq)
-        if prior is None:
-            prior = known(seq)
-        if isinstance(prior, _Open):
-            current = prior
-        elif prior.latest_off >= offset:
-            return  # the index already reflects this row (written before a crash)
-        else:
-            raise _Bad(f"a row after the terminal {prior.status} row of seq {seq}", seq)
-    if current.latest_off >= offset:
-        return
-    if fields.instant_text != current.instant:
-        raise _Bad(
-            f"transition names instant {row['instant']} but seq {seq} is {current.instant}", seq
-        )
-    refusal = run_row_refusal(current.status, current.run_id, status, run_id, seq)
-    if refusal is not None:
-        raise _Bad(refusal, seq)
-    updated = replace(
-        current,
-        status=status,
-        run_id=run_id if run_id is not None else current.run_id,
-        reason=fields.reason,
-        latest_off=offset,
-        latest_len=length,
-        updated_at=fields.recorded_text,
-    )
-    if status in TERMINAL_STATUSES:
-        state.open.pop(seq, None)
-        state.by_instant.pop(current.instant, None)
-    else:
-        state.open[seq] = updated
-        state.by_instant[current.instant] = seq
-    state.touched[seq] = updated.entry()
-
-
-# --- reading files --------------------------------------------------------------------------
-
-
-class _Reader:
-    """Open log and index of one schedule during a load."""
-
-    def __init__(self, log_fd: DiskFile, idx_fd: DiskFile | None, idx_entries: int) -> None:
-        self.log_fd = log_fd
-        self.idx_fd = idx_fd
-        self.idx_entries = idx_entries
-        # The last entry's decision row is read by the spot check and again
-        # when it is still open: read each row once per load.
-        self._rows: dict[int, dict[str, Any]] = {}
-
-    def entries(self, first: int, count: int) -> list[_Entry]:
-        if self.idx_fd is None or first + count > self.idx_entries:
-            raise _IndexDamaged(f"index has no entry for seq {first + count - 1}")
-        data = self.idx_fd.read_at(count * _ENTRY_SIZE, _HEADER_SIZE + first * _ENTRY_SIZE)
-        result: list[_Entry] = []
-        for i in range(count):
-            entry = _Entry.unpack(data[i * _ENTRY_SIZE : (i + 1) * _ENTRY_SIZE])
-            if entry is None:
-                raise _IndexDamaged(f"index entry for seq {first + i} fails its checksum")
-            result.append(entry)
-        return result
-
-    def row(self, offset: int, length: int, seq: int, *, decision: bool) -> dict[str, Any]:
-        cached = self._rows.get(offset)
-        if cached is not None and cached.get("seq") == seq and ("update" in cached) != decision:
-            return cached
-        data = self.log_fd.read_at(length, offset)
-        try:
-            row = json.loads(data) if len(data) == length and data.endswith(b"\n") else None
-        except ValueError:
-            row = None
-        if not isinstance(row, dict) or row.get("seq") != seq or ("update" in row) == decision:
-            raise _IndexDamaged(f"index entry for seq {seq} does not point at its row")
-        try:
-            # The row rules, as for every row read back: a row that breaks
-            # them sends the load to the full scan, which names it by line.
-            _check_decision(row, seq) if decision else _check_transition(row, seq)
-        except _Bad as bad:
-            raise _IndexDamaged(f"the row of seq {seq} is damaged: {bad.reason}") from None
-        self._rows[offset] = row
-        return row
-
-    def materialize(self, seq: int, entry: _Entry) -> _Open:
-        decision = self.row(entry.decision_off, entry.decision_len, seq, decision=True)
-        latest = decision
-        if entry.latest_off != entry.decision_off:
-            latest = self.row(entry.latest_off, entry.latest_len, seq, decision=False)
-        if latest["status"] != entry.status:
-            raise _IndexDamaged(f"index entry for seq {seq} disagrees with its latest row")
-        if latest is not decision and (
-            decision["status"] != "admitted" or latest["instant"] != decision["instant"]
-        ):
-            # (A full scan decides, by the replay's rules, whether they do contradict.)
-            raise _IndexDamaged(f"the rows of seq {seq} do not belong together")
-        # `row` checked both by the row rules, and the writer stores instants
-        # in canonical text: use them as they are.
-        instant, decided_at, updated_at = (
-            decision.get("instant"),
-            decision.get("recorded_at"),
-            latest.get("recorded_at"),
-        )
-        if not (
-            isinstance(instant, str) and isinstance(decided_at, str) and isinstance(updated_at, str)
-        ):
-            raise _IndexDamaged(f"rows of seq {seq} lack their instants")
-        return _Open(
-            seq=seq,
-            instant=instant,
-            status=entry.status,
-            run_id=latest.get("run_id") or decision.get("run_id"),
-            reason=latest.get("reason"),
-            decision_off=entry.decision_off,
-            decision_len=entry.decision_len,
-            latest_off=entry.latest_off,
-            latest_len=entry.latest_len,
-            snapshot=decision.get("snapshot"),
-            revision=decision.get("revision"),
-            decided_at=decided_at,
-            updated_at=updated_at,
-        )
-
-
-@dataclass(slots=True)
-class _Loaded:
-    state: _State
-    problems: list[StoreProblem]
-    dropped: int = 0
-    rebuilt: bool = False
-    tail_rows: int = 0
-    tail_bytes: int = 0
-    checkpoint: _Checkpoint = _EMPTY_CHECKPOINT
-
-
 @dataclass(slots=True)
 class _Log:
     """An owned schedule history: committed state plus what a batch staged."""
 
     files: ScheduleFiles
-    state: _State
+    state: State
     problems: tuple[StoreProblem, ...]
     # Entries not in the index file (only while frozen by a problem).
-    overlay: dict[int, _Entry]
+    overlay: dict[int, Entry]
     # The header to publish once the entries it describes have been flushed.
-    checkpoint_next: _Checkpoint | None = None
-    pending: _State | None = None
+    checkpoint_next: Checkpoint | None = None
+    pending: State | None = None
     pending_batch: GroupCommit | None = None
     needs_sync: bool = False
-
-
-def _page_row(
-    seq: int,
-    entry: _Entry,
-    decision_data: bytes,
-    latest_data: bytes | None,
-    previous: datetime | None,
-) -> tuple[dict[str, Any], datetime]:
-    """The page entry of occurrence `seq` from its rows as read (`latest_data`
-    None when its decision row is its latest), checked by the row rules and
-    against the index entry that points at them and the decision before it
-    (`previous`); returns it with its decision instant. Raises `_Bad`
-    (`_BadLatest` when the latest row is at fault)."""
-    decision_row = _page_json(decision_data, seq, decision=True)
-    decision = _check_decision(decision_row, seq)
-    if previous is not None and decision.first <= previous:
-        raise _Bad(
-            f"decision for {decision.instant_text} is not after the decision of seq {seq - 1}"
-            " (duplicate or out of order)",
-            seq,
-        )
-    status, run_id, reason, updated_at = (
-        decision.status,
-        decision.run_id,
-        decision.reason,
-        decision.recorded_text,
-    )
-    if latest_data is not None:
-        try:
-            if decision.status != "admitted":
-                raise _Bad(
-                    f"the index points seq {seq} at a transition, but its decision is"
-                    f" {decision.status}, which no transition follows",
-                    seq,
-                )
-            latest = _check_transition(_page_json(latest_data, seq, decision=False), seq)
-            if latest.instant_text != decision.instant_text:
-                raise _Bad(
-                    f"transition names instant {latest.instant_text} but seq {seq} is"
-                    f" {decision.instant_text}",
-                    seq,
-                )
-            if run_id is not None and latest.run_id is not None and latest.run_id != run_id:
-                raise _Bad(f"run id changed from {run_id} to {latest.run_id} for seq {seq}", seq)
-        except _Bad as bad:
-            raise _BadLatest(bad.reason, seq) from None
-        status, reason, updated_at = latest.status, latest.reason, latest.recorded_text
-        run_id = latest.run_id if latest.run_id is not None else run_id
-    if status != entry.status:
-        changed = (
-            f"the row says {status}, but the index recorded {entry.status} when it was"
-            " written: the row was changed since"
-        )
-        raise _BadLatest(changed, seq) if latest_data is not None else _Bad(changed, seq)
-    row = {
-        "seq": seq,
-        "instant": decision.instant_text,
-        "status": status,
-        "run_id": run_id,
-        "reason": reason,
-        "count": decision_row.get("count", 1),
-        "first_instant": decision_row.get("first_instant"),
-        "last_instant": decision_row.get("last_instant"),
-        "revision": decision.revision,
-        "decided_at": decision.recorded_text,
-        "updated_at": updated_at,
-    }
-    return row, decision.instant
-
-
-def _page_json(data: bytes, seq: int, *, decision: bool) -> dict[str, Any]:
-    """The row a page read found where the index points for `seq`: one JSON
-    object of that seq, of the kind (decision or transition) expected."""
-    try:
-        row = json.loads(data.decode()) if data.endswith(b"\n") else None
-    except ValueError:
-        raise _Bad("unparseable record", seq) from None
-    if not isinstance(row, dict) or row.get("seq") != seq or ("update" in row) == decision:
-        raise _Bad("the row the index points at is not this occurrence's", seq)
-    if not decision and row["update"] is not True:
-        raise _Bad("update must be true when present", seq)
-    return row
 
 
 def _line_number(fd: DiskFile, offset: int) -> int:
@@ -853,6 +205,7 @@ class HistoryStore:
     def __init__(self, store_root: str | os.PathLike[str], *, disk: Disk = OS_DISK) -> None:
         self.store_root = Path(store_root)
         self.disk = disk
+        self._index = HistoryIndex(disk)
         self._logs: dict[str, _Log] = {}
         self._paths: dict[str, ScheduleFiles] = {}
 
@@ -880,21 +233,21 @@ class HistoryStore:
         existing = self._logs.get(schedule_id)
         if existing is not None and existing.pending is not None:
             raise RuntimeError(f"history of {schedule_id!r} has writes staged in an open batch")
-        loaded = self._load(files, repair=True, full_open=True, force_rebuild=full_scan)
+        loaded = self._index.load(files, repair=True, full_open=True, force_rebuild=full_scan)
         state = loaded.state
         problems = tuple(loaded.problems)
         log = _Log(files=files, state=state, problems=problems, overlay={})
         if problems:
             log.overlay = dict(state.touched)
         elif loaded.rebuilt:
-            self._write_full_index(files, state)
+            self._index.write_full(files, state)
         else:
             if state.touched:
-                self._write_entries(files, state.touched)
+                self._index.write_entries(files, state.touched)
             if loaded.tail_rows or state.touched:
                 # Published by the next commit that touches this schedule, once
                 # its flush has made these entries durable.
-                log.checkpoint_next = state.checkpoint()
+                log.checkpoint_next = checkpoint_of(state)
                 log.needs_sync = True
         state.touched = {}
         self._logs[schedule_id] = log
@@ -924,7 +277,7 @@ class HistoryStore:
             or log.overlay
             or log.checkpoint_next is not None
             or log.needs_sync
-            or not self._header_matches(log)
+            or not self._index.header_matches(log.files, log.state)
         ):
             return None
         state = log.state
@@ -953,25 +306,6 @@ class HistoryStore:
             ],
         ]
 
-    def _header_matches(self, log: _Log) -> bool:
-        """Whether the index file's header is the checkpoint of the state held
-        for the log (so a load from the files would replay no tail)."""
-        expected = log.state.checkpoint()
-        if expected == _EMPTY_CHECKPOINT:
-            # A load of an absent log finds the empty state and writes nothing.
-            files = log.files
-            return not exists(self.disk, files.history) and not exists(
-                self.disk, files.history_index
-            )
-        try:
-            fd = self.disk.open(log.files.history_index)
-        except FileNotFoundError:
-            return False
-        try:
-            return fd.read_at(_HEADER_SIZE, 0) == expected.pack()
-        finally:
-            fd.close()
-
     def adopt_state(self, schedule_id: str, exported: Sequence[Any]) -> HistoryRecovery:
         """Take a history exported by `export_state` as this store's recovered
         state, without reading the files; the caller has established that the
@@ -979,15 +313,15 @@ class HistoryStore:
         have. Raises `ValueError` or `TypeError` for a malformed export,
         leaving nothing adopted."""
         size, count, lines, last_text, open_rows = exported
-        if not (_is_int(size) and _is_int(count) and _is_int(lines)) or min(size, count) < 0:
+        if not (is_int(size) and is_int(count) and is_int(lines)) or min(size, count) < 0:
             raise ValueError(f"malformed history export for {schedule_id!r}")
-        state = _State(size=size, count=count, lines=lines)
+        state = State(size=size, count=count, lines=lines)
         if last_text is not None:
             state.last_decided = parse_instant(last_text)
             state.last_decided_text = last_text
         for row in open_rows:
-            occurrence = _Open(*row)
-            if not _is_int(occurrence.seq) or not 0 <= occurrence.seq < count:
+            occurrence = Open(*row)
+            if not is_int(occurrence.seq) or not 0 <= occurrence.seq < count:
                 raise ValueError(f"malformed history export for {schedule_id!r}")
             state.open[occurrence.seq] = occurrence
             state.by_instant[occurrence.instant] = occurrence.seq
@@ -1028,274 +362,16 @@ class HistoryStore:
             raise NotFound(
                 f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
             )
-        return tuple(self._load(files, repair=False, full_open=False, force_rebuild=True).problems)
-
-    def _load(
-        self, files: ScheduleFiles, *, repair: bool, full_open: bool, force_rebuild: bool = False
-    ) -> _Loaded:
-        try:
-            log_fd = self.disk.open(files.history)
-        except FileNotFoundError:
-            if repair:
-                # An index without its log describes nothing.
-                check_fence(files.history_index)
-                with contextlib.suppress(FileNotFoundError):
-                    self.disk.remove(files.history_index)
-            return _Loaded(state=_State(), problems=[])
-        try:
-            dropped = 0
-            size = log_fd.size()
-            if size and log_fd.read_at(1, size - 1) != b"\n":
-                if repair:
-                    dropped = repair_torn_tail(files.history, disk=self.disk)
-                    size = log_fd.size()
-                else:
-                    size = complete_end(log_fd, size)
-            idx_fd: DiskFile | None = None
-            with contextlib.suppress(FileNotFoundError):
-                idx_fd = self.disk.open(files.history_index)
-            try:
-                loaded: _Loaded | None = None
-                durable_size: int | None = None
-                if force_rebuild and idx_fd is not None:
-                    # The rows are all read, but a log shorter than what the
-                    # index saw committed is damage all the same.
-                    header = _Checkpoint.unpack(idx_fd.read_at(_HEADER_SIZE, 0))
-                    if isinstance(header, _Checkpoint) and header.size > size:
-                        durable_size = header.size
-                if not force_rebuild:
-                    try:
-                        loaded = self._load_with_index(files, log_fd, idx_fd, size, full_open)
-                    except _IndexDamaged as damage:
-                        # Only the owner repairs; a missing index is what a
-                        # crash right after a schedule's first row leaves.
-                        durable_size = damage.durable_size
-                        level = logging.WARNING if repair and not damage.missing else logging.INFO
-                        if size:
-                            _log.log(
-                                level if repair else logging.DEBUG,
-                                "history index %s cannot be used (%s); rebuilding it from the log",
-                                files.history_index,
-                                damage,
-                            )
-                if loaded is None:
-                    loaded = self._replay(
-                        files, _Reader(log_fd, None, 0), _State(), _EMPTY_CHECKPOINT, size
-                    )
-                    loaded.rebuilt = True
-                    if durable_size is not None and not loaded.problems:
-                        loaded.problems.append(
-                            StoreProblem(
-                                schedule_id=files.schedule_id,
-                                file=files.relative(files.history),
-                                record=f"bytes {size}-{durable_size}",
-                                reason=(
-                                    f"the log is shorter than its durable checkpoint"
-                                    f" (it ends at byte {size}, {durable_size} were committed):"
-                                    " committed rows are missing"
-                                ),
-                            )
-                        )
-            finally:
-                if idx_fd is not None:
-                    idx_fd.close()
-            loaded.dropped = dropped
-            return loaded
-        finally:
-            log_fd.close()
-
-    def _load_with_index(
-        self,
-        files: ScheduleFiles,
-        log_fd: DiskFile,
-        idx_fd: DiskFile | None,
-        size: int,
-        full_open: bool,
-    ) -> _Loaded:
-        if idx_fd is None:
-            raise _IndexDamaged("index is missing", missing=True)
-        idx_size = idx_fd.size()
-        checkpoint = _Checkpoint.unpack(idx_fd.read_at(_HEADER_SIZE, 0))
-        if isinstance(checkpoint, str):
-            raise _IndexDamaged(checkpoint)
-        entries_in_file = max(0, (idx_size - _HEADER_SIZE) // _ENTRY_SIZE)
-        if checkpoint.size > size:
-            raise _IndexDamaged(
-                f"checkpoint at byte {checkpoint.size} is past the log end {size}",
-                durable_size=checkpoint.size,
-            )
-        if checkpoint.count > entries_in_file:
-            raise _IndexDamaged("index is shorter than its checkpoint")
-        if checkpoint.size and log_fd.read_at(1, checkpoint.size - 1) != b"\n":
-            raise _IndexDamaged("checkpoint does not end a record")
-        reader = _Reader(log_fd, idx_fd, entries_in_file)
-        state = _State(size=checkpoint.size, count=checkpoint.count, lines=checkpoint.lines)
-        if checkpoint.count:
-            last_seq = checkpoint.count - 1
-            (last,) = reader.entries(last_seq, 1)
-            if last.decision_off + last.decision_len > checkpoint.size:
-                raise _IndexDamaged("last entry points past the checkpoint")
-            row = reader.row(last.decision_off, last.decision_len, last_seq, decision=True)
-            text = row.get("instant")
-            try:
-                state.last_decided = parse_instant(text)  # type: ignore[arg-type]
-            except (TypeError, ValueError):
-                raise _IndexDamaged("last decision row has no instant") from None
-            state.last_decided_text = text
-        loaded = self._replay(files, reader, state, checkpoint, size)
-        if full_open:
-            self._collect_open(reader, loaded.state, checkpoint)
-        self._drop_unchanged(reader, loaded.state.touched)
-        loaded.checkpoint = checkpoint
-        return loaded
-
-    @staticmethod
-    def _drop_unchanged(reader: _Reader, touched: dict[int, _Entry]) -> None:
-        """Forget replayed entries the index file already holds: after a crash
-        the index is usually ahead of its checkpoint, so there is nothing to write."""
-        assert reader.idx_fd is not None
-        seqs = sorted(s for s in touched if s < reader.idx_entries)
-        if not seqs:
-            return
-        first, last = seqs[0], seqs[-1]
-        if last - first < _ENTRY_CHUNK:
-            data = reader.idx_fd.read_at(
-                (last - first + 1) * _ENTRY_SIZE, _HEADER_SIZE + first * _ENTRY_SIZE
-            )
-            on_disk = {
-                s: data[(s - first) * _ENTRY_SIZE : (s - first + 1) * _ENTRY_SIZE] for s in seqs
-            }
-        else:
-            on_disk = {
-                s: reader.idx_fd.read_at(_ENTRY_SIZE, _HEADER_SIZE + s * _ENTRY_SIZE) for s in seqs
-            }
-        for seq, packed in on_disk.items():
-            if packed == touched[seq].pack():
-                del touched[seq]
-
-    @staticmethod
-    def _collect_open(reader: _Reader, state: _State, checkpoint: _Checkpoint) -> None:
-        """Add the occurrences open as of the checkpoint that replay did not touch."""
-        seq = checkpoint.low_water
-        while seq < checkpoint.count:
-            count = min(_ENTRY_CHUNK, checkpoint.count - seq)
-            for offset, entry in enumerate(reader.entries(seq, count)):
-                s = seq + offset
-                if entry.status in TERMINAL_STATUSES or s in state.open or s in state.touched:
-                    continue
-                opened = reader.materialize(s, entry)
-                state.open[s] = opened
-                state.by_instant[opened.instant] = s
-            seq += count
-
-    def _replay(
-        self,
-        files: ScheduleFiles,
-        reader: _Reader,
-        state: _State,
-        checkpoint: _Checkpoint,
-        end: int,
-    ) -> _Loaded:
-        problems: list[StoreProblem] = []
-        materialized: dict[int, _Open | _Entry] = {}
-
-        def known(seq: int) -> _Open | _Entry:
-            if seq not in materialized:
-                (entry,) = reader.entries(seq, 1)
-                materialized[seq] = (
-                    entry if entry.status in TERMINAL_STATUSES else reader.materialize(seq, entry)
-                )
-            return materialized[seq]
-
-        start = state.size
-        rows = 0
-        for offset, line in iter_lines(reader.log_fd, start, end):
-            if not line.endswith(b"\n"):
-                break  # a torn final line another process is still writing
-            where = f"line {state.lines + 1}, byte {offset}"
-            try:
-                try:
-                    row = json.loads(line.decode())
-                except ValueError:
-                    raise _Bad("unparseable record") from None
-                _apply_row(state, row, offset, len(line), known)
-            except _Bad as bad:
-                record = where if bad.seq is None else f"{where} (seq {bad.seq})"
-                problems.append(
-                    StoreProblem(
-                        schedule_id=files.schedule_id,
-                        file=files.relative(files.history),
-                        record=record,
-                        reason=bad.reason,
-                    )
-                )
-                _log.warning("history %s is damaged at %s: %s", files.history, record, bad.reason)
-                break
-            state.size = offset + len(line)
-            state.lines += 1
-            rows += 1
-        return _Loaded(
-            state=state,
-            problems=problems,
-            tail_rows=rows,
-            tail_bytes=state.size - start,
-            checkpoint=checkpoint,
+        return tuple(
+            self._index.load(files, repair=False, full_open=False, force_rebuild=True).problems
         )
 
-    # --- index writes ------------------------------------------------------------------------
-
-    def _write_full_index(self, files: ScheduleFiles, state: _State) -> None:
-        # The rows were read from the page cache; make them durable before an
-        # index that claims them is.
-        fd = self.disk.open(files.history)
-        try:
-            fd.fsync()
-        finally:
-            fd.close()
-        parts = [state.checkpoint().pack()]
-        parts.extend(state.touched[seq].pack() for seq in range(state.count))
-        atomic_write_bytes(files.history_index, b"".join(parts), disk=self.disk)
-
-    def _write_entries(
-        self,
-        files: ScheduleFiles,
-        entries: Mapping[int, _Entry],
-        *,
-        header: _Checkpoint | None = None,
-        truncate_to: int | None = None,
-    ) -> None:
-        check_fence(files.history_index)
-        fault_point(f"before:index:{HISTORY_INDEX_FILE}")
-        fd = self.disk.open(files.history_index, write=True, create=True)
-        try:
-            if fd.size() < _HEADER_SIZE:
-                fd.write_at((header or _EMPTY_CHECKPOINT).pack(), 0)
-            elif header is not None:
-                fd.write_at(header.pack(), 0)
-            # One write per run of consecutive seqs (a whole batch of new
-            # decisions is one run).
-            run_start, run = -1, list[bytes]()
-            for seq in sorted(entries):
-                if run and seq != run_start + len(run):
-                    fd.write_at(b"".join(run), _HEADER_SIZE + run_start * _ENTRY_SIZE)
-                    run = []
-                if not run:
-                    run_start = seq
-                run.append(entries[seq].pack())
-            if run:
-                fd.write_at(b"".join(run), _HEADER_SIZE + run_start * _ENTRY_SIZE)
-            if truncate_to is not None:
-                end = _HEADER_SIZE + truncate_to * _ENTRY_SIZE
-                if fd.size() > end:
-                    fd.truncate(end)
-        finally:
-            fd.close()
-        fault_point(f"after:index:{HISTORY_INDEX_FILE}")
+    # --- publishing index checkpoints -------------------------------------------------------
 
     def _publish_checkpoint(self, log: _Log) -> None:
         if log.checkpoint_next is None:
             return
-        self._write_entries(log.files, {}, header=log.checkpoint_next)
+        self._index.write_entries(log.files, {}, header=log.checkpoint_next)
         log.checkpoint_next = None
 
     # --- appends -------------------------------------------------------------------------------
@@ -1316,8 +392,8 @@ class HistoryStore:
         self,
         log: _Log,
         batch: GroupCommit | None,
-        build: Callable[[_State], dict[str, Any]],
-        enter: Callable[[_State, dict[str, Any], int, int], None] | None = None,
+        build: Callable[[State], dict[str, Any]],
+        enter: Callable[[State, dict[str, Any], int, int], None] | None = None,
     ) -> int:
         """Stage the row `build` makes; `enter` (default: parse it back like a
         row read from disk) applies it to the pending state."""
@@ -1331,7 +407,7 @@ class HistoryStore:
             raise InvalidInput.from_problems("history row", [_SNAPSHOT_PROBLEM]) from None
         seq = int(row["seq"])
         if enter is None:
-            self._enter(log, lambda: _apply_row(shadow, row, shadow.size, len(line), _unknown))
+            self._enter(log, lambda: apply_row(shadow, row, shadow.size, len(line), unknown))
         else:
             self._enter(log, lambda: enter(shadow, row, shadow.size, len(line)))
         self._append_staged(log, active, shadow, line, first)
@@ -1339,9 +415,7 @@ class HistoryStore:
             active.commit()
         return seq
 
-    def _open_shadow(
-        self, log: _Log, batch: GroupCommit | None
-    ) -> tuple[GroupCommit, _State, bool]:
+    def _open_shadow(self, log: _Log, batch: GroupCommit | None) -> tuple[GroupCommit, State, bool]:
         """The batch to stage into, the pending state to apply rows to, and
         whether this is the log's first row in the batch."""
         if log.problems:
@@ -1359,14 +433,14 @@ class HistoryStore:
     def _enter(log: _Log, apply: Callable[[], None]) -> None:
         try:
             apply()
-        except _Bad as bad:
+        except Bad as bad:
             raise InvalidState(
                 f"history of {log.files.schedule_id!r} refuses the row: {bad.reason}",
                 data={"schedule_id": log.files.schedule_id},
             ) from None
 
     def _append_staged(
-        self, log: _Log, active: GroupCommit, shadow: _State, line: bytes, first: bool
+        self, log: _Log, active: GroupCommit, shadow: State, line: bytes, first: bool
     ) -> None:
         shadow.size += len(line)
         shadow.lines += 1
@@ -1413,12 +487,12 @@ class HistoryStore:
             problems.append(Problem(field="run_id", reason="must be a string"))
         entered: dict[str, Any] | None = None
         try:
-            entered = _check_snapshot(dict(snapshot), 0)
+            entered = check_snapshot(dict(snapshot), 0)
             snapshot_json = canonical_json(entered)
             revision = entered["revision"]
             if revision < 1:
-                raise _Bad("revision must be positive")
-        except (_Bad, TypeError, ValueError):
+                raise Bad("revision must be positive")
+        except (Bad, TypeError, ValueError):
             problems.append(_SNAPSHOT_PROBLEM)
         if problems:
             raise InvalidInput.from_problems("history row", problems)
@@ -1437,7 +511,7 @@ class HistoryStore:
         at = parse_instant(instant_text)
 
         def enter() -> None:
-            _enter_decision(
+            enter_decision(
                 shadow,
                 seq,
                 shadow.size,
@@ -1465,7 +539,7 @@ class HistoryStore:
         touched, shadow.touched = shadow.touched, {}
         log.state = shadow
         try:
-            self._write_entries(log.files, touched, header=log.checkpoint_next)
+            self._index.write_entries(log.files, touched, header=log.checkpoint_next)
         except OSError as exc:
             # The rows are durable; the index is derived. Reload (and repair
             # the index) before the next use.
@@ -1474,7 +548,7 @@ class HistoryStore:
             )
             self._logs.pop(log.files.schedule_id, None)
             return
-        log.checkpoint_next = shadow.checkpoint()
+        log.checkpoint_next = checkpoint_of(shadow)
 
     def _drop(self, log: _Log) -> None:
         log.pending = None
@@ -1530,7 +604,7 @@ class HistoryStore:
             problems.append(
                 Problem(field="status", reason=f"must be one of {sorted(DECISION_STATUSES)}")
             )
-        if not _is_int(count) or count < 1:
+        if not is_int(count) or count < 1:
             problems.append(Problem(field="count", reason="must be a positive integer"))
         elif count > 1 and (first_text is None or last_text is None):
             problems.append(
@@ -1548,18 +622,18 @@ class HistoryStore:
             # Whether it is JSON at all is found when the row is encoded, before
             # anything is staged (see `_stage`).
             try:
-                _check_snapshot(dict(snapshot), 0)
-            except _Bad:
+                check_snapshot(dict(snapshot), 0)
+            except Bad:
                 problems.append(_SNAPSHOT_PROBLEM)
         for name, value in (("run_id", run_id), ("reason", reason)):
             if value is not None and not isinstance(value, str):
                 problems.append(Problem(field=name, reason="must be a string"))
-        if revision is not None and (not _is_int(revision) or revision < 1):
+        if revision is not None and (not is_int(revision) or revision < 1):
             problems.append(Problem(field="revision", reason="must be a positive integer"))
         if problems:
             raise InvalidInput.from_problems("history row", problems)
 
-        def build(state: _State) -> dict[str, Any]:
+        def build(state: State) -> dict[str, Any]:
             row: dict[str, Any] = {
                 "seq": state.count,
                 "instant": instant_text,
@@ -1581,13 +655,13 @@ class HistoryStore:
         last_at = parse_instant(last_text) if last_text is not None else instant_at
         entered_snapshot = dict(snapshot) if snapshot is not None else None
 
-        def enter(state: _State, row: dict[str, Any], offset: int, length: int) -> None:
+        def enter(state: State, row: dict[str, Any], offset: int, length: int) -> None:
             if count > 1 and (not first_at < last_at or last_at != instant_at):
                 # As a row read back would be refused (`_apply_decision`).
-                raise _Bad(
+                raise Bad(
                     "a coalesced row needs first_instant < last_instant == instant", row["seq"]
                 )
-            _enter_decision(
+            enter_decision(
                 state,
                 row["seq"],
                 offset,
@@ -1630,7 +704,7 @@ class HistoryStore:
         problems: list[Problem] = []
         if (seq is None) == (instant is None):
             problems.append(Problem(field="seq", reason="give exactly one of seq and instant"))
-        if seq is not None and (not _is_int(seq) or seq < 0):
+        if seq is not None and (not is_int(seq) or seq < 0):
             problems.append(Problem(field="seq", reason="must be a non-negative integer"))
         if status not in RUN_STATUSES:
             problems.append(
@@ -1669,7 +743,7 @@ class HistoryStore:
         if status == current.status and (run_id is None or run_id == current.run_id):
             return current.seq
 
-        def build(_state: _State) -> dict[str, Any]:
+        def build(_state: State) -> dict[str, Any]:
             row: dict[str, Any] = {
                 "seq": current.seq,
                 "update": True,
@@ -1724,13 +798,13 @@ class HistoryStore:
         `NotFound`, or `StoreDamaged` when a row it reads is damaged.
         """
         problems: list[Problem] = []
-        if not _is_int(limit) or not 1 <= limit <= MAX_PAGE_LIMIT:
+        if not is_int(limit) or not 1 <= limit <= MAX_PAGE_LIMIT:
             problems.append(
                 Problem(field="limit", reason=f"must be an integer from 1 to {MAX_PAGE_LIMIT}")
             )
         start = 0
         if cursor is not None:
-            decoded = _decode_cursor(schedule_id, cursor)
+            decoded = decode_cursor(schedule_id, cursor)
             if decoded is None:
                 problems.append(
                     Problem(field="cursor", reason="is not a cursor of this schedule's history")
@@ -1750,11 +824,11 @@ class HistoryStore:
             return [], None
         entries = self._page_entries(files, state, overlay, start, end)
         rows = self._page_rows(files, state, overlay, entries, start)
-        return rows, (_encode_cursor(schedule_id, end) if end < state.count else None)
+        return rows, (encode_cursor(schedule_id, end) if end < state.count else None)
 
     def _reading_state(
         self, files: ScheduleFiles
-    ) -> tuple[_State, Mapping[int, _Entry], Sequence[StoreProblem]]:
+    ) -> tuple[State, Mapping[int, Entry], Sequence[StoreProblem]]:
         """The state a read works from (the owned one, or one loaded from the
         files without writing anything) and the damage it stops at."""
         if not is_directory(self.disk, files.directory):
@@ -1765,7 +839,7 @@ class HistoryStore:
         log = self._logs.get(files.schedule_id)
         if log is not None:
             return log.state, log.overlay, log.problems
-        loaded = self._load(files, repair=False, full_open=False)
+        loaded = self._index.load(files, repair=False, full_open=False)
         return loaded.state, loaded.state.touched, loaded.problems
 
     def occurrence_at(self, schedule_id: str, instant: Instant) -> dict[str, Any] | None:
@@ -1814,7 +888,7 @@ class HistoryStore:
         files = self._files(schedule_id)
         try:
             state, overlay, _ = self._reading_state(files)
-            if not _is_int(seq) or not 0 <= seq < state.count:
+            if not is_int(seq) or not 0 <= seq < state.count:
                 return f"seq {seq}"
             (entry,) = self._page_entries(files, state, overlay, seq, seq + 1)
             fd = self.disk.open(files.history)
@@ -1829,25 +903,21 @@ class HistoryStore:
     def _page_entries(
         self,
         files: ScheduleFiles,
-        state: _State,
-        overlay: Mapping[int, _Entry],
+        state: State,
+        overlay: Mapping[int, Entry],
         start: int,
         end: int,
-    ) -> list[_Entry]:
+    ) -> list[Entry]:
         raw = b""
         if any(s not in state.open and s not in overlay for s in range(start, end)):
-            fd = self.disk.open(files.history_index)
-            try:
-                raw = fd.read_at((end - start) * _ENTRY_SIZE, _HEADER_SIZE + start * _ENTRY_SIZE)
-            finally:
-                fd.close()
-        entries: list[_Entry] = []
+            raw = self._index.read_entries(files, start, end)
+        entries: list[Entry] = []
         for seq in range(start, end):
             opened = state.open.get(seq)
             entry = opened.entry() if opened is not None else overlay.get(seq)
             if entry is None:
                 i = seq - start
-                entry = _Entry.unpack(raw[i * _ENTRY_SIZE : (i + 1) * _ENTRY_SIZE])
+                entry = unpack_entry(raw[i * ENTRY_SIZE : (i + 1) * ENTRY_SIZE])
             if entry is None:
                 self._damaged(
                     files, files.history_index, f"entry for seq {seq}", "fails its checksum"
@@ -1858,9 +928,9 @@ class HistoryStore:
     def _page_rows(
         self,
         files: ScheduleFiles,
-        state: _State,
-        overlay: Mapping[int, _Entry],
-        entries: list[_Entry],
+        state: State,
+        overlay: Mapping[int, Entry],
+        entries: list[Entry],
         start: int,
     ) -> list[dict[str, Any]]:
         spans = {(e.decision_off, e.decision_len) for e in entries}
@@ -1896,18 +966,18 @@ class HistoryStore:
             if entry.latest_off != entry.decision_off:
                 latest = read(entry.latest_off, entry.latest_len)
             try:
-                row, previous = _page_row(
+                row, previous = page_row(
                     seq, entry, read(entry.decision_off, entry.decision_len), latest, previous
                 )
-            except _Bad as bad:
-                at_latest = isinstance(bad, _BadLatest)
+            except Bad as bad:
+                at_latest = isinstance(bad, BadLatest)
                 offset = entry.latest_off if at_latest else entry.decision_off
                 self._row_damaged(files, offset, seq, bad.reason)
             rows.append(row)
         return rows
 
     def _previous_decision(
-        self, files: ScheduleFiles, state: _State, overlay: Mapping[int, _Entry], start: int
+        self, files: ScheduleFiles, state: State, overlay: Mapping[int, Entry], start: int
     ) -> datetime | None:
         """The instant of the decision before `start`, which the page's first
         decision must follow (read and checked like a page row)."""
@@ -1920,8 +990,8 @@ class HistoryStore:
         finally:
             fd.close()
         try:
-            return _check_decision(_page_json(data, start - 1, decision=True), start - 1).instant
-        except _Bad as bad:
+            return check_decision(page_json(data, start - 1, decision=True), start - 1).instant
+        except Bad as bad:
             self._row_damaged(files, entry.decision_off, start - 1, bad.reason)
 
     def _row_damaged(self, files: ScheduleFiles, offset: int, seq: int, reason: str) -> NoReturn:
@@ -1988,31 +1058,3 @@ class HistoryStore:
             log = self._logs.get(schedule_id)
             if log is not None and log.pending is None:
                 del self._logs[schedule_id]
-
-
-def _unknown(seq: int) -> _Open | _Entry:
-    raise _Bad(f"no open occurrence with seq {seq}", seq)
-
-
-def _cursor_tag(schedule_id: str) -> bytes:
-    return hashlib.sha256(schedule_id.encode()).digest()[:8]
-
-
-def _encode_cursor(schedule_id: str, seq: int) -> str:
-    raw = _CURSOR.pack(_CURSOR_TAG, _cursor_tag(schedule_id), seq)
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-def _decode_cursor(schedule_id: str, cursor: object) -> int | None:
-    if not isinstance(cursor, str) or not 0 < len(cursor) <= 64:
-        return None
-    try:
-        raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
-    except (binascii.Error, ValueError):
-        return None
-    if len(raw) != _CURSOR.size:
-        return None
-    tag, owner, seq = _CURSOR.unpack(raw)
-    if tag != _CURSOR_TAG or owner != _cursor_tag(schedule_id):
-        return None
-    return int(seq)

@@ -1,0 +1,146 @@
+"""Paging a schedule's history: the cursor and the entry a page shows.
+
+A cursor is the next page's first seq, tagged with a hash of the schedule id
+so a cursor of one schedule is refused by another (and junk by all).
+`page_row` builds one page entry from the rows the index points at, checking
+them by the row rules (`shell/history_rows.py`) as every reader does.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import struct
+from datetime import datetime
+from typing import Any, Final
+
+from shell.history_rows import Bad, BadLatest, Entry, check_decision, check_transition
+
+__all__ = [
+    "decode_cursor",
+    "encode_cursor",
+    "page_json",
+    "page_row",
+]
+
+# Format tag, schedule tag, seq: a cursor is opaque to clients but not secret.
+_CURSOR: Final = struct.Struct("<2s8sQ")
+_CURSOR_TAG: Final = b"h1"
+
+
+# --- the cursor ----------------------------------------------------------------------
+
+
+def _cursor_tag(schedule_id: str) -> bytes:
+    return hashlib.sha256(schedule_id.encode()).digest()[:8]
+
+
+def encode_cursor(schedule_id: str, seq: int) -> str:
+    """The cursor of the page of `schedule_id`'s history that starts at `seq`."""
+    raw = _CURSOR.pack(_CURSOR_TAG, _cursor_tag(schedule_id), seq)
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def decode_cursor(schedule_id: str, cursor: object) -> int | None:
+    """The seq `cursor` starts at, or None when it is not a cursor issued for
+    `schedule_id` (whether it is past the end is the caller's to check)."""
+    if not isinstance(cursor, str) or not 0 < len(cursor) <= 64:
+        return None
+    try:
+        raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    if len(raw) != _CURSOR.size:
+        return None
+    tag, owner, seq = _CURSOR.unpack(raw)
+    if tag != _CURSOR_TAG or owner != _cursor_tag(schedule_id):
+        return None
+    return int(seq)
+
+
+# --- page entries --------------------------------------------------------------------
+
+
+def page_row(
+    seq: int,
+    entry: Entry,
+    decision_data: bytes,
+    latest_data: bytes | None,
+    previous: datetime | None,
+) -> tuple[dict[str, Any], datetime]:
+    """The page entry of occurrence `seq` from its rows as read (`latest_data`
+    None when its decision row is its latest), checked by the row rules and
+    against the index entry that points at them and the decision before it
+    (`previous`); returns it with its decision instant. Raises `Bad`
+    (`BadLatest` when the latest row is at fault)."""
+    decision_row = page_json(decision_data, seq, decision=True)
+    decision = check_decision(decision_row, seq)
+    if previous is not None and decision.first <= previous:
+        raise Bad(
+            f"decision for {decision.instant_text} is not after the decision of seq {seq - 1}"
+            " (duplicate or out of order)",
+            seq,
+        )
+    status, run_id, reason, updated_at = (
+        decision.status,
+        decision.run_id,
+        decision.reason,
+        decision.recorded_text,
+    )
+    if latest_data is not None:
+        try:
+            if decision.status != "admitted":
+                raise Bad(
+                    f"the index points seq {seq} at a transition, but its decision is"
+                    f" {decision.status}, which no transition follows",
+                    seq,
+                )
+            latest = check_transition(page_json(latest_data, seq, decision=False), seq)
+            if latest.instant_text != decision.instant_text:
+                raise Bad(
+                    f"transition names instant {latest.instant_text} but seq {seq} is"
+                    f" {decision.instant_text}",
+                    seq,
+                )
+            if run_id is not None and latest.run_id is not None and latest.run_id != run_id:
+                raise Bad(f"run id changed from {run_id} to {latest.run_id} for seq {seq}", seq)
+        except Bad as bad:
+            raise BadLatest(bad.reason, seq) from None
+        status, reason, updated_at = latest.status, latest.reason, latest.recorded_text
+        run_id = latest.run_id if latest.run_id is not None else run_id
+    if status != entry.status:
+        changed = (
+            f"the row says {status}, but the index recorded {entry.status} when it was"
+            " written: the row was changed since"
+        )
+        raise BadLatest(changed, seq) if latest_data is not None else Bad(changed, seq)
+    row = {
+        "seq": seq,
+        "instant": decision.instant_text,
+        "status": status,
+        "run_id": run_id,
+        "reason": reason,
+        "count": decision_row.get("count", 1),
+        "first_instant": decision_row.get("first_instant"),
+        "last_instant": decision_row.get("last_instant"),
+        "revision": decision.revision,
+        "decided_at": decision.recorded_text,
+        "updated_at": updated_at,
+    }
+    return row, decision.instant
+
+
+def page_json(data: bytes, seq: int, *, decision: bool) -> dict[str, Any]:
+    """The row a page read found where the index points for `seq`: one JSON
+    object of that seq, of the kind (decision or transition) expected."""
+    try:
+        row = json.loads(data.decode()) if data.endswith(b"\n") else None
+    except ValueError:
+        raise Bad("unparseable record", seq) from None
+    if not isinstance(row, dict) or row.get("seq") != seq or ("update" in row) == decision:
+        raise Bad("the row the index points at is not this occurrence's", seq)
+    if not decision and row["update"] is not True:
+        raise Bad("update must be true when present", seq)
+    return row
