@@ -526,7 +526,6 @@ class HistoryIndex:
         entries: Mapping[int, Entry],
         *,
         header: Checkpoint | None = None,
-        truncate_to: int | None = None,
     ) -> None:
         """Write `entries` in place (and `header`, once the entries it
         describes are durable); not flushed here."""
@@ -550,10 +549,6 @@ class HistoryIndex:
                 run.append(pack_entry(entries[seq]))
             if run:
                 fd.write_at(b"".join(run), HEADER_SIZE + run_start * ENTRY_SIZE)
-            if truncate_to is not None:
-                end = HEADER_SIZE + truncate_to * ENTRY_SIZE
-                if fd.size() > end:
-                    fd.truncate(end)
         finally:
             fd.close()
         fault_point(f"after:index:{HISTORY_INDEX_FILE}")
