@@ -43,6 +43,7 @@ from core.occurrences import TERMINAL_RUN_STATUSES
 from core.schedule_state import lifecycle_state, oneshot_finished
 from shell.clock import Clock, SystemClock
 from shell.definition_store import DefinitionStore
+from shell.disk import OS_DISK, Disk
 from shell.file_upkeep import file_store_upkeep
 from shell.history_store import HistoryStore
 from shell.ports import HostApi
@@ -727,11 +728,19 @@ def _run_file(run_id: str) -> str:
     return f"runs/{run_id}.json"
 
 
-def build_schedules_api(server: Any, *, clock: Clock | None = None) -> SchedulesApi:
-    """The schedules API for a host server (used by `schedules=True`)."""
+def build_schedules_api(
+    server: Any, *, clock: Clock | None = None, disk: Disk = OS_DISK
+) -> SchedulesApi:
+    """The schedules API for a host server (used by `schedules=True`), its
+    file stores under the server's store root on `disk` (the operating
+    system's unless a test passes a simulated one, `shell.sim.disk`)."""
+    root = server.store_root
     return SchedulesApi(
-        store_root=server.store_root,
+        store_root=root,
         host=server.api,
         clock=clock,
         store_health=getattr(server.api, "store_health", None),
+        definitions=DefinitionStore(root, disk=disk),
+        runtime=RuntimeStore(root, disk=disk),
+        history=HistoryStore(root, disk=disk),
     )

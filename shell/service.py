@@ -68,6 +68,7 @@ from core.occurrences import RUN_STATUSES
 from core.state import SchedulerState, initial_state, schedule_view
 from shell.clock import Clock, SystemClock
 from shell.config import SchedulerServiceConfig
+from shell.disk import OS_DISK, Disk
 from shell.durable import GroupCommit
 from shell.journal import CommitJournal, journal_supported
 from shell.lock import SchedulerLock
@@ -681,11 +682,14 @@ def build_scheduler_service(
     config: SchedulerServiceConfig | None = None,
     *,
     clock: Clock | None = None,
+    disk: Disk = OS_DISK,
 ) -> SchedulerService:
     """The scheduler service for a server built with `schedules=True`.
 
     `clock` (default: the system clock) is shared with the server's schedules
-    API so lifecycle instants and decisions read the same time. Raises
+    API so lifecycle instants and decisions read the same time. `disk` holds
+    the commit journal: the one the schedules API's stores were built on
+    (`build_schedules_api`). Raises
     SchedulerUnavailable when the server has no schedules API.
     """
     schedules = getattr(server.api, "schedules", None)
@@ -702,5 +706,5 @@ def build_scheduler_service(
         store_root=server.store_root,
         config=config or SchedulerServiceConfig(enabled=True),
         clock=chosen,
-        journal=CommitJournal(server.store_root) if journal_supported() else None,
+        journal=CommitJournal(server.store_root, disk=disk) if journal_supported(disk) else None,
     )

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from shell import ManualClock
 from shell.durable import set_fault_injector
+from shell.sim.disk import SimFileSystem
 from tests.service.conftest import START
 
 from .scenario import run_scenario
@@ -21,7 +22,9 @@ __all__ = ["all_points", "crash_points", "record_points", "without_empty_commits
 async def record_points(root: Path) -> list[CrashPoint]:
     injector = PhasedCrash()
     previous = set_fault_injector(injector)
-    world = World(root, ManualClock(START), injector)
+    # On the simulated disk, as the in-process crash test runs (the points are
+    # the same on files: the SIGKILL test reaches them there).
+    world = World(root, ManualClock(START), injector, disk=SimFileSystem())
     try:
         crashed_in = await run_scenario(world, injector)
         assert crashed_in is None

@@ -28,10 +28,11 @@ from typing import Any
 
 from shell import ManualClock
 from shell.durable import set_fault_injector
+from shell.sim.disk import SimFileSystem
 from shell.startup_checkpoint import CHECKPOINT_FILE
 from tests.service.conftest import CONSTANT_PLAN, GATE_PLAN, START, sleep_plan
 
-from .world import PhasedCrash, World
+from .world import PhasedCrash, World, copy_tree, read_all
 
 __all__ = ["GO", "PHASES", "Phase", "clock_during", "hour", "run_scenario", "set_up"]
 
@@ -123,7 +124,7 @@ async def _stop_and_start(world: World) -> None:
     assert world.service is not None and world.server is not None
     await world.guard(world.service.stop())
     await world.guard(world.server.api.cancel_executing())
-    header = (world.root / CHECKPOINT_FILE).read_bytes().split(b"\n", 1)[0]
+    header = read_all(world.disk, f"{world.root}/{CHECKPOINT_FILE}").split(b"\n", 1)[0]
     assert json.loads(header)["schedules"] == 3, "every schedule is in the checkpoint"
     await world.boot()
 
@@ -153,20 +154,22 @@ def clock_during(phase: str) -> datetime:
     return next(p.at for p in PHASES if p.name == phase)
 
 
-_template: Path | None = None
+_template: tuple[Path, SimFileSystem] | None = None
 
 
 async def set_up(world: World) -> None:
     """The deployments, and two schedules created while no service runs (not
     crash targets: writes made before any service starts).
 
-    They are made once per process and copied into each store: validating
-    three plans costs more than a whole crash test otherwise."""
+    They are made once per process and copied into each store (the run
+    store's files, and the schedule stores from the template's simulated
+    disk to the world's disk): validating three plans costs more than a
+    whole crash test otherwise."""
     global _template
     if _template is None:
         base = Path(tempfile.mkdtemp(prefix="wf-reliability-template-"))
         atexit.register(shutil.rmtree, base, ignore_errors=True)
-        maker = World(base / "store", ManualClock(START), None)
+        maker = World(base / "store", ManualClock(START), None, disk=SimFileSystem())
         injector = set_fault_injector(None)  # made once: its writes are no crash points
         try:
             maker.build_server()
@@ -176,8 +179,10 @@ async def set_up(world: World) -> None:
             await _create_offline(maker)
         finally:
             set_fault_injector(injector)
-        _template = maker.root
-    shutil.copytree(_template, world.root)
+        _template = (maker.root, maker.disk)
+    root, disk = _template
+    shutil.copytree(root, world.root)
+    copy_tree(disk, str(root), world.disk, str(world.root))
 
 
 async def run_scenario(world: World, injector: PhasedCrash) -> str | None:

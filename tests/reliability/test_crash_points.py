@@ -12,6 +12,7 @@ anyone editing this file. The SIGKILL variant is in test_crash_sigkill.py.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import pytest
 
 from shell import ManualClock
 from shell.durable import SimulatedCrash, set_fault_injector
+from shell.sim.disk import PowerCut, SimFileSystem
 from tests.service.conftest import START
 
 from .figures import record
@@ -53,23 +55,43 @@ def _ignore_crashed_tasks(loop: asyncio.AbstractEventLoop, context: dict[str, An
 _covered: Counter[str] = Counter()
 
 
+def _power_cut_of(point: CrashPoint) -> PowerCut:
+    # Each point gets one of the three cuts, in turn along the scenario, so
+    # that every kind of write is crashed under each of them somewhere.
+    return _CUTS[crash_points().index(point) % len(_CUTS)]
+
+
+_CUTS: tuple[PowerCut, ...] = ("none", "some", "all")
+_cut_losses: Counter[str] = Counter()
+
+
 async def test_crash_at_point_then_recover(store_root: Path, crash_point: CrashPoint) -> None:
+    """The process dies at the point and the machine loses power: the
+    schedule stores and the journal (on the simulated disk) lose none, some
+    or all of their unflushed writes; the run store, on files, keeps what
+    the process wrote (its writes are flushed before they count)."""
     asyncio.get_running_loop().set_exception_handler(_ignore_crashed_tasks)
     root = store_root
+    disk = SimFileSystem()
     injector = PhasedCrash(crash_point)
     previous = set_fault_injector(injector)
-    world = World(root, ManualClock(START), injector)
+    world = World(root, ManualClock(START), injector, disk=disk)
     try:
         crashed_in = await run_scenario(world, injector)
         await world.abandon()
     finally:
         set_fault_injector(previous)
     assert injector.crashed and crashed_in == crash_point.phase, crash_point
+    cut = _power_cut_of(crash_point)
+    at_stake = disk.unsynced()
+    disk.power_cut(random.Random(crash_point.label), cut)
+    if at_stake:
+        _cut_losses[cut] += 1
 
     # What the dead process left on disk decides what recovery must do.
     before = disk_runs(root)
-    admitted_before = disk_admissions(root)
-    restarted = World(root, ManualClock(clock_during(crash_point.phase)), None)
+    admitted_before = disk_admissions(root, disk)
+    restarted = World(root, ManualClock(clock_during(crash_point.phase)), None, disk=disk)
     try:
         await restarted.boot()
         await check_recovered(restarted, before, admitted_before)
@@ -89,7 +111,9 @@ async def test_crash_at_point_then_recover(store_root: Path, crash_point: CrashP
     total = sum(_covered.values())
     record(
         "crash points covered (in-process)",
-        f"{total} of {len(crash_points())} in {len(PHASES)} phases",
+        f"{total} of {len(crash_points())} in {len(PHASES)} phases;"
+        f" power cuts with unflushed writes at stake: "
+        + ", ".join(f"{cut} {_cut_losses[cut]}" for cut in _CUTS),
     )
 
 

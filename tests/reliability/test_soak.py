@@ -68,7 +68,8 @@ async def test_soak(soak_root: Path, no_flush: None) -> None:
         f"{figures.schedules} schedules x {figures.minutes} simulated minutes (seed {SEED}):"
         f" {figures.runs} runs ({outcomes}),"
         f" {figures.rows} history rows, {figures.pauses} pauses, {figures.edits} edits,"
-        f" {figures.deletes} deletes, {figures.resumes} resumes, {figures.restarts} restart;"
+        f" {figures.deletes} deletes, {figures.resumes} resumes, {figures.restarts} restart"
+        f" after a power cut ({figures.unsynced_at_cut} unflushed writes at stake);"
         f" at most {figures.max_slots} of {CAPACITY} slots held;"
         f" {time.monotonic() - began:.0f} s",
     )

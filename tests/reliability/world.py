@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import posixpath
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -23,7 +24,8 @@ from typing import Any, TypeVar
 from core.calendar import compile_trigger
 from core.definitions import parse_definition
 from core.occurrences import RUN_STATUSES, TERMINAL_RUN_STATUSES, TERMINAL_STATUSES
-from shell import ManualClock, SchedulerService, SchedulerServiceConfig, build_scheduler_service
+from shell import ManualClock, SchedulerService, SchedulerServiceConfig
+from shell.disk import OS_DISK, Disk, exists, is_directory
 from shell.durable import SimulatedCrash
 from shell.lock import SchedulerLock
 from shell.store_format import format_instant, parse_instant
@@ -38,9 +40,11 @@ __all__ = [
     "World",
     "check_every_instant_decided",
     "check_recovered",
+    "copy_tree",
     "disk_admissions",
     "disk_runs",
     "finish_and_check",
+    "read_all",
 ]
 
 T = TypeVar("T")
@@ -99,8 +103,15 @@ class World(Harness):
     makes returns or raises `SimulatedCrash` as soon as the injector crashed,
     wherever the crash happened (the service loop, a run task, an API call)."""
 
-    def __init__(self, root: Path, clock: ManualClock, injector: PhasedCrash | None) -> None:
-        super().__init__(root, clock)
+    def __init__(
+        self,
+        root: Path,
+        clock: ManualClock,
+        injector: PhasedCrash | None,
+        *,
+        disk: Disk = OS_DISK,
+    ) -> None:
+        super().__init__(root, clock, disk=disk)
         self.injector = injector
         self._schedule_ids: list[str] | None = None
 
@@ -126,13 +137,11 @@ class World(Harness):
     async def boot(self, **config: Any) -> SchedulerService:
         config.setdefault("enabled", True)
         config.setdefault("drain_grace_s", 0.0)
-        server = self.build_server()
-        self.service = build_scheduler_service(
-            server, SchedulerServiceConfig(**config), clock=self.clock
-        )
-        await self.guard(self.service.start())
+        self.build_server()
+        service = self.build_service(SchedulerServiceConfig(**config))
+        await self.guard(service.start())
         await self.settle()
-        return self.service
+        return service
 
     async def settle(self) -> None:
         assert self.service is not None
@@ -217,15 +226,47 @@ def disk_runs(root: Path) -> dict[str, DiskRun]:
     return found
 
 
-def disk_admissions(root: Path) -> dict[tuple[str, str], str]:
-    """(schedule, instant) -> run id of every complete `admitted` decision row on disk."""
+def disk_admissions(root: Path, disk: Disk = OS_DISK) -> dict[tuple[str, str], str]:
+    """(schedule, instant) -> run id of every complete `admitted` decision row
+    on `disk` (where the schedule stores are)."""
     found: dict[tuple[str, str], str] = {}
-    for log in sorted((root / "schedules").glob("*/history.jsonl")):
-        for line in log.read_bytes().split(b"\n")[:-1]:  # a torn last piece is no row
+    schedules = f"{root}/schedules"
+    for name in sorted(disk.list(schedules)) if is_directory(disk, schedules) else []:
+        log = f"{schedules}/{name}/history.jsonl"
+        if not exists(disk, log):
+            continue
+        for line in read_all(disk, log).split(b"\n")[:-1]:  # a torn last piece is no row
             row = json.loads(line)
             if row.get("status") == "admitted" and not row.get("update"):
-                found[(log.parent.name, row["instant"])] = row["run_id"]
+                found[(name, row["instant"])] = row["run_id"]
     return found
+
+
+def read_all(disk: Disk, path: str) -> bytes:
+    handle = disk.open(path)
+    try:
+        return handle.read_at(handle.size(), 0)
+    finally:
+        handle.close()
+
+
+def copy_tree(source: Disk, source_root: str, target: Disk, target_root: str) -> None:
+    """Copy the directory tree at `source_root` to `target_root` and flush it
+    (the crash tests' template store, from one disk to another)."""
+    target.make_directory(target_root, parents=True)
+    for name in sorted(source.list(source_root)):
+        here, there = f"{source_root}/{name}", f"{target_root}/{name}"
+        if is_directory(source, here):
+            copy_tree(source, here, target, there)
+            continue
+        handle = target.open(there, write=True, create=True, exclusive=True)
+        try:
+            handle.write_at(read_all(source, here), 0)
+            handle.fsync()
+        finally:
+            handle.close()
+    target.fsync_directory(target_root)
+    target.fsync_directory(posixpath.dirname(target_root))
 
 
 async def check_recovered(

@@ -14,6 +14,8 @@ import pytest
 from adapters import build_local_static_workflow_server
 from adapters.host import LocalStaticWorkflowServer
 from shell import ManualClock, SchedulerService, SchedulerServiceConfig, build_scheduler_service
+from shell.disk import OS_DISK, Disk
+from shell.schedules_api import build_schedules_api
 
 START = datetime(2026, 3, 2, 9, 30, tzinfo=UTC)  # a Monday
 
@@ -79,27 +81,44 @@ def sleep_plan(seconds: float) -> dict[str, Any]:
 class Harness:
     """One store root; `boot()` builds a server + service as a process start would."""
 
-    def __init__(self, root: Path, clock: ManualClock) -> None:
+    def __init__(self, root: Path, clock: ManualClock, *, disk: Disk = OS_DISK) -> None:
+        """`disk` holds the schedule stores and the commit journal (a simulated
+        one puts them on `shell.sim.disk`; the run store stays on files)."""
         self.root = root
         self.clock = clock
+        self.disk = disk
+        if disk is not OS_DISK:
+            # The host creates the root on the OS disk; here it is made durable
+            # on the simulated one before any store writes there.
+            disk.make_directory(str(root), parents=True)
+            disk.syncfs(str(root))
         self.server: LocalStaticWorkflowServer | None = None
         self.service: SchedulerService | None = None
 
     def build_server(self) -> LocalStaticWorkflowServer:
+        disk = self.disk
         self.server = build_local_static_workflow_server(
-            self.root, schedules=True, clock=self.clock.now
+            self.root,
+            schedules=True,
+            clock=self.clock.now,
+            schedules_factory=lambda server: build_schedules_api(server, disk=disk),
         )
         return self.server
 
-    async def boot(self, **config: Any) -> SchedulerService:
-        server = self.build_server()
-        config.setdefault("enabled", True)
+    def build_service(self, config: SchedulerServiceConfig) -> SchedulerService:
+        assert self.server is not None
         self.service = build_scheduler_service(
-            server, SchedulerServiceConfig(**config), clock=self.clock
+            self.server, config, clock=self.clock, disk=self.disk
         )
-        await self.service.start()
-        await self.service.settle()
         return self.service
+
+    async def boot(self, **config: Any) -> SchedulerService:
+        self.build_server()
+        config.setdefault("enabled", True)
+        service = self.build_service(SchedulerServiceConfig(**config))
+        await service.start()
+        await service.settle()
+        return service
 
     @property
     def api(self) -> Any:
