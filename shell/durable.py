@@ -418,7 +418,6 @@ def remove_stale_temp_files(
     writes in flight. Returns the names removed.
     """
     removed: list[str] = []
-    check_fence(directory)
     try:
         names = disk.list(os.fspath(directory))
     except FileNotFoundError:
@@ -432,6 +431,10 @@ def remove_stale_temp_files(
                         continue
                 except FileNotFoundError:
                     continue
+            if not removed:
+                # Fenced before the first removal, not per directory listed:
+                # a start lists every schedule's directory and finds none.
+                check_fence(directory)
             _unlink_quietly(path, disk)
             removed.append(name)
     return sorted(removed)
