@@ -148,9 +148,10 @@ def apply_record(
     the table's structural refusals, revision, then pause/resume."""
     seq = record.get("seq")
     expected = 1 if snapshot is None else int(snapshot["lifecycle_seq"]) + 1
-    wrong_seq = seq_refusal(seq, expected)
-    if wrong_seq is not None:
-        return LifecycleRefusal(f"line {expected}", wrong_seq)
+    if seq != expected or type(seq) is not int:
+        # `seq_refusal`'s rule, tested inline first: a start folds every
+        # schedule's records, and the valid ones must not pay for the message.
+        return LifecycleRefusal(f"line {expected}", str(seq_refusal(seq, expected)))
     where = f"line {seq} (seq {seq})"
     kind = record.get("kind")
     if kind not in LIFECYCLE_KINDS:

@@ -140,19 +140,14 @@ def _fold(records: Sequence[Mapping[str, Any]]) -> _Folded:
         state = applied
     if state is None:
         raise ValueError("no lifecycle record to fold")
-
-    def instant(key: str) -> datetime | None:
-        text = state[key]
-        return parse_instant(text) if text is not None else None
-
-    created_at = instant("created_at")
-    assert created_at is not None
+    # Spelled out, not a helper per field: a start folds every schedule.
+    updated_at, resumed_at = state["updated_at"], state["resumed_at"]
     return _Folded(
         definition=dict(state["definition"]),
         revision=state["revision"],
-        created_at=created_at,
-        updated_at=instant("updated_at"),
-        resumed_at=instant("resumed_at"),
+        created_at=parse_instant(state["created_at"]),
+        updated_at=parse_instant(updated_at) if updated_at is not None else None,
+        resumed_at=parse_instant(resumed_at) if resumed_at is not None else None,
         paused=state["paused"],
         deleted=state["deleted"],
     )
@@ -209,6 +204,8 @@ def _claim_problems(
 ) -> list[StoreProblem]:
     """`core.recovery_checks.claim_problems` on what the history store read,
     each naming the claiming run's record file."""
+    if not claims:
+        return []  # nothing claims anything: no contradiction (most schedules)
     open_runs = {parse_instant(o.instant): o.run_id for o in recovered.open_occurrences}
     last = recovered.last_decided_instant
     found = claim_problems(
