@@ -112,6 +112,14 @@ _STAMPS: Final[Mapping[str, tuple[str, bool]]] = {
 }
 
 
+# The lifecycle fields before a created record applies.
+_CREATED_BLANK: Final[Mapping[str, Any]] = {
+    **dict.fromkeys(LIFECYCLE_FIELDS),
+    "paused": False,
+    "deleted": False,
+}
+
+
 @dataclass(frozen=True, slots=True)
 class LifecycleRefusal:
     """Why a record cannot follow the state: `record` names it as the
@@ -152,33 +160,32 @@ def apply_record(
         # `seq_refusal`'s rule, tested inline first: a start folds every
         # schedule's records, and the valid ones must not pay for the message.
         return LifecycleRefusal(f"line {expected}", str(seq_refusal(seq, expected)))
-    where = f"line {seq} (seq {seq})"
     kind = record.get("kind")
     if kind not in LIFECYCLE_KINDS:
-        return LifecycleRefusal(where, f"unknown kind {kind!r}")
+        return LifecycleRefusal(_where(seq), f"unknown kind {kind!r}")
     phase = phase_of(snapshot)
     outcome = LIFECYCLE_TABLE[(phase, kind)]
     revision = record.get("revision")
     if kind == "created":
         if isinstance(outcome, TableRefusal) or revision != 1:
-            return LifecycleRefusal(where, _NOT_FIRST.reason)
+            return LifecycleRefusal(_where(seq), _NOT_FIRST.reason)
     elif snapshot is not None and phase != "deleted":
         # Checked before pause-of-paused and resume-of-active: a record at the
         # wrong revision is reported as that, whatever else is wrong with it.
         expected_revision = snapshot["revision"] + REVISION_STEP[kind]
         if revision != expected_revision:
             return LifecycleRefusal(
-                where, f"revision {revision} where {expected_revision} was expected"
+                _where(seq), f"revision {revision} where {expected_revision} was expected"
             )
     if isinstance(outcome, TableRefusal):
-        return LifecycleRefusal(where, outcome.reason.format(kind=kind))
+        return LifecycleRefusal(_where(seq), outcome.reason.format(kind=kind))
     stamp, carries_definition = _STAMPS[kind]
-    if snapshot is None:
-        new: dict[str, Any] = dict.fromkeys(LIFECYCLE_FIELDS)
-        new.update(paused=False, deleted=False)
-    else:
-        new = dict(snapshot)
-    new.update(revision=revision, lifecycle_seq=seq, deleted=outcome == "deleted")
+    # Built in one literal, not copied and updated key by key: a start folds
+    # every schedule's log through here.
+    new: dict[str, Any] = dict(_CREATED_BLANK) if snapshot is None else dict(snapshot)
+    new["revision"] = revision
+    new["lifecycle_seq"] = seq
+    new["deleted"] = outcome == "deleted"
     if outcome != "deleted":
         # A deleted snapshot keeps the pause flag it had: it says what the
         # schedule was when it was deleted.
@@ -187,3 +194,7 @@ def apply_record(
     if carries_definition:
         new["definition"] = record["definition"]
     return new
+
+
+def _where(seq: int) -> str:
+    return f"line {seq} (seq {seq})"

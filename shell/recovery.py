@@ -89,19 +89,6 @@ class Recovered:
     reused: Mapping[str, CachedSchedule]
 
 
-@dataclass(slots=True)
-class _Folded:
-    """A schedule's lifecycle folded up to some record."""
-
-    definition: dict[str, Any]
-    revision: int
-    created_at: datetime
-    updated_at: datetime | None = None
-    resumed_at: datetime | None = None
-    paused: bool = False
-    deleted: bool = False
-
-
 def _runtime_mark(record: Mapping[str, Any]) -> RuntimeMark:
     held = parse_instant(record["held"]) if record.get("held") else None
     waiting = tuple(sorted(parse_instant(text) for text in record.get("waiting", ())))
@@ -128,10 +115,11 @@ def lifecycle_event(schedule_id: str, record: Mapping[str, Any]) -> Event:
     raise ValueError(f"unknown lifecycle record kind {kind!r}")
 
 
-def _fold(records: Sequence[Mapping[str, Any]]) -> _Folded:
-    """The lifecycle folded through `records` by `core.lifecycle`'s rules (the
-    ones the definition store checked them with); raises ValueError naming a
-    record that does not follow."""
+def _fold(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The lifecycle fields (`core.lifecycle.LIFECYCLE_FIELDS`, instants as
+    text) after `records`, applied by `core.lifecycle`'s rules (the ones the
+    definition store checked them with); raises ValueError naming a record
+    that does not follow."""
     state: dict[str, Any] | None = None
     for record in records:
         applied = apply_record(state, record)
@@ -140,17 +128,11 @@ def _fold(records: Sequence[Mapping[str, Any]]) -> _Folded:
         state = applied
     if state is None:
         raise ValueError("no lifecycle record to fold")
-    # Spelled out, not a helper per field: a start folds every schedule.
-    updated_at, resumed_at = state["updated_at"], state["resumed_at"]
-    return _Folded(
-        definition=dict(state["definition"]),
-        revision=state["revision"],
-        created_at=parse_instant(state["created_at"]),
-        updated_at=parse_instant(updated_at) if updated_at is not None else None,
-        resumed_at=parse_instant(resumed_at) if resumed_at is not None else None,
-        paused=state["paused"],
-        deleted=state["deleted"],
-    )
+    return state
+
+
+def _instant_or_none(text: str | None) -> datetime | None:
+    return parse_instant(text) if text is not None else None
 
 
 def _missed_reports(
@@ -470,7 +452,7 @@ class StartupRecovery:
         else:
             try:
                 folded = _fold(records[:consumed])
-                definition = parse_definition(folded.definition)
+                definition = parse_definition(folded["definition"])
             except (InvalidDefinition, KeyError, ValueError) as exc:
                 self._block_unknown(
                     schedule_id,
@@ -502,16 +484,16 @@ class StartupRecovery:
                     # Blocked from the start: nothing of it is started or admitted.
                     blocked_reason=problems[0].describe() if problems else None,
                     definition=definition,
-                    revision=folded.revision,
-                    created_at=folded.created_at,
+                    revision=folded["revision"],
+                    created_at=parse_instant(folded["created_at"]),
                     watermark=parse_instant(record["watermark"]) if record else None,
                     last_decided_instant=last_decided,
                     held=held,
-                    paused=folded.paused,
-                    deleted=folded.deleted,
+                    paused=folded["paused"],
+                    deleted=folded["deleted"],
                     active_runs=tuple(active),
-                    updated_at=folded.updated_at,
-                    resumed_at=folded.resumed_at,
+                    updated_at=_instant_or_none(folded["updated_at"]),
+                    resumed_at=_instant_or_none(folded["resumed_at"]),
                     waiting=tuple(w for w in waiting if last_decided is None or w > last_decided),
                 )
             )
