@@ -271,6 +271,8 @@ def _stop_orphan(root: Path) -> None:
         return
     pid, shm = found
     if _alive(pid) and str(data_dir) in _cmdline(pid):
+        for process in (*_children(pid), pid):  # it may have been paused
+            _signal(process, signal.SIGCONT)
         _signal(pid, signal.SIGQUIT)
         if _wait_gone([pid], 5.0):
             _signal(pid, signal.SIGKILL)
@@ -468,20 +470,26 @@ class PostgresServer:
         first = self.root is None
         with _LIVE_LOCK:
             _LIVE.add(self)
-        if first:
-            self._create_cluster()
-        attempts = 5 if first else 1
-        for attempt in range(attempts):
+        try:
             if first:
-                self.port = _free_port()
-            try:
-                self._spawn_and_wait()
-                return
-            except _PortTaken:
-                if attempt == attempts - 1:
-                    raise RuntimeError(
-                        f"the postmaster could not bind 127.0.0.1:{self.port}:\n{self.log_tail()}"
-                    ) from None
+                self._create_cluster()
+            attempts = 5 if first else 1
+            for attempt in range(attempts):
+                if first:
+                    self.port = _free_port()
+                try:
+                    self._spawn_and_wait()
+                    return
+                except _PortTaken:
+                    if attempt == attempts - 1:
+                        raise RuntimeError(
+                            f"the postmaster could not bind 127.0.0.1:{self.port}:\n"
+                            f"{self.log_tail()}"
+                        ) from None
+        except BaseException:
+            if first:  # nothing worth keeping: the next start() begins afresh
+                self.close()
+            raise
 
     def _create_cluster(self) -> None:
         base = self.base_dir
