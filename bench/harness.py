@@ -363,7 +363,7 @@ def write_history(
     Set-up only (wrap it in `fast_setup()`): the rows are what the stores
     themselves produce, so recovery and paging read exactly their format.
     """
-    history = schedules.history
+    history = schedules.backend.history_store
     history.recover(schedule_id)
     snapshot = {"deployment_id": DEPLOYMENT, "inputs": {}, "max_steps": None, "revision": 1}
     run = first_run
@@ -404,7 +404,7 @@ def write_history(
         )
         last = extra_skipped
     if last is not None:
-        schedules.runtime.stage(
+        schedules.backend.runtime_store.stage(
             batch, schedule_id, watermark=last, held=None, lifecycle_seq=1, written_at=last
         )
     batch.commit()

@@ -63,7 +63,7 @@ async def generate(root: Path, rows: int) -> dict[str, Any]:
             1,
             extra_skipped=instants[-1] + timedelta(minutes=1) if extra else None,
         )
-        api.schedules.history.close()
+        api.schedules.backend.history_store.close()
         await _completed_runs(api, instants)
     return {"rows": 3 * occurrences + (1 if extra else 0), "setup_s": time.perf_counter() - began}
 
@@ -99,7 +99,7 @@ async def measure(root: Path, limit: int, samples: int) -> dict[str, Any]:
     server = harness.build_server(root)
     schedules = server.api.schedules
     # Owner's view after a restart: load the history as the scheduler would.
-    schedules.history.recover(SCHEDULE)
+    schedules.backend.history_store.recover(SCHEDULE)
 
     async def page(cursor: str | None) -> dict[str, Any]:
         result: dict[str, Any] = await schedules.list_schedule_occurrences(

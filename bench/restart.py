@@ -107,7 +107,7 @@ async def generate(root: Path, schedules: int, rows: int, runs: int) -> dict[str
             next_run = harness.write_history(
                 api.schedules, schedule_id, instants, next_run, extra_skipped=skipped
             )
-        api.schedules.history.close()
+        api.schedules.backend.history_store.close()
         if runs:
             await _completed_runs(api, runs)
     return {

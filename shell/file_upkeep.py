@@ -2,10 +2,14 @@
 
 Both are about files (what a start may `stat` instead of read, what an
 interrupted atomic write left behind), so they belong to the file stores,
-not to the scheduler service: the service asks `SchedulesApi.upkeep` (a
-`StoreUpkeepPort`) and runs the same on any backend. `file_store_upkeep` is
-the one place that recognizes the file stores; another backend passes its
-own upkeep, or none.
+not to the scheduler service: the service asks its backend's upkeep
+(`shell.store_ports.StoreUpkeepPort`) when it is quiet, and knows nothing
+of checkpoints.
+
+`FileStoreUpkeep` keeps the checkpoint's ledger between rounds: the entries
+this process's start took from the last checkpoint (as they were, for the
+schedules whose files had not changed), or those of the last checkpoint it
+wrote. The next checkpoint keeps what is unchanged and reads the rest.
 """
 
 from __future__ import annotations
@@ -13,9 +17,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Mapping
 
+from core.errors import SchedulingError
 from shell.definition_store import DefinitionStore
 from shell.durable import remove_stale_temp_files
 from shell.history_store import HistoryStore
+from shell.journal import CommitJournal
 from shell.runtime_store import RuntimeStore
 from shell.startup_checkpoint import (
     CachedSchedule,
@@ -25,12 +31,11 @@ from shell.startup_checkpoint import (
     write_startup_checkpoint,
 )
 from shell.store_format import ScheduleFiles
-from shell.store_ports import DefinitionsPort, HistoryPort, RuntimePort
 
-__all__ = ["FileStoreUpkeep", "file_store_upkeep"]
+__all__ = ["FileStoreUpkeep"]
 
-# The service's logger: the sweep was part of the service, and operators'
-# filters and the JSON log's logger field name it.
+# The service's logger: the sweep and the checkpoint were part of the
+# service, and operators' filters and the JSON log's logger field name it.
 _log = logging.getLogger("shell.service")
 
 
@@ -38,35 +43,59 @@ class FileStoreUpkeep:
     """`StoreUpkeepPort` for the definition, runtime and history files of one root."""
 
     def __init__(
-        self, definitions: DefinitionStore, runtime: RuntimeStore, history: HistoryStore
+        self,
+        definitions: DefinitionStore,
+        runtime: RuntimeStore,
+        history: HistoryStore,
+        journal: CommitJournal | None = None,
     ) -> None:
         self._definitions = definitions
         self._runtime = runtime
         self._history = history
+        self._journal = journal
+        # The checkpoint entries this process holds (see the module docstring).
+        self._captured: dict[str, CachedSchedule] = {}
 
     def take_startup_checkpoint(self) -> dict[str, CachedSchedule]:
+        """The last checkpoint's entries, consumed (a start calls it once); the
+        ledger starts afresh."""
+        self._captured = {}
         return read_startup_checkpoint(self._definitions.store_root, disk=self._definitions.disk)
 
+    def keep(self, reused: Mapping[str, CachedSchedule]) -> None:
+        """Keep checkpoint entries a recovery took as they were."""
+        self._captured.update(reused)
+
     def current_identities(self, schedule_id: str) -> str:
+        """What a checkpoint entry of this schedule is compared with: its
+        files' identities now."""
         files = ScheduleFiles.of(self._definitions.store_root, schedule_id)
         return current_identities_text(files, disk=self._definitions.disk)
 
     def publish(self) -> None:
-        # The history indexes' checkpoints: a start then replays nothing.
+        # The history indexes' checkpoints, then the journal emptied: a start
+        # then replays nothing, and a checkpoint describes durable files.
         self._history.publish()
+        if self._journal is not None:
+            self._journal.checkpoint()
 
-    def write_startup_checkpoint(
-        self, captured: Mapping[str, CachedSchedule], *, examine: Collection[str] | None = None
-    ) -> dict[str, CachedSchedule]:
-        entries = checkpoint_entries(
-            captured,
-            definitions=self._definitions,
-            runtime=self._runtime,
-            history=self._history,
-            examine=examine,
-        )
-        write_startup_checkpoint(self._definitions.store_root, entries, disk=self._definitions.disk)
-        return entries
+    def write_startup_checkpoint(self, *, examine: Collection[str] | None = None) -> bool:
+        try:
+            entries = checkpoint_entries(
+                self._captured,
+                definitions=self._definitions,
+                runtime=self._runtime,
+                history=self._history,
+                examine=examine,
+            )
+            write_startup_checkpoint(
+                self._definitions.store_root, entries, disk=self._definitions.disk
+            )
+        except (OSError, SchedulingError) as exc:
+            _log.warning("could not write the startup checkpoint: %s", exc)
+            return False
+        self._captured = entries
+        return True
 
     def sweep_temp_files(self, *, older_than_ns: int) -> None:
         """A start does not look for them (a temp file is never read as the
@@ -85,17 +114,3 @@ class FileStoreUpkeep:
                     )
         except OSError as exc:
             _log.warning("could not sweep temp files of interrupted writes: %s", exc)
-
-
-def file_store_upkeep(
-    definitions: DefinitionsPort, runtime: RuntimePort, history: HistoryPort
-) -> FileStoreUpkeep | None:
-    """The upkeep of these stores if all three are the file stores, else None
-    (mixed or other stores have no checkpoint to keep)."""
-    if (
-        isinstance(definitions, DefinitionStore)
-        and isinstance(runtime, RuntimeStore)
-        and isinstance(history, HistoryStore)
-    ):
-        return FileStoreUpkeep(definitions, runtime, history)
-    return None

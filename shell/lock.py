@@ -76,10 +76,9 @@ class SchedulerLock:
         it.
         """
         if self._fd is not None:
-            raise SchedulerUnavailable(
-                f"scheduler store {self.store_root} is already owned by this lock object",
-                data={"holder": self.holder},
-            )
+            # Held here already (a second service of the same backend): the
+            # refusal names the holder, this process, as for any other.
+            raise self._refusal()
         self.store_root.mkdir(parents=True, exist_ok=True)
         root_fd = self._lock_root()
         try:

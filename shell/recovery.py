@@ -8,13 +8,15 @@ deciding again what was already decided. That is a large job with one
 concern of its own, so it lives here and not in the loop of
 `shell/service.py`; no scheduling rule lives here either.
 
-It depends on the store ports alone (`shell.store_ports`): a backend that
-keeps no startup checkpoint simply never hands it one.
+It depends on the store ports alone (`shell.store_ports`): the backend's
+recovery reader says what each schedule's records are (the file backend
+takes unchanged files from its startup checkpoint), and its `locate` names
+where a contradiction was found.
 
 What the service keeps between rounds besides the events (consumed
 lifecycle seqs, the schedules whose consumed seq must become durable, the
-schedules still without a runtime record, the runtime marks, the checkpoint
-entries taken) comes back in a `Recovered` value. A recovery that fails
+schedules still without a runtime record, the runtime marks) comes back in
+a `Recovered` value. A recovery that fails
 part-way raises, and `found` still holds what it had found, which the
 service keeps, as it did when recovery was part of it. `lifecycle_event`
 and `RuntimeMark` are exported because the loop reads the same records
@@ -24,12 +26,11 @@ after the start and must read them the same way.
 from __future__ import annotations
 
 import logging
-import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from core.definitions import parse_definition
 from core.errors import InvalidDefinition, NotFound, SchedulingError
@@ -49,15 +50,9 @@ from core.lifecycle import LifecycleRefusal, apply_record
 from core.recovery_checks import OpenAdmission, RunClaim, claim_problems, recovered_run
 from shell.history_store import HistoryRecovery, OpenOccurrence
 from shell.ports import HostApi
-from shell.runtime_store import RuntimeLoad
 from shell.schedules_api import SchedulesApi, unchecked_run_reads
-from shell.startup_checkpoint import CachedSchedule, UnchangedParts
-from shell.store_format import (
-    ScheduleFiles,
-    StoreDamaged,
-    StoreProblem,
-    parse_instant,
-)
+from shell.store_format import StoreProblem, parse_instant
+from shell.store_ports import ScheduleBackend, ScheduleInputs
 
 __all__ = ["Recovered", "RuntimeMark", "StartupRecovery", "lifecycle_event"]
 
@@ -84,9 +79,6 @@ class Recovered:
     unseeded: tuple[tuple[str, str], ...]
     # Per schedule, what its durable runtime record says.
     runtime_marks: Mapping[str, RuntimeMark]
-    # The checkpoint entries taken as they were (unchanged files), kept for
-    # the next checkpoint.
-    reused: Mapping[str, CachedSchedule]
 
 
 def _runtime_mark(record: Mapping[str, Any]) -> RuntimeMark:
@@ -159,33 +151,20 @@ def _missed_reports(
     ]
 
 
-class _Inputs(NamedTuple):
-    """What a schedule's recovery reads from its files."""
-
-    records: tuple[dict[str, Any], ...]
-    runtime: RuntimeLoad
-    recovered: HistoryRecovery
-    load_problems: tuple[StoreProblem, ...]
-    # The block definition.json records, if any.
-    stored_block: Mapping[str, Any] | None
-
-
 def _run_number(run_id: str) -> int | None:
     # Host run ids end in their number (run-000042) and sort by it.
     match = re.search(r"(\d+)$", run_id)
     return int(match.group(1)) if match else None
 
 
-def _run_file(run_id: str) -> str:
-    # The host keeps one record per run under <store_root>/runs (docs/host.md).
-    return f"runs/{run_id}.json"
-
-
 def _claim_problems(
-    schedule_id: str, claims: Sequence[RunClaim], recovered: HistoryRecovery
+    backend: ScheduleBackend,
+    schedule_id: str,
+    claims: Sequence[RunClaim],
+    recovered: HistoryRecovery,
 ) -> list[StoreProblem]:
     """`core.recovery_checks.claim_problems` on what the history store read,
-    each naming the claiming run's record file."""
+    each naming the claiming run's record."""
     if not claims:
         return []  # nothing claims anything: no contradiction (most schedules)
     open_runs = {parse_instant(o.instant): o.run_id for o in recovered.open_occurrences}
@@ -196,7 +175,7 @@ def _claim_problems(
     return [
         StoreProblem(
             schedule_id=schedule_id,
-            file=_run_file(problem.run_id),
+            file=backend.run_location(problem.run_id),
             record=problem.record,
             reason=problem.reason,
         )
@@ -205,11 +184,12 @@ def _claim_problems(
 
 
 class StartupRecovery:
-    """One recovery of every schedule of a store root. See the module docstring.
+    """One recovery of every schedule of a store. See the module docstring.
 
     `block_unknown` and `damaged_record` are the service's: a schedule is
     blocked, and damage reported, the same way whether a start or a round
-    finds it.
+    finds it. `at_start`: a start's recovery (not a rebuild after a failed
+    round), which may take what the last clean stop left for it.
     """
 
     def __init__(
@@ -217,28 +197,21 @@ class StartupRecovery:
         *,
         host: HostApi,
         schedules: SchedulesApi,
-        block_unknown: Callable[[str, StoreProblem], None],
-        damaged_record: Callable[[str, Mapping[str, Any], str], list[Event]],
-        checkpoint: Mapping[str, CachedSchedule] | None = None,
+        block_unknown: Callable[[str, StoreProblem], Awaitable[None]],
+        damaged_record: Callable[[str, Mapping[str, Any], str], Awaitable[list[Event]]],
+        at_start: bool = False,
     ) -> None:
         self._host = host
         self._api = schedules
+        self._backend = schedules.backend
         self._block_unknown = block_unknown
         self._damaged_record = damaged_record
+        self._at_start = at_start
         self._events: list[Event] = []
         self._consumed: dict[str, int] = {}
         self._consumed_now: set[str] = set()
         self._unseeded: list[tuple[str, str]] = []
         self._runtime_marks: dict[str, RuntimeMark] = {}
-        # The last checkpoint's entries, taken instead of reading a schedule's
-        # files when they have not changed, and those taken, for the next
-        # checkpoint.
-        self._checkpoint = dict(checkpoint) if checkpoint is not None else {}
-        self._reused: dict[str, CachedSchedule] = {}
-        self._root = os.fspath(schedules.definitions.store_root)
-        # Only a backend with upkeep keeps a checkpoint, and it says what the
-        # entries' identities are now.
-        self._upkeep = schedules.upkeep
         # Run ids that admitted rows name but no run record holds: their runs
         # are created next, so the run-id counter is moved past them.
         self._orphans: list[str] = []
@@ -252,17 +225,22 @@ class StartupRecovery:
             consumed_now=frozenset(self._consumed_now),
             unseeded=tuple(self._unseeded),
             runtime_marks=dict(self._runtime_marks),
-            reused=dict(self._reused),
         )
 
     async def recover(self) -> Recovered:
         """Recover every schedule, in schedule order. Call once."""
-        # A checkpointed schedule's files are checked one by one next.
-        ids = self._api.definitions.list_ids(present=self._checkpoint.keys())
+        reader = self._backend.recovery_reader(at_start=self._at_start)
+        ids = await reader.schedule_ids()
         claims = await self._run_claims(set(ids))
         for schedule_id in ids:
+            read = await reader.read(schedule_id)
+            if read is None:
+                continue
+            if isinstance(read, StoreProblem):
+                await self._block_unknown(schedule_id, read)
+                continue
             self._events.extend(
-                await self._recover_schedule(schedule_id, claims.get(schedule_id, []))
+                await self._recover_schedule(schedule_id, read, claims.get(schedule_id, []))
             )
         await self._reserve_past(self._orphans)
         return self.found
@@ -313,105 +291,10 @@ class StartupRecovery:
             if cursor is None:
                 return claims
 
-    def _read_inputs(
-        self, schedule_id: str, files: ScheduleFiles, *, full_scan: bool = False
-    ) -> _Inputs | None:
-        """Read the schedule's files; None when there is nothing to recover
-        (the schedule is gone, incomplete, or blocked as unknown here).
-        `full_scan`: read the history whole (see `_recover_history`)."""
-        definitions = self._api.definitions
-        # (Temp files of atomic writes a crash interrupted are never read as
-        # the truth; the service sweeps them once the start is over.)
-        # The snapshot is a cache of the log, but damage to it blocks all the same;
-        # loading as the owner drops a torn final lifecycle line, with a warning.
-        try:
-            records, found = definitions.read_for_recovery(schedule_id, repair=True)
-        except StoreDamaged as exc:
-            self._block_unknown(schedule_id, exc.problem)
-            return None
-        except NotFound:
-            return None
-        if not records or found is None:
-            return None
-        loaded = found
-        runtime = self._api.runtime.load(schedule_id)
-        recovered = self._recover_history(schedule_id, full_scan=full_scan)
-        stored = loaded.snapshot.get("blocked") if loaded.snapshot is not None else None
-        # Nothing is kept for the next checkpoint: the start must be quick,
-        # and the checkpoint reads what it needs (`checkpoint_entries`).
-        return _Inputs(records, runtime, recovered, loaded.problems, stored)
-
-    def _recover_history(self, schedule_id: str, *, full_scan: bool) -> HistoryRecovery:
-        """The history recovered; with `full_scan` (its log was written other
-        than by appending since the last checkpoint described it) every row is
-        read, not only those after the index checkpoint: damage written into
-        it since is found now, not when a page reads it."""
-        history = self._api.history
-        if full_scan:
-            _log.warning(
-                "schedule %s: its history log was rewritten since the last checkpoint"
-                " (not only appended to); reading it whole",
-                schedule_id,
-            )
-            return history.recover(schedule_id, full_scan=True)
-        return history.recover(schedule_id)
-
-    def _cached_inputs(
-        self,
-        schedule_id: str,
-        entry: CachedSchedule | None,
-        unchanged: UnchangedParts | None,
-        full_scan: bool,
-    ) -> _Inputs | None:
-        """The inputs as the last checkpoint recorded them, part by part: the
-        lifecycle records if neither the lifecycle log nor the snapshot
-        changed since (else None: the schedule is read whole), and the
-        runtime record and the history state each from the checkpoint if
-        its files did not change, else from the files (a schedule that fired
-        since the checkpoint). See `shell/startup_checkpoint.py`."""
-        history_store = self._api.history
-        if entry is None or unchanged is None or not unchanged.lifecycle:
-            return None
-        try:
-            records, cached_runtime, history = entry.parts()
-            if not records:
-                return None
-            adopted = history_store.adopt_state(schedule_id, history) if unchanged.history else None
-        except (ValueError, TypeError) as exc:
-            _log.warning(
-                "schedule %s: its startup checkpoint entry is unusable (%s); reading its files",
-                schedule_id,
-                exc,
-            )
-            return None
-        recovered = (
-            adopted
-            if adopted is not None
-            else self._recover_history(schedule_id, full_scan=full_scan)
-        )
-        if unchanged.runtime:
-            runtime = RuntimeLoad(schedule_id=schedule_id, record=cached_runtime)
-        else:
-            runtime = self._api.runtime.load(schedule_id)
-        # The next checkpoint reuses the parts whose files are unchanged.
-        self._reused[schedule_id] = entry
-        return _Inputs(records, runtime, recovered, (), None)
-
-    async def _recover_schedule(self, schedule_id: str, claims: Sequence[RunClaim]) -> list[Event]:
-        files = ScheduleFiles.of(self._root, schedule_id)
-        entry = self._checkpoint.pop(schedule_id, None)
-        unchanged: UnchangedParts | None = None
-        full_scan = False
-        if entry is not None and self._upkeep is not None:
-            current = self._upkeep.current_identities(schedule_id)
-            unchanged = entry.unchanged(current)
-            full_scan = unchanged is not None and not unchanged.history
-            full_scan = full_scan and entry.history_rewritten(current)
-        inputs = self._cached_inputs(schedule_id, entry, unchanged, full_scan) or self._read_inputs(
-            schedule_id, files, full_scan=full_scan
-        )
-        if inputs is None:
-            return []
+    async def _recover_schedule(
+        self, schedule_id: str, inputs: ScheduleInputs, claims: Sequence[RunClaim]
+    ) -> list[Event]:
+        backend = self._backend
         records, runtime, recovered, load_problems, stored = inputs
         if runtime.record is not None and runtime.problem is None:
             self._runtime_marks[schedule_id] = _runtime_mark(runtime.record)
@@ -423,7 +306,7 @@ class StartupRecovery:
             problems.append(
                 StoreProblem(
                     schedule_id=schedule_id,
-                    file=files.relative(files.runtime),
+                    file=backend.locate(schedule_id, "runtime"),
                     record=f"lifecycle_seq {consumed}",
                     reason=(
                         f"runtime consumed lifecycle seq {consumed}"
@@ -441,7 +324,7 @@ class StartupRecovery:
             problems.append(
                 StoreProblem(
                     schedule_id=schedule_id,
-                    file=files.relative(files.runtime),
+                    file=backend.locate(schedule_id, "runtime"),
                     record="whole file",
                     reason="history holds admitted occurrences but the runtime record is missing",
                 )
@@ -454,11 +337,11 @@ class StartupRecovery:
                 folded = _fold(records[:consumed])
                 definition = parse_definition(folded["definition"])
             except (InvalidDefinition, KeyError, ValueError) as exc:
-                self._block_unknown(
+                await self._block_unknown(
                     schedule_id,
                     StoreProblem(
                         schedule_id=schedule_id,
-                        file=f"schedules/{schedule_id}/lifecycle.jsonl",
+                        file=backend.locate(schedule_id, "lifecycle"),
                         record="definition",
                         reason=str(exc),
                     ),
@@ -474,11 +357,11 @@ class StartupRecovery:
             )
             active = []
             for occurrence in recovered.open_occurrences:
-                run, problem = await self._recovered_run(schedule_id, occurrence, files)
+                run, problem = await self._recovered_run(schedule_id, occurrence)
                 active.append(run)
                 if problem is not None:
                     problems.append(problem)
-            problems.extend(_claim_problems(schedule_id, claims, recovered))
+            problems.extend(_claim_problems(backend, schedule_id, claims, recovered))
             events.append(
                 ScheduleRecovered(
                     # Blocked from the start: nothing of it is started or admitted.
@@ -504,16 +387,16 @@ class StartupRecovery:
             try:
                 events.append(lifecycle_event(schedule_id, record))
             except (InvalidDefinition, ValueError, KeyError) as exc:
-                events.extend(self._damaged_record(schedule_id, record, str(exc)))
+                events.extend(await self._damaged_record(schedule_id, record, str(exc)))
                 break
             self._consumed[schedule_id] = record["seq"]
             self._consumed_now.add(schedule_id)
         self._consumed.setdefault(schedule_id, consumed)
         if consumed == 0:
-            problems.extend(_claim_problems(schedule_id, claims, recovered))
+            problems.extend(_claim_problems(backend, schedule_id, claims, recovered))
         for problem in problems:
             if not any(isinstance(e, ScheduleRecovered | ScheduleCreated) for e in events):
-                self._block_unknown(schedule_id, problem)
+                await self._block_unknown(schedule_id, problem)
                 break
             events.append(
                 RecordsContradicted(
@@ -526,12 +409,10 @@ class StartupRecovery:
         if consumed == 0 and replay and not problems:
             self._unseeded.append((schedule_id, replay[0]["at"]))
         if stored is not None and not any(isinstance(e, RecordsContradicted) for e in events):
-            events.extend(await self._lift_block(schedule_id, stored, files))
+            events.extend(await self._lift_block(schedule_id, stored))
         return events
 
-    async def _lift_block(
-        self, schedule_id: str, stored: Mapping[str, Any], files: ScheduleFiles
-    ) -> list[Event]:
+    async def _lift_block(self, schedule_id: str, stored: Mapping[str, Any]) -> list[Event]:
         """A schedule blocked before is sound at this start: lift the block, and
         say so. Damage inside the history, and a finished run that disagrees
         with its row, are only found by reading them (startup reads the
@@ -539,9 +420,14 @@ class StartupRecovery:
         history, its index or a run record is lifted only after a read of the
         whole history, each finished row checked against its run record,
         finds nothing."""
+        backend = self._backend
         file = stored.get("file")
-        read_by_pages = ("", files.relative(files.history), files.relative(files.history_index))
-        if file in read_by_pages or (isinstance(file, str) and file.startswith("runs/")):
+        read_by_pages = (
+            "",
+            backend.locate(schedule_id, "history"),
+            backend.locate(schedule_id, "history_index"),
+        )
+        if file in read_by_pages or (isinstance(file, str) and backend.is_run_location(file)):
             problem = await self._api.verify_history(schedule_id)
             if problem is not None:
                 return [
@@ -560,13 +446,13 @@ class StartupRecovery:
             stored.get("reason"),
         )
         try:
-            self._api.definitions.set_blocked(schedule_id, None)
+            await backend.definitions.set_blocked(schedule_id, None)
         except SchedulingError as exc:
             _log.error("could not clear the diagnostic of %s: %s", schedule_id, exc)
         return []
 
     async def _recovered_run(
-        self, schedule_id: str, occurrence: OpenOccurrence, files: ScheduleFiles
+        self, schedule_id: str, occurrence: OpenOccurrence
     ) -> tuple[RecoveredRun, StoreProblem | None]:
         """The open occurrence's run as the run store has it, checked by
         `core.recovery_checks.recovered_run`, and the problem that blocks the
@@ -592,22 +478,21 @@ class StartupRecovery:
                 )
                 return kept, StoreProblem(
                     schedule_id=schedule_id,
-                    file=_run_file(occurrence.run_id),
+                    file=self._backend.run_location(occurrence.run_id),
                     record="whole file",
                     reason=exc.message,
                 )
-        verdict = recovered_run(
-            schedule_id, admission, record, history_name=files.relative(files.history)
-        )
+        history_name = self._backend.locate(schedule_id, "history")
+        verdict = recovered_run(schedule_id, admission, record, history_name=history_name)
         if verdict.orphan is not None:
             self._orphans.append(verdict.orphan)
         problem = verdict.problem
         if problem is None:
             return verdict.run, None
         file = (
-            files.relative(files.history)
+            history_name
             if problem.witness == "history"
-            else _run_file(problem.run_id)
+            else self._backend.run_location(problem.run_id)
         )
         return verdict.run, StoreProblem(
             schedule_id=schedule_id, file=file, record=problem.record, reason=problem.reason

@@ -13,7 +13,7 @@ import contextlib
 import contextvars
 import functools
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -42,21 +42,23 @@ from core.errors import (
 from core.occurrences import TERMINAL_RUN_STATUSES
 from core.schedule_state import lifecycle_state, oneshot_finished
 from shell.clock import Clock, SystemClock
-from shell.definition_store import DefinitionStore
 from shell.disk import OS_DISK, Disk
-from shell.file_upkeep import file_store_upkeep
-from shell.history_store import HistoryStore
+from shell.file_backend import FileBackend
 from shell.ports import HostApi
-from shell.runtime_store import RuntimeStore
 from shell.store_format import (
-    ScheduleFiles,
     StoreDamaged,
     StoreProblem,
     format_instant,
     parse_instant,
 )
 from shell.store_health import StoreHealth, store_call
-from shell.store_ports import DefinitionsPort, HistoryPort, RuntimePort, StoreUpkeepPort
+from shell.store_ports import (
+    DefinitionsPort,
+    HistoryPort,
+    RuntimePort,
+    ScheduleBackend,
+    StoreUpkeepPort,
+)
 
 __all__ = [
     "RUN_NOT_CREATED",
@@ -115,9 +117,9 @@ class _Service(Protocol):
 
     def live_view(self, schedule_id: str) -> LiveScheduleView | None: ...
 
-    def records_damaged(self, problem: StoreProblem) -> None: ...
+    async def records_damaged(self, problem: StoreProblem) -> None: ...
 
-    def ensure_owner(self) -> None: ...
+    async def ensure_owner(self) -> None: ...
 
 
 def _int_problem(field: str, value: object, *, low: int, high: int | None = None) -> Problem | None:
@@ -144,31 +146,20 @@ class SchedulesApi:
     def __init__(
         self,
         *,
-        store_root: Any,
+        backend: ScheduleBackend,
         host: HostApi,
         clock: Clock | None = None,
-        definitions: DefinitionsPort | None = None,
-        runtime: RuntimePort | None = None,
-        history: HistoryPort | None = None,
         store_health: StoreHealth | None = None,
-        upkeep: StoreUpkeepPort | None = None,
     ) -> None:
         # Shared with the host API and the scheduler service of the same store.
-        self.store_health = store_health if store_health is not None else StoreHealth(store_root)
-        # Stores default to the files under `store_root`; the simulation injects
-        # the same stores over its simulated disk (`shell.sim`).
-        self.definitions: DefinitionsPort = (
-            definitions if definitions is not None else DefinitionStore(store_root)
-        )
-        self.runtime: RuntimePort = runtime if runtime is not None else RuntimeStore(store_root)
-        self.history: HistoryPort = history if history is not None else HistoryStore(store_root)
-        # What the scheduler service runs at quiet moments and at a start for
-        # these stores (None: nothing, as for in-memory stores).
-        self.upkeep: StoreUpkeepPort | None = (
-            upkeep
-            if upkeep is not None
-            else file_store_upkeep(self.definitions, self.runtime, self.history)
-        )
+        self.store_health = store_health if store_health is not None else StoreHealth()
+        # The stores (files or a database), their batches and ownership: the
+        # scheduler service of this API runs on the same backend.
+        self.backend = backend
+        self.definitions: DefinitionsPort = backend.definitions
+        self.runtime: RuntimePort = backend.runtime
+        self.history: HistoryPort = backend.history
+        self.upkeep: StoreUpkeepPort | None = backend.upkeep
         self._host = host
         self.clock: Clock = clock or SystemClock()
         self._service: _Service | None = None
@@ -189,8 +180,8 @@ class SchedulesApi:
         if self._service is not None:
             self._service.schedule_changed(schedule_id)
 
-    @contextlib.contextmanager
-    def _telling(self, schedule_id: str) -> Iterator[None]:
+    @contextlib.asynccontextmanager
+    async def _telling(self, schedule_id: str) -> AsyncIterator[None]:
         """Around a lifecycle write: if it fails part-way with an I/O error
         (the snapshot after the lifecycle record, say), the record may be
         durable all the same, and the log is the truth. Tell the service,
@@ -198,16 +189,16 @@ class SchedulesApi:
         try:
             yield
         except OSError:
-            if self.definitions.exists(schedule_id):
+            if await self.definitions.exists(schedule_id):
                 self._changed(schedule_id)
             raise
 
-    def _check_owner(self) -> None:
+    async def _check_owner(self) -> None:
         """Before a change: the attached service must still own the store. One
         whose lock file was removed or replaced (fenced) may have a successor
         in another process, and two writers would corrupt the logs."""
         if self._service is not None:
-            self._service.ensure_owner()
+            await self._service.ensure_owner()
 
     # --- validation ---------------------------------------------------------------
 
@@ -274,23 +265,23 @@ class SchedulesApi:
         given = _given(locals(), DEFINITION_FIELDS)
         definition = parse_definition(given)
         async with self._write_lock:
-            self._check_owner()
+            await self._check_owner()
             now = self.clock.now()
             check_oneshot_in_future(definition, now)
             await self._check_runnable(definition, 1, now)
-            with self._telling(definition.schedule_id):
-                result = self.definitions.create(
+            async with self._telling(definition.schedule_id):
+                result = await self.definitions.create(
                     definition.schedule_id, definition_to_payload(definition), at=now
                 )
         self._changed(definition.schedule_id)
-        return self._present(result.snapshot, now)
+        return await self._present(result.snapshot, now)
 
     @store_call(writes=False)
     async def get_schedule(self, *, schedule_id: str) -> dict[str, Any]:
         """The full definition payload with revision, lifecycle flags, the blocking
         diagnostic (if any), the next instant and the held candidate."""
-        snapshot = self.definitions.get(schedule_id)
-        return self._present(snapshot, self.clock.now())
+        snapshot = await self.definitions.get(schedule_id)
+        return await self._present(snapshot, self.clock.now())
 
     @store_call(writes=False)
     async def list_schedules(self, *, include_deleted: bool = False) -> list[dict[str, Any]]:
@@ -301,9 +292,9 @@ class SchedulesApi:
             )
         now = self.clock.now()
         listed: list[dict[str, Any]] = []
-        for schedule_id in self.definitions.list_ids():
+        for schedule_id in await self.definitions.list_ids():
             try:
-                snapshot = self.definitions.get(schedule_id)
+                snapshot = await self.definitions.get(schedule_id)
             except NotFound:
                 continue
             except InvalidState as exc:
@@ -319,7 +310,7 @@ class SchedulesApi:
                 continue
             if snapshot["deleted"] and not include_deleted:
                 continue
-            listed.append(self._present(snapshot, now))
+            listed.append(await self._present(snapshot, now))
         return listed
 
     @store_call(writes=True)
@@ -349,9 +340,9 @@ class SchedulesApi:
             raise InvalidDefinition.from_problems("schedule update", [problem])
         patch = parse_update(given)
         async with self._write_lock:
-            self._check_owner()
+            await self._check_owner()
             now = self.clock.now()
-            snapshot = self.definitions.get(schedule_id)
+            snapshot = await self.definitions.get(schedule_id)
             if snapshot["deleted"]:
                 raise InvalidState(
                     f"schedule {schedule_id!r} is deleted", data={"schedule_id": schedule_id}
@@ -359,8 +350,8 @@ class SchedulesApi:
             current = parse_definition(snapshot["definition"])
             updated = apply_update(current, patch, now)
             await self._check_runnable(updated, snapshot["revision"] + 1, now)
-            with self._telling(schedule_id):
-                result = self.definitions.apply_change(
+            async with self._telling(schedule_id):
+                result = await self.definitions.apply_change(
                     schedule_id,
                     "updated",
                     at=now,
@@ -368,7 +359,7 @@ class SchedulesApi:
                     expected_revision=expected_revision,
                 )
         self._changed(schedule_id)
-        return self._present(result.snapshot, now)
+        return await self._present(result.snapshot, now)
 
     @store_call(writes=False)
     async def pause_schedule(self, *, schedule_id: str) -> dict[str, Any]:
@@ -389,14 +380,14 @@ class SchedulesApi:
 
     async def _lifecycle(self, schedule_id: str, kind: Any) -> dict[str, Any]:
         async with self._write_lock:
-            self._check_owner()
+            await self._check_owner()
             now = self.clock.now()
-            with self._telling(schedule_id):
-                result = self.definitions.apply_change(schedule_id, kind, at=now)
+            async with self._telling(schedule_id):
+                result = await self.definitions.apply_change(schedule_id, kind, at=now)
         if result.record is not None:
             self.store_health.succeeded("api")
             self._changed(schedule_id)
-        return self._present(result.snapshot, now)
+        return await self._present(result.snapshot, now)
 
     @store_call(writes=False)
     async def list_schedule_occurrences(
@@ -413,19 +404,19 @@ class SchedulesApi:
             problems.append(Problem(field="cursor", reason="must be a string or null"))
         if problems:
             raise InvalidInput.from_problems("occurrence query", problems)
-        if not self.definitions.exists(schedule_id):
+        if not await self.definitions.exists(schedule_id):
             raise NotFound(
                 f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
             )
         try:
-            rows, next_cursor = self.history.page(schedule_id, limit=limit, cursor=cursor)
+            rows, next_cursor = await self.history.page(schedule_id, limit=limit, cursor=cursor)
             problem = await self._run_disagreement(schedule_id, rows)
             if problem is not None:
                 raise StoreDamaged(problem)
         except StoreDamaged as exc:
             # Damage inside the history, or a run record that disagrees with
             # it, is found when it is read: block the schedule, serve nothing.
-            self._found_damaged(exc.problem)
+            await self._found_damaged(exc.problem)
             raise
         occurrences = [dict(row) for row in rows]
         if cursor is None:
@@ -441,28 +432,22 @@ class SchedulesApi:
                     "recorded_at": None,
                     "revision": None,
                 }
-                for instant in self._pending_instants(schedule_id)
+                for instant in await self._pending_instants(schedule_id)
             ]
             occurrences = pending + occurrences
         return {"occurrences": occurrences, "next_cursor": next_cursor}
 
     # --- history against run records ------------------------------------------------
 
-    def _found_damaged(self, problem: StoreProblem) -> None:
+    async def _found_damaged(self, problem: StoreProblem) -> None:
         if self._service is not None:
-            self._service.records_damaged(problem)
-
-    def _files(self, schedule_id: str) -> ScheduleFiles:
-        return ScheduleFiles.of(self.definitions.store_root, schedule_id)
+            await self._service.records_damaged(problem)
 
     def _history_problem(self, schedule_id: str, seq: int, reason: str) -> StoreProblem:
-        files = self._files(schedule_id)
-        locate = getattr(self.history, "locate", None)
-        record = locate(schedule_id, seq) if callable(locate) else f"seq {seq}"
         return StoreProblem(
             schedule_id=schedule_id,
-            file=files.relative(files.history),
-            record=record,
+            file=self.backend.locate(schedule_id, "history"),
+            record=self.history.locate(schedule_id, seq),
             reason=reason,
         )
 
@@ -498,7 +483,7 @@ class SchedulesApi:
             except SchedulingError as exc:
                 return StoreProblem(
                     schedule_id=schedule_id,
-                    file=_run_file(run_id),
+                    file=self.backend.run_location(run_id),
                     record="whole file",
                     reason=exc.message,
                 )
@@ -527,14 +512,13 @@ class SchedulesApi:
             or origin.get("schedule_id") != schedule_id
             or not same_instant
         ):
-            files = self._files(schedule_id)
             return StoreProblem(
                 schedule_id=schedule_id,
-                file=_run_file(run_id),
+                file=self.backend.run_location(run_id),
                 record="origin",
                 reason=(
                     f"run {run_id} names origin {dict(origin)!r}, but seq {seq} of"
-                    f" {files.relative(files.history)} ran it for {schedule_id}"
+                    f" {self.backend.locate(schedule_id, 'history')} ran it for {schedule_id}"
                     f" at {row['instant']}"
                 ),
             )
@@ -543,7 +527,8 @@ class SchedulesApi:
                 schedule_id,
                 seq,
                 f"the occurrence's run {run_id} is {row['status']} here, but its record"
-                f" {_run_file(run_id)} says {run.get('status')}: the two disagree",
+                f" {self.backend.run_location(run_id)} says {run.get('status')}:"
+                " the two disagree",
             )
         return None
 
@@ -563,35 +548,33 @@ class SchedulesApi:
         ):
             return
         schedule_id, instant = origin.get("schedule_id"), origin.get("instant")
-        occurrence_at = getattr(self.history, "occurrence_at", None)
-        if not isinstance(schedule_id, str) or not callable(occurrence_at):
-            return
+        if not isinstance(schedule_id, str) or not isinstance(instant, str):
+            return  # no instant at all: not an occurrence's run
         run_id = str(run.get("run_id"))
         try:
-            row = occurrence_at(schedule_id, instant)
+            row = await self.history.occurrence_at(schedule_id, instant)
         except StoreDamaged as exc:
-            self._found_damaged(exc.problem)
+            await self._found_damaged(exc.problem)
             raise
         except (NotFound, InvalidInput):
             return  # no such schedule (a start warns of it), or no instant at all
         problem: StoreProblem | None = None
         if row is None or row.get("run_id") != run_id:
-            files = self._files(schedule_id)
             held = f"admitted it as run {row['run_id']}" if row and row.get("run_id") else None
             problem = StoreProblem(
                 schedule_id=schedule_id,
-                file=_run_file(run_id),
+                file=self.backend.run_location(run_id),
                 record="origin",
                 reason=(
                     f"run {run_id} ({run.get('status')}) claims occurrence {instant} of"
-                    f" {schedule_id}, but {files.relative(files.history)}"
+                    f" {schedule_id}, but {self.backend.locate(schedule_id, 'history')}"
                     f" {held or 'has no run for that instant'}"
                 ),
             )
         elif row.get("status") in TERMINAL_RUN_STATUSES:
             problem = self._run_against_row(schedule_id, run, row)
         if problem is not None:
-            self._found_damaged(problem)
+            await self._found_damaged(problem)
             raise StoreDamaged(problem)
 
     async def verify_history(self, schedule_id: str) -> StoreProblem | None:
@@ -601,7 +584,7 @@ class SchedulesApi:
         cursor: str | None = None
         try:
             while True:
-                rows, cursor = self.history.page(schedule_id, limit=100, cursor=cursor)
+                rows, cursor = await self.history.page(schedule_id, limit=100, cursor=cursor)
                 problem = await self._run_disagreement(schedule_id, rows)
                 if problem is not None:
                     return problem
@@ -612,17 +595,17 @@ class SchedulesApi:
 
     # --- presentation -------------------------------------------------------------
 
-    def _pending_instants(self, schedule_id: str) -> tuple[datetime, ...]:
+    async def _pending_instants(self, schedule_id: str) -> tuple[datetime, ...]:
         live = self._service.live_view(schedule_id) if self._service is not None else None
         if live is not None:
             return live.pending
-        loaded = self.runtime.load(schedule_id)
+        loaded = await self.runtime.load(schedule_id)
         if loaded.record is None:
             return ()
         instants = [loaded.record.get("held"), *loaded.record.get("waiting", ())]
         return tuple(sorted(parse_instant(text) for text in instants if text))
 
-    def _present(self, snapshot: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    async def _present(self, snapshot: Mapping[str, Any], now: datetime) -> dict[str, Any]:
         schedule_id = snapshot["schedule_id"]
         definition = dict(snapshot["definition"])
         live = self._service.live_view(schedule_id) if self._service is not None else None
@@ -637,13 +620,13 @@ class SchedulesApi:
             except InvalidDefinition:
                 upcoming = None
             next_instant = format_instant(upcoming) if upcoming is not None else None
-        pending = self._pending_instants(schedule_id)
+        pending = await self._pending_instants(schedule_id)
         blocked = snapshot.get("blocked")
         if blocked is None and live is not None and live.blocked is not None:
             blocked = {"file": None, "record": None, "reason": live.blocked, "at": None}
         finished = False
         if parsed is not None and isinstance(parsed.trigger, OneShotTrigger):
-            finished = self._oneshot_finished(
+            finished = await self._oneshot_finished(
                 schedule_id, parsed.trigger.at, snapshot, live, pending, now
             )
         state = lifecycle_state(
@@ -670,7 +653,7 @@ class SchedulesApi:
             "held": format_instant(pending[0]) if pending else None,
         }
 
-    def _oneshot_finished(
+    async def _oneshot_finished(
         self,
         schedule_id: str,
         at: datetime,
@@ -698,19 +681,16 @@ class SchedulesApi:
                 open_instants=(*pending, *live.active),
             )
         watermark: datetime | None = None
-        loaded = self.runtime.load(schedule_id)
+        loaded = await self.runtime.load(schedule_id)
         if loaded.record is not None and loaded.record.get("watermark"):
             watermark = parse_instant(loaded.record["watermark"])
-        recorded: str | None = None
-        occurrence_at = getattr(self.history, "occurrence_at", None)
-        if callable(occurrence_at):
-            try:
-                row = occurrence_at(schedule_id, at)
-            except (StoreDamaged, NotFound, InvalidInput):
-                # Damage blocks the schedule where it is served (a page); a
-                # state is no place to report it, so the row is not known.
-                row = None
-            recorded = str(row["status"]) if row is not None else None
+        try:
+            row = await self.history.occurrence_at(schedule_id, at)
+        except (StoreDamaged, NotFound, InvalidInput):
+            # Damage blocks the schedule where it is served (a page); a
+            # state is no place to report it, so the row is not known.
+            row = None
+        recorded = str(row["status"]) if row is not None else None
         return decide_finished(
             watermark=watermark,
             recorded_status=recorded,
@@ -723,24 +703,15 @@ def _instant_or_none(text: object) -> datetime | None:
     return parse_instant(text) if isinstance(text, str) else None
 
 
-def _run_file(run_id: str) -> str:
-    # The host keeps one record per run under <store_root>/runs (docs/host.md).
-    return f"runs/{run_id}.json"
-
-
 def build_schedules_api(
     server: Any, *, clock: Clock | None = None, disk: Disk = OS_DISK
 ) -> SchedulesApi:
     """The schedules API for a host server (used by `schedules=True`), its
     file stores under the server's store root on `disk` (the operating
     system's unless a test passes a simulated one, `shell.sim.disk`)."""
-    root = server.store_root
     return SchedulesApi(
-        store_root=root,
+        backend=FileBackend(server.store_root, disk=disk),
         host=server.api,
         clock=clock,
         store_health=getattr(server.api, "store_health", None),
-        definitions=DefinitionStore(root, disk=disk),
-        runtime=RuntimeStore(root, disk=disk),
-        history=HistoryStore(root, disk=disk),
     )

@@ -2,9 +2,11 @@
 
 Theory of operation
 -------------------
-`start()` takes `<store_root>/scheduler.lock`, recovers every schedule from
-its stores (lifecycle log, runtime record, history) into events (see
-`shell/recovery.py`), and starts the loop. Each round of the loop:
+`start()` takes ownership of the store (`<store_root>/scheduler.lock` on the
+file backend), recovers every schedule from its stores (lifecycle log,
+runtime record, history) into events (see `shell/recovery.py`), and starts
+the loop. The stores are its backend's (`shell.store_ports`), reached
+through the schedules API: files or a database, the loop is the same. Each round of the loop:
 
 1. collects events: lifecycle records the API appended (the API wakes the
    loop; the log is the truth, so a change is consumed exactly once, in
@@ -68,23 +70,12 @@ from core.occurrences import RUN_STATUSES
 from core.state import SchedulerState, initial_state, schedule_view
 from shell.clock import Clock, SystemClock
 from shell.config import SchedulerServiceConfig
-from shell.disk import OS_DISK, Disk
-from shell.durable import GroupCommit
-from shell.journal import CommitJournal, journal_supported
-from shell.lock import SchedulerLock
 from shell.ports import HostApi, StopNotingHost
 from shell.recovery import Recovered, RuntimeMark, StartupRecovery, lifecycle_event
 from shell.schedules_api import LiveScheduleView, SchedulesApi
 from shell.service_commands import CommandExecutor, CommittedRound
 from shell.service_housekeeping import Housekeeping
-from shell.startup_checkpoint import CachedSchedule
-from shell.store_format import (
-    ScheduleFiles,
-    StoreDamaged,
-    StoreProblem,
-    parse_instant,
-)
-from shell.store_ports import LockPort
+from shell.store_format import StoreDamaged, StoreProblem, parse_instant
 
 __all__ = ["SchedulerService", "build_scheduler_service"]
 
@@ -123,22 +114,15 @@ class SchedulerService:
         *,
         host: HostApi,
         schedules: SchedulesApi,
-        store_root: Any,
         config: SchedulerServiceConfig,
         clock: Clock,
-        lock: LockPort | None = None,
-        journal: CommitJournal | None = None,
     ) -> None:
         self._host = host
-        # Group commits go through it when given (see `shell.journal`); it is
-        # replayed after the lock is taken and before anything is read.
-        self._journal = journal
         self._api = schedules
+        # The stores, their batches and the store's ownership.
+        self._backend = schedules.backend
         self._config = config
         self._clock = clock
-        # The OS lock on `<store_root>/scheduler.lock` unless one is injected
-        # (a simulation's in-memory lock).
-        self._lock: LockPort = lock if lock is not None else SchedulerLock(store_root)
         self._state: SchedulerState = initial_state(max_concurrent_runs=config.max_concurrent_runs)
         self._events: list[Event] = []
         self._dirty: set[str] = set()
@@ -167,13 +151,12 @@ class SchedulerService:
         self._commands = CommandExecutor(
             host=host,
             schedules=schedules,
-            journal=journal,
             clock=clock,
             reserve_chunk=_RESERVE_CHUNK,
             emit=self._emit,
             refused=self._refused,
         )
-        self._housekeeping = Housekeeping(journal=journal, clock=clock, config=config)
+        self._housekeeping = Housekeeping(clock=clock, config=config)
 
     # --- public ---------------------------------------------------------------------
 
@@ -187,30 +170,33 @@ class SchedulerService:
         return self._state
 
     async def start(self) -> None:
-        """Take the store lock, recover, and start the loop.
+        """Take ownership of the store, recover, and start the loop.
 
         Raises SchedulerUnavailable naming the holder when another process owns
         the store.
         """
         if self._running:
             return
-        self._lock.acquire()
+        ownership = self._backend.ownership
+        await ownership.acquire()
         try:
+            self._housekeeping.started()
             # Recovery builds every schedule's events and state at once: no
             # collection inside it either (see `_collector_paused`).
             with _collector_paused():
                 recovery = await self._recover()
         except BaseException:
-            if self._journal is not None:
-                self._journal.close_file()
-            self._lock.release()
+            try:
+                await self._backend.close_owned(owned=False, consistent=False)
+            finally:
+                await ownership.release()
             raise
         self._events = recovery + self._events
         self._host.add_run_listener(self._on_run_status)
         self._api.attach_service(self)
         self._running = True
         self._task = asyncio.create_task(self._loop(), name="wf-scheduler-loop")
-        _log.info("scheduler started on %s", self._lock.path)
+        _log.info("scheduler started on %s", self._backend.ownership.path)
 
     async def stop(self) -> list[str]:
         """Stop admitting, drain executing runs for up to `drain_grace_s`, release
@@ -227,7 +213,8 @@ class SchedulerService:
                 self._task = None
         self._api.detach_service(self)
         still = await self._host.drain(self._config.drain_grace_s)
-        owned = self._lock.verify()
+        ownership = self._backend.ownership
+        owned = await ownership.verify()
         if still and owned and isinstance(self._host, StopNotingHost):
             # While this process still owns the store: no other start can be
             # recovering these runs yet. A fenced one writes no note (the
@@ -250,37 +237,21 @@ class SchedulerService:
                 ", ".join(still),
             )
         if not owned:
-            # Fenced: the store may be another's now (or its path names
-            # another directory), so closing writes nothing; the next owner
-            # replays the journal and the logs as after a crash.
+            # Fenced: the store may be another's now, so closing writes
+            # nothing; the next owner recovers as after a crash.
             _log.error(
                 "scheduler lock %s was removed or replaced under this process: it stops"
                 " without writing the store",
-                self._lock.path,
+                ownership.path,
             )
-            try:
-                if self._journal is not None:
-                    self._journal.close_file()
-            finally:
-                self._lock.release()
-            return still
-        # A clean close publishes the history index checkpoints, so the next
-        # start replays nothing.
-        upkeep = self._api.upkeep
         try:
-            if upkeep is not None:
-                upkeep.publish()
-            if self._journal is not None:
-                # Empties the journal (a checkpoint); if that fails, its
-                # records stay for the next owner's replay.
-                self._journal.close()
-            if upkeep is not None and not (self._resync or self._fenced):
-                # Only a scheduler whose state matches the stores writes one.
-                self._housekeeping.write_startup_checkpoint(upkeep)
-            self._api.history.close()
+            await self._backend.close_owned(
+                owned=owned, consistent=owned and not (self._resync or self._fenced)
+            )
         finally:
-            self._lock.release()
-        _log.info("scheduler stopped")
+            await ownership.release()
+        if owned:
+            _log.info("scheduler stopped")
         return still
 
     async def __aenter__(self) -> SchedulerService:
@@ -324,15 +295,16 @@ class SchedulerService:
         self._dirty.add(schedule_id)
         self._wake.set()
 
-    def ensure_owner(self) -> None:
+    async def ensure_owner(self) -> None:
         """Raise SchedulerUnavailable unless this service still owns its store:
         the schedules API asks before every change."""
-        if not self._lock.verify():
+        ownership = self._backend.ownership
+        if not await ownership.verify():
             raise SchedulerUnavailable(
-                f"scheduler lock {self._lock.path} was removed or replaced under this"
+                f"scheduler lock {ownership.path} was removed or replaced under this"
                 " process (or released): it no longer owns the store, so changes are"
                 " refused; restart the scheduler",
-                data={"lock": str(self._lock.path)},
+                data={"lock": str(ownership.path)},
             )
 
     def live_view(self, schedule_id: str) -> LiveScheduleView | None:
@@ -348,12 +320,12 @@ class SchedulerService:
             active=tuple(view.active),
         )
 
-    def records_damaged(self, problem: StoreProblem) -> None:
+    async def records_damaged(self, problem: StoreProblem) -> None:
         """A read found damaged records (a history page): block the schedule."""
         known = self._state.schedules.get(problem.schedule_id)
         if known is not None and known.blocked is not None:
             return
-        self._events.extend(self._damaged(problem.schedule_id, problem))
+        self._events.extend(await self._damaged(problem.schedule_id, problem))
         self._wake.set()
 
     def _on_run_status(
@@ -407,7 +379,7 @@ class SchedulerService:
     def _housekeeping_if_quiet(self) -> None:
         """The quiet-moment work (`shell/service_housekeeping.py`), for a
         running scheduler whose state matches the stores."""
-        upkeep = self._api.upkeep
+        upkeep = self._backend.upkeep
         if not self._running or upkeep is None or self._resync or self._fenced:
             return
         self._housekeeping.if_quiet(upkeep, self._state)
@@ -440,12 +412,13 @@ class SchedulerService:
         )
 
     async def _round(self) -> None:
-        if not self._lock.verify():
+        ownership = self._backend.ownership
+        if not await ownership.verify():
             if not self._fenced:
                 _log.error(
                     "scheduler lock %s was removed or replaced under this process: admissions"
                     " are stopped; restart the scheduler",
-                    self._lock.path,
+                    ownership.path,
                 )
             self._fenced = True
             # Dropped, not kept: nothing is decided any more, and a change left
@@ -460,7 +433,7 @@ class SchedulerService:
     async def _decide_and_commit(self) -> CommittedRound:
         """Decide, stage every write and make them durable: the part of a
         round that decides how late a herd is admitted."""
-        events = self._take_events()
+        events = await self._take_events()
         contradicted = [e for e in events if isinstance(e, RecordsContradicted)]
         now = self._clock.now()
         self._state, commands = decide(self._state, now, events)
@@ -512,37 +485,37 @@ class SchedulerService:
         self._resync = False
         _log.warning("scheduler state rebuilt from the stores after a failed round")
 
-    def _take_events(self) -> list[Event]:
+    async def _take_events(self) -> list[Event]:
         events, self._events = self._events, []
         dirty, self._dirty = self._dirty, set()
         for schedule_id in sorted(dirty):
-            events.extend(self._lifecycle_events(schedule_id))
-        self._seed_runtimes()
+            events.extend(await self._lifecycle_events(schedule_id))
+        await self._seed_runtimes()
         return events
 
-    def _lifecycle_events(self, schedule_id: str) -> list[Event]:
+    async def _lifecycle_events(self, schedule_id: str) -> list[Event]:
         after = self._consumed.get(schedule_id, 0)
         try:
-            records = self._api.definitions.records_after(schedule_id, after)
+            records = await self._backend.definitions.records_after(schedule_id, after)
         except StoreDamaged as exc:
-            return self._damaged(schedule_id, exc.problem)
+            return await self._damaged(schedule_id, exc.problem)
         events: list[Event] = []
         for record in records:
             try:
                 events.append(lifecycle_event(schedule_id, record))
             except (InvalidDefinition, ValueError, KeyError) as exc:
-                return [*events, *self._damaged_record(schedule_id, record, str(exc))]
+                return [*events, *await self._damaged_record(schedule_id, record, str(exc))]
             self._consumed[schedule_id] = record["seq"]
             self._consumed_now.add(schedule_id)
         if schedule_id not in self._state.schedules and events:
-            self._api.history.recover(schedule_id)
+            await self._backend.history.recover(schedule_id)
             if records[0]["seq"] == 1:
                 self._unseeded.append((schedule_id, records[0]["at"]))
         return events
 
-    def _damaged(self, schedule_id: str, problem: StoreProblem) -> list[Event]:
+    async def _damaged(self, schedule_id: str, problem: StoreProblem) -> list[Event]:
         if schedule_id not in self._state.schedules:
-            self._block_unknown(schedule_id, problem)
+            await self._block_unknown(schedule_id, problem)
             return []
         return [
             RecordsContradicted(
@@ -553,23 +526,25 @@ class SchedulerService:
             )
         ]
 
-    def _damaged_record(
+    async def _damaged_record(
         self, schedule_id: str, record: Mapping[str, Any], reason: str
     ) -> list[Event]:
         problem = StoreProblem(
             schedule_id=schedule_id,
-            file=f"schedules/{schedule_id}/lifecycle.jsonl",
+            file=self._backend.locate(schedule_id, "lifecycle"),
             record=f"seq {record.get('seq')}",
             reason=reason,
         )
-        return self._damaged(schedule_id, problem)
+        return await self._damaged(schedule_id, problem)
 
-    def _block_unknown(self, schedule_id: str, problem: StoreProblem) -> None:
+    async def _block_unknown(self, schedule_id: str, problem: StoreProblem) -> None:
         """A schedule decide cannot know (no definition can be rebuilt): persist
         the diagnostic so `get_schedule` shows it; nothing else can happen."""
         _log.error("schedule %s is blocked: %s", schedule_id, problem.describe())
         try:
-            self._api.definitions.set_blocked(schedule_id, problem.as_dict(), at=self._clock.now())
+            await self._backend.definitions.set_blocked(
+                schedule_id, problem.as_dict(), at=self._clock.now()
+            )
         except SchedulingError as exc:
             _log.error("could not persist the diagnostic of %s: %s", schedule_id, exc)
 
@@ -578,22 +553,15 @@ class SchedulerService:
     async def _recover(self) -> list[Event]:
         # Marks are found afresh; the other ledgers carry over.
         self._runtime_marks = {}
-        if self._journal is not None:
-            # Whatever a crash (or a failed round) left in the journal reaches
-            # the files before the recovery below reads them again.
-            self._journal.open()
-        checkpoint: dict[str, CachedSchedule] = {}
-        upkeep = self._api.upkeep
-        if not self._running and upkeep is not None:
-            # A start (not a rebuild after a failed round) takes the last
-            # checkpoint, which reading consumes.
-            checkpoint = self._housekeeping.take_at_start(upkeep)
+        # Whatever a crash (or a failed round) left half-applied reaches the
+        # stores before the recovery below reads them again.
+        await self._backend.open_owned()
         recovery = StartupRecovery(
             host=self._host,
             schedules=self._api,
             block_unknown=self._block_unknown,
             damaged_record=self._damaged_record,
-            checkpoint=checkpoint,
+            at_start=not self._running,
         )
         try:
             found = await recovery.recover()
@@ -603,8 +571,8 @@ class SchedulerService:
             self._keep_recovered(recovery.found)
             raise
         self._keep_recovered(found)
-        self._seed_runtimes()
-        self._api.history.sync_recovered()
+        await self._seed_runtimes()
+        self._backend.after_recovery()
         return list(found.events)
 
     def _keep_recovered(self, found: Recovered) -> None:
@@ -612,10 +580,8 @@ class SchedulerService:
         self._consumed_now.update(found.consumed_now)
         self._unseeded.extend(found.unseeded)
         self._runtime_marks.update(found.runtime_marks)
-        if self._api.upkeep is not None:
-            self._housekeeping.keep(found.reused)
 
-    def _seed_runtimes(self) -> None:
+    async def _seed_runtimes(self) -> None:
         """Make a first runtime record durable (creation consumed, nothing
         decided) for each schedule decide is about to see for the first time.
 
@@ -626,11 +592,12 @@ class SchedulerService:
         unseeded, self._unseeded = self._unseeded, []
         if not unseeded:
             return
-        batch = GroupCommit(journal=self._journal)
+        backend = self._backend
+        batch = backend.new_batch()
         now = self._clock.now()
         try:
             for schedule_id, created_at in unseeded:
-                self._api.runtime.stage(
+                backend.runtime.stage(
                     batch,
                     schedule_id,
                     watermark=created_at,
@@ -638,7 +605,7 @@ class SchedulerService:
                     lifecycle_seq=1,
                     written_at=now,
                 )
-            batch.commit()
+            await backend.commit(batch)
         except BaseException:
             if batch.state == "open":
                 batch.abort()
@@ -652,7 +619,7 @@ class SchedulerService:
         """Queue an event the executor produced for the next round."""
         self._events.append(event)
 
-    def _refused(self, schedule_id: str, exc: SchedulingError) -> None:
+    async def _refused(self, schedule_id: str, exc: SchedulingError) -> None:
         """The store refused a write of `schedule_id` in a group commit: block it
         (unless it is blocked already)."""
         sched = self._state.schedules.get(schedule_id)
@@ -666,14 +633,13 @@ class SchedulerService:
         if isinstance(exc, StoreDamaged):
             problem = exc.problem
         else:
-            files = ScheduleFiles.of(self._api.definitions.store_root, schedule_id)
             problem = StoreProblem(
                 schedule_id=schedule_id,
-                file=files.relative(files.history),
+                file=self._backend.locate(schedule_id, "history"),
                 record="next row",
                 reason=f"the store refused a write: {exc.message}",
             )
-        self._events.extend(self._damaged(schedule_id, problem))
+        self._events.extend(await self._damaged(schedule_id, problem))
         self._wake.set()
 
 
@@ -682,14 +648,12 @@ def build_scheduler_service(
     config: SchedulerServiceConfig | None = None,
     *,
     clock: Clock | None = None,
-    disk: Disk = OS_DISK,
 ) -> SchedulerService:
-    """The scheduler service for a server built with `schedules=True`.
+    """The scheduler service for a server built with `schedules=True`, on the
+    stores of its schedules API (`SchedulesApi.backend`).
 
     `clock` (default: the system clock) is shared with the server's schedules
-    API so lifecycle instants and decisions read the same time. `disk` holds
-    the commit journal: the one the schedules API's stores were built on
-    (`build_schedules_api`). Raises
+    API so lifecycle instants and decisions read the same time. Raises
     SchedulerUnavailable when the server has no schedules API.
     """
     schedules = getattr(server.api, "schedules", None)
@@ -703,8 +667,6 @@ def build_scheduler_service(
     return SchedulerService(
         host=server.api,
         schedules=schedules,
-        store_root=server.store_root,
         config=config or SchedulerServiceConfig(enabled=True),
         clock=chosen,
-        journal=CommitJournal(server.store_root, disk=disk) if journal_supported(disk) else None,
     )

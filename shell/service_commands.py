@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, TypeAlias
@@ -50,12 +50,11 @@ from core.events import (
 )
 from core.occurrences import RUN_STATUSES
 from shell.clock import Clock
-from shell.durable import GroupCommit
-from shell.journal import CommitJournal
 from shell.ports import BatchRunHost, HostApi
 from shell.recovery import RuntimeMark
 from shell.schedules_api import RUN_NOT_CREATED, SchedulesApi
 from shell.store_format import format_instant
+from shell.store_ports import BatchPort, ScheduleBackend
 
 __all__ = ["CommandExecutor", "CommittedRound"]
 
@@ -85,15 +84,14 @@ class CommandExecutor:
         *,
         host: HostApi,
         schedules: SchedulesApi,
-        journal: CommitJournal | None,
         clock: Clock,
         reserve_chunk: int,
         emit: Callable[[Event], None],
-        refused: Callable[[str, SchedulingError], None],
+        refused: Callable[[str, SchedulingError], Awaitable[None]],
     ) -> None:
         self._host = host
         self._api = schedules
-        self._journal = journal
+        self._backend = schedules.backend
         self._clock = clock
         self._reserve_chunk = reserve_chunk
         self._emit = emit
@@ -122,10 +120,10 @@ class CommandExecutor:
         passing = [a for a in admits if verdicts[(a.schedule_id, a.instant)] is None]
         run_ids = iter(await self._reserve_run_ids(len(passing)))
         after = CommittedRound()
-        batch = GroupCommit(journal=self._journal)
+        backend = self._backend
+        batch = backend.new_batch()
         staging = _Staging(
-            schedules=self._api,
-            clock=self._clock,
+            backend=backend,
             batch=batch,
             now=now,
             verdicts=verdicts,
@@ -151,8 +149,11 @@ class CommandExecutor:
                     if schedule_id is None:
                         raise
                     refused.add(schedule_id)
-                    self._refused(schedule_id, exc)
-            batch.commit()
+                    await self._refused(schedule_id, exc)
+            # The diagnostics of the round's blocks, each written on its own.
+            for block in staging.blocks:
+                await self._persist_block(block, staging)
+            await backend.commit(batch)
         except BaseException:
             if batch.state == "open":
                 batch.abort()
@@ -164,7 +165,7 @@ class CommandExecutor:
 
     async def launch(self, after: CommittedRound) -> None:
         """Create and start the runs of a committed round."""
-        history = self._api.history
+        history = self._backend.history
         creations = list(after.launches)
         for schedule_id, instant in after.creates:
             occurrence = history.open_occurrence(schedule_id, instant)
@@ -224,6 +225,28 @@ class CommandExecutor:
         except SchedulingError as exc:
             return exc.message
         return None
+
+    async def _persist_block(self, command: BlockSchedule, staging: _Staging) -> None:
+        source = next(
+            (e for e in staging.contradicted if e.schedule_id == command.schedule_id), None
+        )
+        blocked = {"file": "", "record": "", "reason": command.diagnostic}
+        if source is not None:
+            staging.contradicted.remove(source)
+            blocked = {
+                "file": source.file,
+                "record": source.record,
+                "reason": "; ".join((source.reason, *source.extra)),
+            }
+        definitions = self._backend.definitions
+        try:
+            current = await definitions.get(command.schedule_id)
+            stored = current.get("blocked")
+            if stored is not None and stored.get("file"):
+                return  # the first diagnostic found stays until the records are sound
+            await definitions.set_blocked(command.schedule_id, blocked, at=self._clock.now())
+        except SchedulingError as exc:
+            _log.error("could not persist the diagnostic of %s: %s", command.schedule_id, exc)
 
     # --- after the commit -------------------------------------------------------------
 
@@ -327,24 +350,23 @@ class _Staging:
     the batch, what the handlers read, and the round they fill in."""
 
     __slots__ = (
-        "_api",
-        "_clock",
+        "_backend",
         "_consumed",
-        "_contradicted",
         "_run_ids",
         "_runtime_marks",
         "_verdicts",
         "after",
         "batch",
+        "blocks",
+        "contradicted",
         "now",
     )
 
     def __init__(
         self,
         *,
-        schedules: SchedulesApi,
-        clock: Clock,
-        batch: GroupCommit,
+        backend: ScheduleBackend,
+        batch: BatchPort,
         now: datetime,
         verdicts: Mapping[tuple[str, datetime], str | None],
         run_ids: Iterator[str],
@@ -353,8 +375,7 @@ class _Staging:
         contradicted: Sequence[RecordsContradicted],
         after: CommittedRound,
     ) -> None:
-        self._api = schedules
-        self._clock = clock
+        self._backend = backend
         self.batch = batch
         self.now = now
         self._verdicts = verdicts
@@ -362,8 +383,10 @@ class _Staging:
         self._consumed = consumed
         self._runtime_marks = runtime_marks
         # A copy: each diagnostic is used once, by the first block of its schedule.
-        self._contradicted = list(contradicted)
+        self.contradicted = list(contradicted)
         self.after = after
+        # The round's blocks, whose diagnostics are written after the staging.
+        self.blocks: list[BlockSchedule] = []
 
     def stage(self, command: Command) -> None:
         handler = _HANDLERS.get(type(command))
@@ -379,7 +402,7 @@ class _Staging:
             self.after.decided[command.schedule_id] = command.instant
 
     def on_admit(self, command: AdmitOccurrence) -> None:
-        history = self._api.history
+        history = self._backend.history
         self.after.decided[command.schedule_id] = command.instant
         reason = self._verdicts[(command.schedule_id, command.instant)]
         if reason is not None:
@@ -422,7 +445,7 @@ class _Staging:
         mark: RuntimeMark = (command.held, tuple(command.waiting), lifecycle_seq)
         if self._runtime_implied(command, mark):
             return
-        self._api.runtime.stage(
+        self._backend.runtime.stage(
             self.batch,
             command.schedule_id,
             watermark=command.watermark,
@@ -435,7 +458,7 @@ class _Staging:
 
     def on_block(self, command: BlockSchedule) -> None:
         _log.error("schedule %s is blocked: %s", command.schedule_id, command.diagnostic)
-        self._persist_block(command)
+        self.blocks.append(command)
 
     def on_create(self, command: CreateAdmittedRun) -> None:
         self.after.creates.append((command.schedule_id, command.instant))
@@ -468,7 +491,7 @@ class _Staging:
         )
 
     def _stage_row(self, command: RecordOccurrence) -> None:
-        history = self._api.history
+        history = self._backend.history
         if command.status in RUN_STATUSES:
             history.append_transition(
                 command.schedule_id,
@@ -491,25 +514,6 @@ class _Staging:
             recorded_at=self.now,
             batch=self.batch,
         )
-
-    def _persist_block(self, command: BlockSchedule) -> None:
-        source = next((e for e in self._contradicted if e.schedule_id == command.schedule_id), None)
-        blocked = {"file": "", "record": "", "reason": command.diagnostic}
-        if source is not None:
-            self._contradicted.remove(source)
-            blocked = {
-                "file": source.file,
-                "record": source.record,
-                "reason": "; ".join((source.reason, *source.extra)),
-            }
-        try:
-            current = self._api.definitions.get(command.schedule_id)
-            stored = current.get("blocked")
-            if stored is not None and stored.get("file"):
-                return  # the first diagnostic found stays until the records are sound
-            self._api.definitions.set_blocked(command.schedule_id, blocked, at=self._clock.now())
-        except SchedulingError as exc:
-            _log.error("could not persist the diagnostic of %s: %s", command.schedule_id, exc)
 
 
 _Handler: TypeAlias = Callable[[_Staging, Any], None]

@@ -11,9 +11,9 @@ a quiet moment, when nothing is due for a while:
   history indexes are published and the journal checkpointed (emptied)
   before it. A clean stop writes one too.
 
-`Housekeeping` keeps what that needs between rounds: the checkpoint entries
-this process holds, which schedules rounds touched since the last checkpoint,
-when it was written, and whether the sweep is still owed. The service
+`Housekeeping` keeps what that needs between rounds: which schedules rounds
+touched since the last checkpoint, when it was written, and whether the
+sweep is still owed (the checkpoint's own ledger is the backend's upkeep's). The service
 (`shell/service.py`) owns it and decides when the state is fit to checkpoint:
 only a scheduler whose state matches the stores (not fenced, not waiting to
 rebuild after a failed round) calls it.
@@ -23,18 +23,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta
 
 from core.commands import Command
 from core.decide import next_wakeup
-from core.errors import SchedulingError
 from core.events import Event
 from core.state import SchedulerState
 from shell.clock import Clock
 from shell.config import SchedulerServiceConfig
-from shell.journal import CommitJournal
-from shell.startup_checkpoint import CachedSchedule
 from shell.store_ports import StoreUpkeepPort
 
 __all__ = ["Housekeeping"]
@@ -66,17 +63,9 @@ def _schedule_ids(events: Sequence[Event], commands: Sequence[Command]) -> Itera
 class Housekeeping:
     """The service's quiet-moment work and the startup checkpoint's ledger."""
 
-    def __init__(
-        self, *, journal: CommitJournal | None, clock: Clock, config: SchedulerServiceConfig
-    ) -> None:
-        self._journal = journal
+    def __init__(self, *, clock: Clock, config: SchedulerServiceConfig) -> None:
         self._clock = clock
         self._config = config
-        # The entries this process's start took from the startup checkpoint,
-        # or those of the last checkpoint it wrote: the next checkpoint keeps
-        # what is unchanged and reads the rest (a schedule the start read from
-        # its files is read again then).
-        self._captured: dict[str, CachedSchedule] = {}
         # When this process last wrote the startup checkpoint (None: not since
         # its start), on the service's clock, and the schedules whose events
         # or commands rounds have had since: the next running checkpoint
@@ -93,38 +82,14 @@ class Housekeeping:
         """When this process last wrote the startup checkpoint (for benchmarks)."""
         return self._checkpointed_at
 
-    def take_at_start(self, upkeep: StoreUpkeepPort) -> dict[str, CachedSchedule]:
-        """The last startup checkpoint, for a start's recovery (reading consumes
-        it); this process's own ledger starts afresh."""
-        checkpoint = upkeep.take_startup_checkpoint()
-        self._captured = {}
+    def started(self) -> None:
+        """A start: nothing checkpointed since, the sweep owed."""
         self._checkpointed_at, self._touched = None, set()
         self._started_ns, self._swept = time.time_ns(), False
-        return checkpoint
-
-    def keep(self, reused: Mapping[str, CachedSchedule]) -> None:
-        """Keep the checkpoint entries a recovery took as they were."""
-        self._captured.update(reused)
 
     def touch(self, events: Sequence[Event], commands: Sequence[Command]) -> None:
         """Note the schedules a round concerned: the next checkpoint examines them."""
         self._touched.update(_schedule_ids(events, commands))
-
-    def write_startup_checkpoint(
-        self, upkeep: StoreUpkeepPort, *, examine: Collection[str] | None = None
-    ) -> bool:
-        """What this process knows of every schedule's files, for the next
-        start to `stat` instead of read (`shell/startup_checkpoint.py`); with
-        `examine`, only those schedules are examined again. The history
-        indexes are published and the journal emptied before. Failing to
-        write it costs the next start time, never correctness."""
-        try:
-            entries = upkeep.write_startup_checkpoint(self._captured, examine=examine)
-        except (OSError, SchedulingError) as exc:
-            _log.warning("could not write the startup checkpoint: %s", exc)
-            return False
-        self._captured = entries
-        return True
 
     def if_quiet(self, upkeep: StoreUpkeepPort, state: SchedulerState) -> None:
         """At a quiet moment (nothing due for `_QUIET`), the work kept off a
@@ -152,11 +117,9 @@ class Housekeeping:
         ):
             return
         self._checkpointed_at = now
-        # A failure to publish or to empty the journal is a failed round
-        # (the loop rebuilds from the stores); one to write the checkpoint
-        # only costs the next start time.
+        # A failure to publish (the indexes, the journal emptied) is a failed
+        # round (the loop rebuilds from the stores); one to write the
+        # checkpoint only costs the next start time.
         upkeep.publish()
-        if self._journal is not None:
-            self._journal.checkpoint()
-        if self.write_startup_checkpoint(upkeep, examine=self._touched):
+        if upkeep.write_startup_checkpoint(examine=self._touched):
             self._touched = set()

@@ -1,68 +1,91 @@
-"""What the scheduler service and the schedules API need from their stores and lock.
+"""What the scheduler service, recovery and the schedules API need from a store.
 
-The file-backed classes (`DefinitionStore`, `RuntimeStore`, `HistoryStore`,
-`SchedulerLock`) are the implementations a server uses; the deterministic
-simulation (`shell.sim`) runs the same file stores over a simulated disk,
-with an in-memory lock of the same behaviour. These protocols are the seam:
-`SchedulesApi` and `SchedulerService` accept any object that fits them.
+A *backend* (`ScheduleBackend`) is one way of keeping schedules: the files
+under a store root (`shell.file_backend`, the embedded default) or a
+PostgreSQL database (`shell.pg`). The service, recovery and the API see only
+these protocols, so a backend is added without touching them.
 
-Only the methods the service and the API call are listed; see the file-backed
-classes for the full contracts (errors, idempotence, staging in a batch).
-`StoreUpkeepPort` is the work a backend may need done off the rounds' path
-(the file backend's startup checkpoint and temp-file sweep); a backend with
-none leaves it out (`SchedulesApi.upkeep` is None), so that the service never
-needs to know which backend it runs on.
+Reads and writes that may wait on the store are coroutines: a database
+answers over the network, and the event loop must go on serving meanwhile.
+Staging a row or a runtime record into a batch is not: it checks the row
+against what the owner holds in memory and keeps it for the batch's commit,
+which is the one wait of a round (`ScheduleBackend.commit`).
+
+Diagnostics name where a record lives (`ScheduleBackend.locate`): a file
+relative to the store root, or a table and row; the service and recovery
+never build those names themselves.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Collection, Container, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
-from shell.definition_store import ChangeKind, DefinitionLoad, LifecycleResult
-from shell.durable import GroupCommit
+from shell.definition_store import ChangeKind, LifecycleResult
 from shell.history_store import HistoryRecovery, OpenOccurrence
 from shell.runtime_store import RuntimeLoad
-from shell.startup_checkpoint import CachedSchedule
-from shell.store_format import Instant
+from shell.store_format import Instant, StoreProblem
 
-__all__ = ["DefinitionsPort", "HistoryPort", "LockPort", "RuntimePort", "StoreUpkeepPort"]
+__all__ = [
+    "BatchPort",
+    "DefinitionsPort",
+    "HistoryPort",
+    "OwnershipPort",
+    "RecordPart",
+    "RecoveryReader",
+    "RuntimePort",
+    "ScheduleBackend",
+    "ScheduleInputs",
+    "StoreUpkeepPort",
+]
+
+# The parts of a schedule's records a diagnostic can name.
+RecordPart = Literal["lifecycle", "definition", "runtime", "history", "history_index"]
+
+
+class ScheduleInputs(NamedTuple):
+    """What a recovery reads of one schedule."""
+
+    # The lifecycle records, oldest first (seq dense from 1).
+    records: tuple[dict[str, Any], ...]
+    runtime: RuntimeLoad
+    recovered: HistoryRecovery
+    # Problems the definition's load found (a damaged snapshot, say).
+    load_problems: tuple[StoreProblem, ...]
+    # The block diagnostic the stored definition carries, if any.
+    stored_block: Mapping[str, Any] | None
+
+
+class BatchPort(Protocol):
+    """One round's writes, made durable together by `ScheduleBackend.commit`."""
+
+    @property
+    def state(self) -> str:
+        """ "open" until committed, then "committed" (or "aborted", "crashed")."""
+        ...
+
+    def abort(self) -> None:
+        """Drop what was staged (the stores forget it); the batch is closed."""
+        ...
 
 
 class DefinitionsPort(Protocol):
     """Schedule definitions and their lifecycle log (see `DefinitionStore`)."""
 
-    @property
-    def store_root(self) -> Path:
-        """The root that diagnostics name files under."""
-        ...
+    async def exists(self, schedule_id: str) -> bool: ...
 
-    def exists(self, schedule_id: str) -> bool: ...
+    async def list_ids(self) -> list[str]: ...
 
-    def list_ids(self, *, present: Container[str] = ()) -> list[str]:
-        """`present`: ids the caller checks itself, listed even if incomplete."""
-        ...
+    async def get(self, schedule_id: str) -> dict[str, Any]: ...
 
-    def load(self, schedule_id: str, *, repair: bool = False) -> DefinitionLoad: ...
+    async def records_after(self, schedule_id: str, seq: int) -> tuple[dict[str, Any], ...]: ...
 
-    def read_for_recovery(
-        self, schedule_id: str, *, repair: bool = False
-    ) -> tuple[tuple[dict[str, Any], ...], DefinitionLoad | None]:
-        """`records_after(schedule_id, 0)`, then `load` (None if no record)."""
-        ...
-
-    def get(self, schedule_id: str) -> dict[str, Any]: ...
-
-    def records_after(self, schedule_id: str, seq: int) -> tuple[dict[str, Any], ...]: ...
-
-    def create(
+    async def create(
         self, schedule_id: str, definition: Mapping[str, Any], *, at: Instant
     ) -> LifecycleResult: ...
 
-    def apply_change(
+    async def apply_change(
         self,
         schedule_id: str,
         kind: ChangeKind,
@@ -72,7 +95,7 @@ class DefinitionsPort(Protocol):
         expected_revision: int | None = None,
     ) -> LifecycleResult: ...
 
-    def set_blocked(
+    async def set_blocked(
         self, schedule_id: str, blocked: Mapping[str, Any] | None, *, at: Instant | None = None
     ) -> dict[str, Any]: ...
 
@@ -80,11 +103,11 @@ class DefinitionsPort(Protocol):
 class RuntimePort(Protocol):
     """Per-schedule runtime records (see `RuntimeStore`)."""
 
-    def load(self, schedule_id: str) -> RuntimeLoad: ...
+    async def load(self, schedule_id: str) -> RuntimeLoad: ...
 
     def stage(
         self,
-        batch: GroupCommit,
+        batch: Any,
         schedule_id: str,
         *,
         watermark: Instant,
@@ -96,20 +119,12 @@ class RuntimePort(Protocol):
 
 
 class HistoryPort(Protocol):
-    """Occurrence history (see `HistoryStore`)."""
+    """Occurrence history (see `HistoryStore`). The staging methods check a
+    row against the history the owner recovered and keep it for `batch`."""
 
-    def recover(self, schedule_id: str, *, full_scan: bool = False) -> HistoryRecovery:
-        """`full_scan`: read every row, not only those after an index checkpoint."""
+    async def recover(self, schedule_id: str) -> HistoryRecovery:
+        """Take the history of a schedule created after the start as its owner."""
         ...
-
-    def adopt_state(self, schedule_id: str, exported: Sequence[Any]) -> HistoryRecovery | None:
-        """A startup checkpoint's history state taken as recovered (None: a
-        backend that cannot, so the history is recovered instead)."""
-        ...
-
-    def sync_recovered(self) -> None: ...
-
-    def close(self) -> None: ...
 
     def append_decision(
         self,
@@ -118,6 +133,7 @@ class HistoryPort(Protocol):
         instant: Instant,
         status: str,
         recorded_at: Instant,
+        batch: Any,
         run_id: str | None = None,
         reason: str | None = None,
         count: int = 1,
@@ -125,7 +141,6 @@ class HistoryPort(Protocol):
         last_instant: Instant | None = None,
         revision: int | None = None,
         snapshot: Mapping[str, Any] | None = None,
-        batch: GroupCommit | None = None,
     ) -> int: ...
 
     def stage_admitted(
@@ -136,7 +151,7 @@ class HistoryPort(Protocol):
         run_id: str,
         snapshot: Mapping[str, Any],
         recorded_at: datetime,
-        batch: GroupCommit,
+        batch: Any,
     ) -> int: ...
 
     def append_transition(
@@ -145,58 +160,136 @@ class HistoryPort(Protocol):
         *,
         status: str,
         recorded_at: Instant,
+        batch: Any,
         seq: int | None = None,
         instant: Instant | None = None,
         run_id: str | None = None,
         reason: str | None = None,
-        batch: GroupCommit | None = None,
     ) -> int: ...
 
     def open_occurrence(self, schedule_id: str, instant: Instant) -> OpenOccurrence | None: ...
 
-    def page(
+    async def page(
         self, schedule_id: str, *, limit: int, cursor: str | None = None
     ) -> tuple[list[dict[str, Any]], str | None]: ...
 
-
-class LockPort(Protocol):
-    """Exclusive ownership of a store (see `SchedulerLock`)."""
-
-    @property
-    def path(self) -> os.PathLike[str] | str:
-        """What the lock is, for log messages."""
+    async def occurrence_at(self, schedule_id: str, instant: Instant) -> dict[str, Any] | None:
+        """The page row of the occurrence decided at `instant` (None: none)."""
         ...
 
-    def acquire(self) -> dict[str, Any]: ...
+    def locate(self, schedule_id: str, seq: int) -> str:
+        """How a diagnostic names the row of occurrence `seq`."""
+        ...
 
-    def verify(self) -> bool: ...
 
-    def release(self) -> None: ...
+class OwnershipPort(Protocol):
+    """Exclusive ownership of a store by one scheduler (see `SchedulerLock`)."""
+
+    @property
+    def path(self) -> str:
+        """What the ownership is, for log messages (a lock file, a database)."""
+        ...
+
+    async def acquire(self) -> dict[str, Any]:
+        """Own the store; raises SchedulerUnavailable naming the holder."""
+        ...
+
+    async def verify(self) -> bool:
+        """Whether this process still owns the store (False: fenced)."""
+        ...
+
+    async def release(self) -> None: ...
+
+
+class RecoveryReader(Protocol):
+    """One recovery's reads of every schedule (`ScheduleBackend.recovery_reader`)."""
+
+    async def schedule_ids(self) -> list[str]: ...
+
+    async def read(self, schedule_id: str) -> ScheduleInputs | StoreProblem | None:
+        """The schedule's records; a problem when no definition can be rebuilt
+        (the schedule is blocked as unknown); None when there is nothing to
+        recover (gone, or an incomplete create)."""
+        ...
 
 
 class StoreUpkeepPort(Protocol):
     """Work off the rounds' path that a backend needs (see `shell.file_upkeep`)."""
 
-    def take_startup_checkpoint(self) -> dict[str, CachedSchedule]:
-        """The last checkpoint's entries, consumed: a start calls it once."""
-        ...
-
-    def current_identities(self, schedule_id: str) -> str:
-        """What a checkpoint entry of this schedule is compared with: its
-        stored parts' identities now."""
-        ...
-
     def publish(self) -> None:
-        """Make what the stores cache durable where a start finds it."""
+        """Make what the stores cache durable where a start finds it (raises
+        OSError: the round fails and the state is rebuilt from the stores)."""
         ...
 
-    def write_startup_checkpoint(
-        self, captured: Mapping[str, CachedSchedule], *, examine: Collection[str] | None = None
-    ) -> dict[str, CachedSchedule]:
-        """Write the next checkpoint and return its entries; raises OSError or
-        SchedulingError (a failure costs the next start time, nothing else)."""
+    def write_startup_checkpoint(self, *, examine: Collection[str] | None = None) -> bool:
+        """Write what the next start may take instead of reading (with
+        `examine`, only those schedules are looked at again); False when it
+        could not: a failure costs the next start time, nothing else."""
         ...
 
     def sweep_temp_files(self, *, older_than_ns: int) -> None:
         """Remove what interrupted writes left before `older_than_ns`."""
+        ...
+
+
+class ScheduleBackend(Protocol):
+    """One backend's schedule stores, ownership and batches."""
+
+    @property
+    def definitions(self) -> DefinitionsPort: ...
+
+    @property
+    def runtime(self) -> RuntimePort: ...
+
+    @property
+    def history(self) -> HistoryPort: ...
+
+    @property
+    def ownership(self) -> OwnershipPort: ...
+
+    @property
+    def upkeep(self) -> StoreUpkeepPort | None:
+        """Quiet-moment work (None: the backend needs none)."""
+        ...
+
+    def new_batch(self) -> BatchPort: ...
+
+    async def commit(self, batch: BatchPort) -> None:
+        """Make everything staged in `batch` durable, all or nothing; raises
+        when it could not (its durability is then unknown: the stores forget
+        what they staged and are read again before their next use)."""
+        ...
+
+    def locate(self, schedule_id: str, part: RecordPart) -> str:
+        """Where a diagnostic says a schedule's `part` lives."""
+        ...
+
+    def run_location(self, run_id: str) -> str:
+        """Where a diagnostic says a run's record lives."""
+        ...
+
+    def is_run_location(self, location: str) -> bool:
+        """Whether a diagnostic's location names a run's record."""
+        ...
+
+    async def open_owned(self) -> None:
+        """After `ownership.acquire`, before anything is read: bring the stores
+        to what was last made durable (the file backend replays its journal)."""
+        ...
+
+    def recovery_reader(self, *, at_start: bool) -> RecoveryReader:
+        """A reader for one recovery; a start's may use what the last clean
+        stop left for it (the file backend's startup checkpoint)."""
+        ...
+
+    def after_recovery(self) -> None:
+        """Once every schedule is recovered: make what recovery repaired
+        durable before anything acts on it."""
+        ...
+
+    async def close_owned(self, *, owned: bool, consistent: bool) -> None:
+        """Before `ownership.release`. `owned`: the store is still this
+        process's (else nothing is written: it may be another's now);
+        `consistent`: the service's state matches the stores, so what a
+        start may take instead of reading can be written."""
         ...

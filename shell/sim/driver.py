@@ -52,11 +52,9 @@ from core.errors import (
 )
 from shell.clock import ManualClock
 from shell.config import SchedulerServiceConfig
-from shell.definition_store import DefinitionStore
 from shell.durable import SimulatedCrash, set_fault_injector
-from shell.history_store import HistoryStore
+from shell.file_backend import FileBackend
 from shell.journal import CommitJournal
-from shell.runtime_store import RuntimeStore
 from shell.schedules_api import SchedulesApi
 from shell.service import SchedulerService
 from shell.sim.disk import SIM_STORE_ROOT, SimDisk
@@ -233,18 +231,17 @@ class _Simulation:
         )
         try:
             host.recover()
-            api = SchedulesApi(
-                store_root=None,
-                host=host,
-                clock=self.clock,
-                definitions=DefinitionStore(SIM_STORE_ROOT, disk=self.disk),
-                runtime=RuntimeStore(SIM_STORE_ROOT, disk=self.disk),
-                history=HistoryStore(SIM_STORE_ROOT, disk=self.disk),
+            backend = FileBackend(
+                SIM_STORE_ROOT,
+                disk=self.disk,
+                ownership=MemoryLock(self.disk, name, clock=self.clock.now),
+                # Checkpoints age on the virtual clock, so a seed replays exactly.
+                journal=CommitJournal(SIM_STORE_ROOT, disk=self.disk, monotonic=self._monotonic),
             )
+            api = SchedulesApi(backend=backend, host=host, clock=self.clock)
             service = SchedulerService(
                 host=host,
                 schedules=api,
-                store_root=None,
                 config=SchedulerServiceConfig(
                     enabled=True,
                     poll_interval_s=3600,
@@ -252,9 +249,6 @@ class _Simulation:
                     drain_grace_s=0,
                 ),
                 clock=self.clock,
-                lock=MemoryLock(self.disk, name, clock=self.clock.now),
-                # Checkpoints age on the virtual clock, so a seed replays exactly.
-                journal=CommitJournal(SIM_STORE_ROOT, disk=self.disk, monotonic=self._monotonic),
             )
             before = {t for t in asyncio.all_tasks() if t.get_name() == _LOOP_TASK}
             await service.start()
@@ -491,7 +485,7 @@ class _Simulation:
         process = self.process
         # Every schedule on the disk: a create that failed with an I/O error may
         # have gone through all the same.
-        for schedule_id in process.api.definitions.list_ids():
+        for schedule_id in await process.api.definitions.list_ids():
             current = await process.api.get_schedule(schedule_id=schedule_id)
             if current["deleted"]:
                 continue
@@ -515,7 +509,7 @@ class _Simulation:
 
     async def check_pages(self, api: SchedulesApi) -> None:
         """The API pages the history the disk holds."""
-        for schedule_id in api.definitions.list_ids():
+        for schedule_id in await api.definitions.list_ids():
             rows: list[dict[str, Any]] = []
             cursor = None
             while True:

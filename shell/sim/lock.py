@@ -34,7 +34,7 @@ class MemoryLock:
     def path(self) -> str:
         return f"sim:{LOCK_FILE}"
 
-    def acquire(self) -> dict[str, Any]:
+    async def acquire(self) -> dict[str, Any]:
         """Take the lock; raises `SchedulerUnavailable` naming the holder."""
         holder = self._disk.lock_holder
         if self._held or holder is not None:
@@ -50,11 +50,11 @@ class MemoryLock:
         fault_point(f"after:write:{LOCK_FILE}")
         return dict(info)
 
-    def verify(self) -> bool:
+    async def verify(self) -> bool:
         holder = self._disk.lock_holder
         return self._held and holder is not None and holder.get("owner") == self.owner
 
-    def release(self) -> None:
+    async def release(self) -> None:
         if self._held:
             self._held = False
             self._disk.release_lock_of(self.owner)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from shell import ManualClock
-from shell.lock import SchedulerLock
+from shell.file_backend import FileOwnership
 from shell.store_format import ScheduleFiles
 from tests.service.conftest import CONSTANT_PLAN, GATE_PLAN, Harness
 
@@ -475,9 +475,9 @@ async def abandon(harness: Harness) -> None:
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        lock = service._lock
-        if isinstance(lock, SchedulerLock):
-            lock.abandon()
+        ownership = service._backend.ownership
+        if isinstance(ownership, FileOwnership):
+            ownership.lock.abandon()
         service._running = False
     if harness.server is not None:
         await harness.server.api.cancel_executing()

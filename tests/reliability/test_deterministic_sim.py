@@ -21,11 +21,10 @@ import pytest
 from core.errors import StoreUnavailable
 from shell.clock import ManualClock
 from shell.config import SchedulerServiceConfig
-from shell.definition_store import DefinitionStore
 from shell.durable import set_fault_injector
+from shell.file_backend import FileBackend
 from shell.history_store import HistoryStore
 from shell.journal import CommitJournal
-from shell.runtime_store import RuntimeStore
 from shell.schedules_api import SchedulesApi
 from shell.service import SchedulerService
 from shell.sim import (
@@ -187,24 +186,20 @@ class World:
         self.clock = ManualClock(SIM_START)
         faults = SimFaults(0, FaultRates(), self.disk)
         self.host = SimHost(self.disk, self.clock.now, behaviour=RunBehaviour(0), faults=faults)
-        self.api = SchedulesApi(
-            store_root=None,
-            host=self.host,
-            clock=self.clock,
-            definitions=DefinitionStore(SIM_STORE_ROOT, disk=self.disk),
-            runtime=RuntimeStore(SIM_STORE_ROOT, disk=self.disk),
-            history=HistoryStore(SIM_STORE_ROOT, disk=self.disk),
-        )
-        self.service = SchedulerService(
-            host=self.host,
-            schedules=self.api,
-            store_root=None,
-            config=SchedulerServiceConfig(enabled=True, max_concurrent_runs=2),
-            clock=self.clock,
-            lock=MemoryLock(self.disk, "p1", clock=self.clock.now),
+        backend = FileBackend(
+            SIM_STORE_ROOT,
+            disk=self.disk,
+            ownership=MemoryLock(self.disk, "p1", clock=self.clock.now),
             journal=CommitJournal(
                 SIM_STORE_ROOT, disk=self.disk, monotonic=lambda: self.clock.now().timestamp()
             ),
+        )
+        self.api = SchedulesApi(backend=backend, host=self.host, clock=self.clock)
+        self.service = SchedulerService(
+            host=self.host,
+            schedules=self.api,
+            config=SchedulerServiceConfig(enabled=True, max_concurrent_runs=2),
+            clock=self.clock,
         )
 
     async def at(self, minute: int, second: int = 0) -> None:

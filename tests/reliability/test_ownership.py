@@ -132,7 +132,7 @@ def test_after_kill_9_of_the_owner_a_new_service_starts_and_recovers(
         try:
             service = await world.boot()
             assert service.running
-            holder = world.service._lock.read_holder()  # type: ignore[union-attr]
+            holder = world.service._backend.ownership.lock.read_holder()  # type: ignore[union-attr,attr-defined]
             assert holder is not None and holder["pid"] == os.getpid()
             run = await world.api.inspect_run(run_id)
             assert run["status"] == "failed" and ABANDONED_TEXT in run["error"]["message"]

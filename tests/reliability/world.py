@@ -27,7 +27,7 @@ from core.occurrences import RUN_STATUSES, TERMINAL_RUN_STATUSES, TERMINAL_STATU
 from shell import ManualClock, SchedulerService, SchedulerServiceConfig
 from shell.disk import OS_DISK, Disk, exists, is_directory
 from shell.durable import SimulatedCrash
-from shell.lock import SchedulerLock
+from shell.file_backend import FileOwnership
 from shell.store_format import format_instant, parse_instant
 from tests.service.conftest import Harness
 
@@ -161,9 +161,9 @@ class World(Harness):
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-            lock = service._lock
-            if isinstance(lock, SchedulerLock):
-                lock.abandon()  # closing its descriptors releases the flocks
+            ownership = service._backend.ownership
+            if isinstance(ownership, FileOwnership):
+                ownership.lock.abandon()  # closing its descriptors releases the flocks
             service._running = False
         if self.server is not None:
             await self.server.api.cancel_executing()
@@ -366,7 +366,7 @@ async def check_every_instant_decided(world: World, until: datetime) -> None:
     lifecycle log) is covered by a history row, directly or inside a row that
     stands for a run of missed instants."""
     for schedule_id in await world.schedule_ids():
-        records = world.schedules.definitions.records_after(schedule_id, 0)
+        records = await world.schedules.definitions.records_after(schedule_id, 0)
         covered: set[str] = set()
         for row in await world.decided(schedule_id):
             covered.add(row["instant"])

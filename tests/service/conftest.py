@@ -107,9 +107,7 @@ class Harness:
 
     def build_service(self, config: SchedulerServiceConfig) -> SchedulerService:
         assert self.server is not None
-        self.service = build_scheduler_service(
-            self.server, config, clock=self.clock, disk=self.disk
-        )
+        self.service = build_scheduler_service(self.server, config, clock=self.clock)
         return self.service
 
     async def boot(self, **config: Any) -> SchedulerService:

@@ -21,8 +21,8 @@ import pytest
 import shell.startup_checkpoint as startup_checkpoint
 from core.state import schedule_ids, schedule_view, slots_in_use
 from shell.definition_store import DefinitionStore
+from shell.file_backend import _RecoveryReader
 from shell.history_store import HistoryStore
-from shell.recovery import StartupRecovery
 from shell.runtime_store import RuntimeStore
 from shell.startup_checkpoint import CHECKPOINT_FILE
 from shell.store_format import ScheduleFiles
@@ -51,13 +51,11 @@ class FileReads:
         self.histories: list[str] = []
         # Those whose history it read whole (every row, not the index's tail).
         self.full_scans: list[str] = []
-        read_inputs, recover = StartupRecovery._read_inputs, HistoryStore.recover
+        read_inputs, recover = _RecoveryReader._read, HistoryStore.recover
 
-        def spy(
-            recovery: StartupRecovery, schedule_id: str, files: ScheduleFiles, **options: Any
-        ) -> Any:
+        def spy(reader: _RecoveryReader, schedule_id: str, **options: Any) -> Any:
             self.schedules.append(schedule_id)
-            return read_inputs(recovery, schedule_id, files, **options)
+            return read_inputs(reader, schedule_id, **options)
 
         def history_spy(store: HistoryStore, schedule_id: str, **options: Any) -> Any:
             self.histories.append(schedule_id)
@@ -65,7 +63,7 @@ class FileReads:
                 self.full_scans.append(schedule_id)
             return recover(store, schedule_id, **options)
 
-        monkeypatch.setattr(StartupRecovery, "_read_inputs", spy)
+        monkeypatch.setattr(_RecoveryReader, "_read", spy)
         monkeypatch.setattr(HistoryStore, "recover", history_spy)
 
 

@@ -1,0 +1,364 @@
+"""The file backend: schedules kept in files under a store root.
+
+`FileBackend` is `shell.store_ports.ScheduleBackend` over the definition,
+runtime and history stores of one root (`shell/definition_store.py`,
+`shell/runtime_store.py`, `shell/history_store.py`), the commit journal
+(`shell/journal.py`), the scheduler lock (`shell/lock.py`) and the startup
+checkpoint (`shell/startup_checkpoint.py`, kept by `shell.file_upkeep`). The
+layout, formats and write order are in `docs/storage.md`.
+
+The file stores are synchronous (a file system answers without the event
+loop's help); the ports' coroutines here call them directly, so a round
+never yields to the loop between reading a store and acting on it, as
+before there were ports.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
+
+from core.errors import NotFound
+from shell.definition_store import ChangeKind, DefinitionStore, LifecycleResult
+from shell.disk import OS_DISK, Disk
+from shell.durable import GroupCommit
+from shell.file_upkeep import FileStoreUpkeep
+from shell.history_store import HistoryRecovery, HistoryStore
+from shell.journal import CommitJournal, journal_supported
+from shell.lock import SchedulerLock
+from shell.runtime_store import RuntimeLoad, RuntimeStore
+from shell.startup_checkpoint import CachedSchedule, UnchangedParts
+from shell.store_format import Instant, ScheduleFiles, StoreDamaged, StoreProblem
+from shell.store_ports import (
+    BatchPort,
+    OwnershipPort,
+    RecordPart,
+    ScheduleInputs,
+)
+
+__all__ = ["FileBackend", "FileOwnership"]
+
+# The service's logger: recovery was part of the service, and operators'
+# filters and the JSON log's logger field name it.
+_log = logging.getLogger("shell.service")
+
+
+class _Definitions:
+    """`DefinitionsPort` over a `DefinitionStore`."""
+
+    def __init__(self, store: DefinitionStore) -> None:
+        self.store = store
+
+    async def exists(self, schedule_id: str) -> bool:
+        return self.store.exists(schedule_id)
+
+    async def list_ids(self) -> list[str]:
+        return self.store.list_ids()
+
+    async def get(self, schedule_id: str) -> dict[str, Any]:
+        return self.store.get(schedule_id)
+
+    async def records_after(self, schedule_id: str, seq: int) -> tuple[dict[str, Any], ...]:
+        return self.store.records_after(schedule_id, seq)
+
+    async def create(
+        self, schedule_id: str, definition: Mapping[str, Any], *, at: Instant
+    ) -> LifecycleResult:
+        return self.store.create(schedule_id, definition, at=at)
+
+    async def apply_change(
+        self,
+        schedule_id: str,
+        kind: ChangeKind,
+        *,
+        at: Instant,
+        definition: Mapping[str, Any] | None = None,
+        expected_revision: int | None = None,
+    ) -> LifecycleResult:
+        return self.store.apply_change(
+            schedule_id, kind, at=at, definition=definition, expected_revision=expected_revision
+        )
+
+    async def set_blocked(
+        self, schedule_id: str, blocked: Mapping[str, Any] | None, *, at: Instant | None = None
+    ) -> dict[str, Any]:
+        return self.store.set_blocked(schedule_id, blocked, at=at)
+
+
+class _Runtime:
+    """`RuntimePort` over a `RuntimeStore`."""
+
+    def __init__(self, store: RuntimeStore) -> None:
+        self.store = store
+
+    async def load(self, schedule_id: str) -> RuntimeLoad:
+        return self.store.load(schedule_id)
+
+    def stage(
+        self,
+        batch: Any,
+        schedule_id: str,
+        *,
+        watermark: Instant,
+        held: Instant | None,
+        lifecycle_seq: int,
+        written_at: Instant,
+        waiting: Sequence[Instant] = (),
+    ) -> dict[str, Any]:
+        return self.store.stage(
+            batch,
+            schedule_id,
+            watermark=watermark,
+            held=held,
+            lifecycle_seq=lifecycle_seq,
+            written_at=written_at,
+            waiting=waiting,
+        )
+
+
+class _History:
+    """`HistoryPort` over a `HistoryStore`."""
+
+    def __init__(self, store: HistoryStore) -> None:
+        self.store = store
+        # The staging methods are the store's own: a herd stages thousands.
+        self.append_decision = store.append_decision
+        self.stage_admitted = store.stage_admitted
+        self.append_transition = store.append_transition
+        self.open_occurrence = store.open_occurrence
+        self.locate = store.locate
+
+    async def recover(self, schedule_id: str) -> HistoryRecovery:
+        return self.store.recover(schedule_id)
+
+    async def page(
+        self, schedule_id: str, *, limit: int, cursor: str | None = None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        return self.store.page(schedule_id, limit=limit, cursor=cursor)
+
+    async def occurrence_at(self, schedule_id: str, instant: Instant) -> dict[str, Any] | None:
+        return self.store.occurrence_at(schedule_id, instant)
+
+
+class FileOwnership:
+    """`OwnershipPort` over the OS lock of `<store_root>/scheduler.lock`."""
+
+    def __init__(self, lock: SchedulerLock) -> None:
+        self.lock = lock
+
+    @property
+    def path(self) -> str:
+        return str(self.lock.path)
+
+    async def acquire(self) -> dict[str, Any]:
+        return self.lock.acquire()
+
+    async def verify(self) -> bool:
+        return self.lock.verify()
+
+    async def release(self) -> None:
+        self.lock.release()
+
+
+class _RecoveryReader:
+    """One recovery's reads of the files, taking from the startup checkpoint
+    what files unchanged since it hold (`shell/startup_checkpoint.py`)."""
+
+    def __init__(self, backend: FileBackend, checkpoint: Mapping[str, CachedSchedule]) -> None:
+        self._backend = backend
+        self._checkpoint = dict(checkpoint)
+        self._reused: dict[str, CachedSchedule] = {}
+
+    async def schedule_ids(self) -> list[str]:
+        # A checkpointed schedule's files are checked one by one next.
+        return self._backend.definition_store.list_ids(present=self._checkpoint.keys())
+
+    async def read(self, schedule_id: str) -> ScheduleInputs | StoreProblem | None:
+        upkeep = self._backend.upkeep
+        entry = self._checkpoint.pop(schedule_id, None)
+        unchanged: UnchangedParts | None = None
+        full_scan = False
+        if entry is not None:
+            current = upkeep.current_identities(schedule_id)
+            unchanged = entry.unchanged(current)
+            full_scan = unchanged is not None and not unchanged.history
+            full_scan = full_scan and entry.history_rewritten(current)
+        inputs = self._cached(schedule_id, entry, unchanged, full_scan)
+        if inputs is not None:
+            # The next checkpoint reuses the parts whose files are unchanged.
+            upkeep.keep({schedule_id: cast(CachedSchedule, entry)})
+            return inputs
+        return self._read(schedule_id, full_scan=full_scan)
+
+    def _read(self, schedule_id: str, *, full_scan: bool) -> ScheduleInputs | StoreProblem | None:
+        """Read the schedule's files. (Temp files of atomic writes a crash
+        interrupted are never read as the truth; the service sweeps them once
+        the start is over.) The snapshot is a cache of the log, but damage to
+        it blocks all the same; loading as the owner drops a torn final
+        lifecycle line, with a warning."""
+        backend = self._backend
+        try:
+            records, loaded = backend.definition_store.read_for_recovery(schedule_id, repair=True)
+        except StoreDamaged as exc:
+            return exc.problem
+        except NotFound:
+            return None
+        if not records or loaded is None:
+            return None
+        runtime = backend.runtime_store.load(schedule_id)
+        recovered = self._recover_history(schedule_id, full_scan=full_scan)
+        stored = loaded.snapshot.get("blocked") if loaded.snapshot is not None else None
+        return ScheduleInputs(records, runtime, recovered, loaded.problems, stored)
+
+    def _recover_history(self, schedule_id: str, *, full_scan: bool) -> HistoryRecovery:
+        """The history recovered; with `full_scan` (its log was written other
+        than by appending since the last checkpoint described it) every row is
+        read, not only those after the index checkpoint: damage written into
+        it since is found now, not when a page reads it."""
+        history = self._backend.history_store
+        if full_scan:
+            _log.warning(
+                "schedule %s: its history log was rewritten since the last checkpoint"
+                " (not only appended to); reading it whole",
+                schedule_id,
+            )
+            return history.recover(schedule_id, full_scan=True)
+        return history.recover(schedule_id)
+
+    def _cached(
+        self,
+        schedule_id: str,
+        entry: CachedSchedule | None,
+        unchanged: UnchangedParts | None,
+        full_scan: bool,
+    ) -> ScheduleInputs | None:
+        """The inputs as the last checkpoint recorded them, part by part: the
+        lifecycle records if neither the lifecycle log nor the snapshot
+        changed since (else None: the schedule is read whole), and the
+        runtime record and the history state each from the checkpoint if
+        its files did not change, else from the files (a schedule that fired
+        since the checkpoint)."""
+        backend = self._backend
+        if entry is None or unchanged is None or not unchanged.lifecycle:
+            return None
+        try:
+            records, cached_runtime, history = entry.parts()
+            if not records:
+                return None
+            adopted = (
+                backend.history_store.adopt_state(schedule_id, history)
+                if unchanged.history
+                else None
+            )
+        except (ValueError, TypeError) as exc:
+            _log.warning(
+                "schedule %s: its startup checkpoint entry is unusable (%s); reading its files",
+                schedule_id,
+                exc,
+            )
+            return None
+        recovered = (
+            adopted
+            if adopted is not None
+            else self._recover_history(schedule_id, full_scan=full_scan)
+        )
+        if unchanged.runtime:
+            runtime = RuntimeLoad(schedule_id=schedule_id, record=cached_runtime)
+        else:
+            runtime = backend.runtime_store.load(schedule_id)
+        return ScheduleInputs(records, runtime, recovered, (), None)
+
+
+class FileBackend:
+    """`ScheduleBackend` for the files under `store_root` (see the module docstring).
+
+    `disk` is the operating system's unless a test passes a simulated one
+    (`shell.sim.disk`); `ownership` the OS lock unless one is injected (the
+    simulation's in-memory lock); `journal`: the commit journal where the
+    disk supports one (`shell.journal.journal_supported`), unless given.
+    """
+
+    def __init__(
+        self,
+        store_root: str | os.PathLike[str],
+        *,
+        disk: Disk = OS_DISK,
+        ownership: OwnershipPort | None = None,
+        journal: CommitJournal | None = None,
+    ) -> None:
+        self.store_root = store_root
+        self.disk = disk
+        self.definition_store = DefinitionStore(store_root, disk=disk)
+        self.runtime_store = RuntimeStore(store_root, disk=disk)
+        self.history_store = HistoryStore(store_root, disk=disk)
+        self.journal = (
+            journal
+            if journal is not None
+            else CommitJournal(store_root, disk=disk)
+            if journal_supported(disk)
+            else None
+        )
+        self.definitions = _Definitions(self.definition_store)
+        self.runtime = _Runtime(self.runtime_store)
+        self.history = _History(self.history_store)
+        self.ownership: OwnershipPort = (
+            ownership if ownership is not None else FileOwnership(SchedulerLock(store_root))
+        )
+        self.upkeep = FileStoreUpkeep(
+            self.definition_store, self.runtime_store, self.history_store, self.journal
+        )
+        self._root = os.fspath(store_root)
+
+    def new_batch(self) -> GroupCommit:
+        return GroupCommit(journal=self.journal, disk=self.disk)
+
+    async def commit(self, batch: BatchPort) -> None:
+        cast(GroupCommit, batch).commit()
+
+    def locate(self, schedule_id: str, part: RecordPart) -> str:
+        files = ScheduleFiles.of(self._root, schedule_id)
+        return files.relative(cast(str, getattr(files, part)))
+
+    def run_location(self, run_id: str) -> str:
+        # The host keeps one record per run under <store_root>/runs (docs/host.md).
+        return f"runs/{run_id}.json"
+
+    def is_run_location(self, location: str) -> bool:
+        return location.startswith("runs/")
+
+    async def open_owned(self) -> None:
+        if self.journal is not None:
+            # Whatever a crash (or a failed round) left in the journal reaches
+            # the files before the recovery reads them.
+            self.journal.open()
+
+    def recovery_reader(self, *, at_start: bool) -> _RecoveryReader:
+        # A start (not a rebuild after a failed round) takes the last
+        # checkpoint, which reading consumes.
+        checkpoint = self.upkeep.take_startup_checkpoint() if at_start else {}
+        return _RecoveryReader(self, checkpoint)
+
+    def after_recovery(self) -> None:
+        self.history_store.sync_recovered()
+
+    async def close_owned(self, *, owned: bool, consistent: bool) -> None:
+        if not owned:
+            # Fenced: the store may be another's now (or its path names
+            # another directory), so closing writes nothing; the next owner
+            # replays the journal and the logs as after a crash.
+            if self.journal is not None:
+                self.journal.close_file()
+            return
+        # A clean close publishes the history index checkpoints, so the next
+        # start replays nothing.
+        self.history_store.publish()
+        if self.journal is not None:
+            # Empties the journal (a checkpoint); if that fails, its records
+            # stay for the next owner's replay.
+            self.journal.close()
+        if consistent:
+            # Only a scheduler whose state matches the stores writes one.
+            self.upkeep.write_startup_checkpoint()
+        self.history_store.close()
