@@ -71,9 +71,9 @@ from pathlib import Path
 from typing import Any, Final, NoReturn
 
 from core.errors import InvalidInput, InvalidState, NotFound, Problem
-from core.occurrences import DECISION_STATUSES, RUN_STATUSES
 from shell.disk import OS_DISK, Disk, DiskFile, is_directory
 from shell.durable import GroupCommit, sync_paths
+from shell.history_appends import SNAPSHOT_PROBLEM, DecisionAppend, TransitionAppend
 from shell.history_cursor import decode_cursor, encode_cursor, page_json, page_row
 from shell.history_index import (
     ENTRY_SIZE,
@@ -155,11 +155,6 @@ class HistoryRecovery:
 _ADMITTED_LINE: Final = (
     b'{"instant":"%s","recorded_at":"%s","revision":%d,"run_id":%s,"seq":%d,'
     b'"snapshot":%s,"status":"admitted"}\n'
-)
-
-
-_SNAPSHOT_PROBLEM: Final = Problem(
-    field="snapshot", reason="must be JSON {deployment_id, inputs, max_steps, revision}"
 )
 
 
@@ -404,7 +399,7 @@ class HistoryStore:
         except (TypeError, ValueError):
             # Every other field is checked to be a string, an integer or an
             # instant; only a snapshot's inputs can hold what JSON cannot.
-            raise InvalidInput.from_problems("history row", [_SNAPSHOT_PROBLEM]) from None
+            raise InvalidInput.from_problems("history row", [SNAPSHOT_PROBLEM]) from None
         seq = int(row["seq"])
         if enter is None:
             self._enter(log, lambda: apply_row(shadow, row, shadow.size, len(line), unknown))
@@ -493,7 +488,7 @@ class HistoryStore:
             if revision < 1:
                 raise Bad("revision must be positive")
         except (Bad, TypeError, ValueError):
-            problems.append(_SNAPSHOT_PROBLEM)
+            problems.append(SNAPSHOT_PROBLEM)
         if problems:
             raise InvalidInput.from_problems("history row", problems)
         assert entered is not None
@@ -585,99 +580,19 @@ class HistoryStore:
         when the history is frozen by damage, `NotFound` for an unknown
         schedule.
         """
-        problems: list[Problem] = []
-
-        def instant_field(value: Instant | None, name: str) -> str | None:
-            if value is None:
-                return None
-            try:
-                return canonical_instant(value)
-            except (TypeError, ValueError) as exc:
-                problems.append(Problem(field=name, reason=f"must be an aware instant: {exc}"))
-                return None
-
-        instant_text = instant_field(instant, "instant")
-        recorded_text = instant_field(recorded_at, "recorded_at")
-        first_text = instant_field(first_instant, "first_instant")
-        last_text = instant_field(last_instant, "last_instant")
-        if status not in DECISION_STATUSES:
-            problems.append(
-                Problem(field="status", reason=f"must be one of {sorted(DECISION_STATUSES)}")
-            )
-        if not is_int(count) or count < 1:
-            problems.append(Problem(field="count", reason="must be a positive integer"))
-        elif count > 1 and (first_text is None or last_text is None):
-            problems.append(
-                Problem(field="first_instant", reason="count > 1 needs first and last instants")
-            )
-        elif count == 1 and (first_text is not None or last_text is not None):
-            problems.append(
-                Problem(field="first_instant", reason="only a row with count > 1 has them")
-            )
-        if (status == "admitted") != (snapshot is not None):
-            problems.append(
-                Problem(field="snapshot", reason="is required for admitted and only for it")
-            )
-        elif snapshot is not None:
-            # Whether it is JSON at all is found when the row is encoded, before
-            # anything is staged (see `_stage`).
-            try:
-                check_snapshot(dict(snapshot), 0)
-            except Bad:
-                problems.append(_SNAPSHOT_PROBLEM)
-        for name, value in (("run_id", run_id), ("reason", reason)):
-            if value is not None and not isinstance(value, str):
-                problems.append(Problem(field=name, reason="must be a string"))
-        if revision is not None and (not is_int(revision) or revision < 1):
-            problems.append(Problem(field="revision", reason="must be a positive integer"))
-        if problems:
-            raise InvalidInput.from_problems("history row", problems)
-
-        def build(state: State) -> dict[str, Any]:
-            row: dict[str, Any] = {
-                "seq": state.count,
-                "instant": instant_text,
-                "status": status,
-                "recorded_at": recorded_text,
-            }
-            optional = {"run_id": run_id, "reason": reason, "revision": revision}
-            row.update({k: v for k, v in optional.items() if v is not None})
-            if snapshot is not None:
-                row["snapshot"] = dict(snapshot)
-            if count > 1:
-                row.update(count=count, first_instant=first_text, last_instant=last_text)
-            return row
-
-        # Every field is checked above: entering the row needs no second parse.
-        assert instant_text is not None and recorded_text is not None
-        instant_at = parse_instant(instant_text)
-        first_at = parse_instant(first_text) if first_text is not None else instant_at
-        last_at = parse_instant(last_text) if last_text is not None else instant_at
-        entered_snapshot = dict(snapshot) if snapshot is not None else None
-
-        def enter(state: State, row: dict[str, Any], offset: int, length: int) -> None:
-            if count > 1 and (not first_at < last_at or last_at != instant_at):
-                # As a row read back would be refused (`_apply_decision`).
-                raise Bad(
-                    "a coalesced row needs first_instant < last_instant == instant", row["seq"]
-                )
-            enter_decision(
-                state,
-                row["seq"],
-                offset,
-                length,
-                status=status,
-                instant=instant_at,
-                instant_text=instant_text,
-                first=first_at,
-                recorded_text=recorded_text,
-                run_id=run_id,
-                reason=reason,
-                revision=revision,
-                snapshot=entered_snapshot,
-            )
-
-        return self._stage(self._owned(schedule_id), batch, build, enter)
+        append = DecisionAppend.of(
+            instant=instant,
+            status=status,
+            recorded_at=recorded_at,
+            run_id=run_id,
+            reason=reason,
+            count=count,
+            first_instant=first_instant,
+            last_instant=last_instant,
+            revision=revision,
+            snapshot=snapshot,
+        )
+        return self._stage(self._owned(schedule_id), batch, append.build, append.enter)
 
     def append_transition(
         self,
@@ -701,64 +616,19 @@ class HistoryStore:
         id), `InvalidInput` for malformed arguments, `StoreDamaged` when the
         history is frozen by damage.
         """
-        problems: list[Problem] = []
-        if (seq is None) == (instant is None):
-            problems.append(Problem(field="seq", reason="give exactly one of seq and instant"))
-        if seq is not None and (not is_int(seq) or seq < 0):
-            problems.append(Problem(field="seq", reason="must be a non-negative integer"))
-        if status not in RUN_STATUSES:
-            problems.append(
-                Problem(field="status", reason=f"must be one of {sorted(RUN_STATUSES)}")
-            )
-        instant_text: str | None = None
-        recorded_text = ""
-        for name, value in (("instant", instant), ("recorded_at", recorded_at)):
-            if value is None:
-                continue
-            try:
-                text = canonical_instant(value)
-            except (TypeError, ValueError) as exc:
-                problems.append(Problem(field=name, reason=f"must be an aware instant: {exc}"))
-                continue
-            if name == "instant":
-                instant_text = text
-            else:
-                recorded_text = text
-        for name, value in (("run_id", run_id), ("reason", reason)):
-            if value is not None and not isinstance(value, str):
-                problems.append(Problem(field=name, reason="must be a string"))
-        if problems:
-            raise InvalidInput.from_problems("history row", problems)
-
+        append = TransitionAppend.of(
+            status=status,
+            recorded_at=recorded_at,
+            seq=seq,
+            instant=instant,
+            run_id=run_id,
+            reason=reason,
+        )
         log = self._owned(schedule_id)
-        state = log.pending if log.pending is not None else log.state
-        target = seq if seq is not None else state.by_instant.get(instant_text or "")
-        current = state.open.get(target) if target is not None else None
-        if current is None:
-            what = f"seq {seq}" if seq is not None else f"instant {instant_text}"
-            raise InvalidState(
-                f"history of {schedule_id!r} has no open occurrence at {what}",
-                data={"schedule_id": schedule_id},
-            )
-        if status == current.status and (run_id is None or run_id == current.run_id):
+        current = append.target(schedule_id, log.pending if log.pending is not None else log.state)
+        if append.says_nothing_new(current):
             return current.seq
-
-        def build(_state: State) -> dict[str, Any]:
-            row: dict[str, Any] = {
-                "seq": current.seq,
-                "update": True,
-                "instant": current.instant,
-                "status": status,
-                "recorded_at": recorded_text,
-            }
-            known_run = run_id if run_id is not None else current.run_id
-            if known_run is not None:
-                row["run_id"] = known_run
-            if reason is not None:
-                row["reason"] = reason
-            return row
-
-        return self._stage(log, batch, build)
+        return self._stage(log, batch, lambda _state: append.build(current))
 
     # --- queries --------------------------------------------------------------------------------
 
