@@ -44,26 +44,27 @@ import json
 import logging
 import os
 from collections.abc import Container, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Literal, TypeGuard, get_args
+from typing import Any
 
-from core.errors import (
-    AlreadyExists,
-    InvalidInput,
-    InvalidState,
-    NotFound,
-    Problem,
-    RevisionConflict,
+from core.errors import AlreadyExists, InvalidInput, NotFound, Problem
+from core.lifecycle import LifecycleKind
+from shell.definition_rules import (
+    CHANGE_KINDS,
+    DEFINITION_FORMAT,
+    ChangeKind,
+    DefinitionLoad,
+    LifecycleResult,
+    RecordRefused,
+    apply_checked,
+    blocked_value,
+    change,
+    check_record,
+    check_snapshot,
+    creation,
+    same_block,
+    snapshot_after,
 )
-from core.lifecycle import (
-    LIFECYCLE_KINDS,
-    LifecycleKind,
-    LifecycleRefusal,
-    apply_record,
-    seq_refusal,
-)
-from core.limits import MAX_SAFE_INTEGER
 from shell.disk import OS_DISK, Disk, exists, is_directory
 from shell.durable import append_records, atomic_write_json, fault_point, fsync_directory
 from shell.fence import check_fence
@@ -76,8 +77,6 @@ from shell.store_format import (
     ScheduleFiles,
     StoreDamaged,
     StoreProblem,
-    canonical_instant,
-    parse_instant,
     read_file,
 )
 
@@ -94,163 +93,13 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-DEFINITION_FORMAT: Final = 1
-
-ChangeKind = Literal["updated", "paused", "resumed", "deleted"]
-CHANGE_KINDS: Final[frozenset[str]] = frozenset(get_args(ChangeKind))
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DefinitionLoad:
-    """What loading one schedule's definition found.
-
-    `snapshot` is None when no definition could be reconstructed (or the
-    directory holds no lifecycle record yet: `incomplete`, an interrupted
-    create). `problems` block the schedule. `repairs` lists what an owner's
-    load fixed (a torn line dropped, the snapshot rewritten from the log).
-    """
-
-    schedule_id: str
-    snapshot: dict[str, Any] | None
-    lifecycle_seq: int
-    problems: tuple[StoreProblem, ...] = ()
-    repairs: tuple[str, ...] = ()
-    incomplete: bool = False
-    # Whether definition.json itself is readable (set_blocked may rewrite it).
-    snapshot_file_ok: bool = True
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LifecycleResult:
-    """The snapshot after a change, and the lifecycle record written
-    (None when the change was a no-op, for example pausing a paused schedule)."""
-
-    snapshot: dict[str, Any]
-    record: dict[str, Any] | None
-
-
-class _Bad(Exception):
-    def __init__(self, record: str, reason: str) -> None:
-        super().__init__(reason)
-        self.record = record
-        self.reason = reason
-
-
-def _json_safe(value: Any, field: str) -> None:
-    try:
-        json.dumps(value, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput.from_problems(
-            "schedule record", [Problem(field=field, reason=f"must be JSON-safe: {exc}")]
-        ) from None
-
-
-def _instant_arg(value: Instant, field: str) -> str:
-    try:
-        return canonical_instant(value)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInput.from_problems(
-            "schedule record", [Problem(field=field, reason=f"must be an aware instant: {exc}")]
-        ) from None
-
-
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _check_instant_field(obj: Mapping[str, Any], key: str, *, optional: bool) -> None:
-    value = obj.get(key)
-    if value is None and optional:
-        return
-    try:
-        if not isinstance(value, str):
-            raise TypeError
-        parse_instant(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{key} is not an ISO-8601 instant: {value!r}") from None
-
-
-def _check_snapshot(obj: object, schedule_id: str) -> dict[str, Any]:
-    """Validate a parsed snapshot; raises ValueError naming the bad field."""
-    if not isinstance(obj, dict):
-        raise ValueError("not a JSON object")
-    if obj.get("format") != DEFINITION_FORMAT:
-        raise ValueError(f"unknown format {obj.get('format')!r}")
-    if obj.get("schedule_id") != schedule_id:
-        raise ValueError(f"schedule_id {obj.get('schedule_id')!r} does not match its directory")
-    revision = obj.get("revision")
-    if not _is_int(revision) or revision < 1:
-        raise ValueError(f"revision must be a positive integer, got {revision!r}")
-    seq = obj.get("lifecycle_seq")
-    if not _is_int(seq) or seq < 1:
-        raise ValueError(f"lifecycle_seq must be a positive integer, got {seq!r}")
-    if not isinstance(obj.get("definition"), dict):
-        raise ValueError("definition must be an object")
-    for flag in ("paused", "deleted"):
-        if not isinstance(obj.get(flag), bool):
-            raise ValueError(f"{flag} must be true or false")
-    _check_instant_field(obj, "created_at", optional=False)
-    for key in ("updated_at", "paused_at", "resumed_at", "deleted_at"):
-        _check_instant_field(obj, key, optional=True)
-    blocked = obj.get("blocked")
-    if blocked is not None:
-        if not isinstance(blocked, dict) or not all(
-            isinstance(blocked.get(k), str) for k in ("file", "record", "reason")
-        ):
-            raise ValueError("blocked must be null or an object with file, record and reason")
-        _check_instant_field(blocked, "at", optional=True)
-    return obj
-
 
 def _parse_record(line: bytes, expected_seq: int) -> dict[str, Any]:
-    where = f"line {expected_seq}"
     try:
         record = json.loads(line)
     except ValueError:
-        raise _Bad(where, "unparseable record") from None
-    if not isinstance(record, dict):
-        raise _Bad(where, "record is not a JSON object")
-    seq = record.get("seq")
-    wrong_seq = seq_refusal(seq, expected_seq)
-    if wrong_seq is not None:
-        raise _Bad(where, wrong_seq)
-    where = f"line {expected_seq} (seq {seq})"
-    if record.get("kind") not in LIFECYCLE_KINDS:
-        raise _Bad(where, f"unknown kind {record.get('kind')!r}")
-    try:
-        _check_instant_field(record, "at", optional=False)
-    except ValueError as exc:
-        raise _Bad(where, str(exc)) from None
-    revision = record.get("revision")
-    if not _is_int(revision) or revision < 1:
-        raise _Bad(where, f"revision must be a positive integer, got {revision!r}")
-    has_definition = record["kind"] in ("created", "updated")
-    if has_definition != isinstance(record.get("definition"), dict):
-        raise _Bad(
-            where, f"a {record['kind']} record {'needs' if has_definition else 'has'} a definition"
-        )
-    return record
-
-
-def snapshot_after(
-    snapshot: Mapping[str, Any] | None, record: Mapping[str, Any], schedule_id: str
-) -> dict[str, Any] | LifecycleRefusal:
-    """The snapshot after `record`, or why it cannot follow: the rules are
-    `core.lifecycle`'s; a created record's snapshot gets this store's own keys."""
-    applied = apply_record(snapshot, record)
-    if snapshot is None and not isinstance(applied, LifecycleRefusal):
-        applied.update(format=DEFINITION_FORMAT, schedule_id=schedule_id, blocked=None)
-    return applied
-
-
-def _apply(
-    snapshot: dict[str, Any] | None, record: Mapping[str, Any], schedule_id: str
-) -> dict[str, Any]:
-    """`snapshot_after`, raising _Bad if the record contradicts the snapshot."""
-    applied = snapshot_after(snapshot, record, schedule_id)
-    if isinstance(applied, LifecycleRefusal):
-        raise _Bad(applied.record, applied.reason)
-    return applied
+        raise RecordRefused(f"line {expected_seq}", "unparseable record") from None
+    return check_record(record, expected_seq)
 
 
 class DefinitionStore:
@@ -382,7 +231,7 @@ class DefinitionStore:
         raw = read_file(files.definition, disk=self.disk)
         try:
             if raw is not None:
-                snapshot = _check_snapshot(json.loads(raw), schedule_id)
+                snapshot = check_snapshot(json.loads(raw), schedule_id)
         except ValueError as exc:
             snapshot_file_ok = False
             problem(files.definition, "whole file", f"unreadable snapshot: {exc}")
@@ -437,15 +286,15 @@ class DefinitionStore:
                 # The record the snapshot claims to reflect must agree with it.
                 anchor = record_at(start)
                 if anchor["revision"] != base["revision"]:
-                    raise _Bad(
+                    raise RecordRefused(
                         f"line {start} (seq {start})",
                         f"revision {anchor['revision']} but definition.json"
                         f" says {base['revision']}",
                     )
             current = base
             for seq in range(start + 1, last_seq + 1):
-                current = _apply(current, record_at(seq), schedule_id)
-        except _Bad as bad:
+                current = apply_checked(current, record_at(seq), schedule_id)
+        except RecordRefused as bad:
             problem(files.lifecycle, bad.record, bad.reason)
             return DefinitionLoad(
                 schedule_id=schedule_id,
@@ -515,7 +364,7 @@ class DefinitionStore:
         exist. A torn final line is ignored.
         """
         files = self._files(schedule_id)
-        if not _is_int(seq) or seq < 0:
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
             raise InvalidInput.from_problems(
                 "lifecycle query", [Problem(field="seq", reason="must be >= 0")]
             )
@@ -540,9 +389,9 @@ class DefinitionStore:
             # one record per edit, so this stays cheap.
             for index, line in enumerate(lines):
                 record = _parse_record(line, index + 1)
-                snapshot = _apply(snapshot, record, files.schedule_id)
+                snapshot = apply_checked(snapshot, record, files.schedule_id)
                 records.append(record)
-        except _Bad as bad:
+        except RecordRefused as bad:
             raise StoreDamaged(
                 StoreProblem(
                     schedule_id=files.schedule_id,
@@ -567,15 +416,7 @@ class DefinitionStore:
         the module docstring); an incomplete create's directory is taken over.
         """
         files = self._files(schedule_id)
-        if not isinstance(definition, Mapping):
-            raise InvalidInput.from_problems(
-                "schedule record", [Problem(field="definition", reason="must be an object")]
-            )
-        payload = dict(definition)
-        _json_safe(payload, "definition")
-        at_text = _instant_arg(at, "at")
-        record = {"seq": 1, "kind": "created", "at": at_text, "revision": 1, "definition": payload}
-        snapshot = _apply(None, record, schedule_id)
+        record, snapshot = creation(schedule_id, definition, at)
 
         parent = os.path.dirname(files.directory)
         check_fence(files.directory)
@@ -662,31 +503,6 @@ class DefinitionStore:
         for a change to a deleted schedule, `StoreDamaged` when the schedule's
         definition records are damaged, `InvalidInput` for bad arguments.
         """
-        bad: list[Problem] = []
-        if kind not in CHANGE_KINDS:
-            bad.append(Problem(field="kind", reason=f"must be one of {sorted(CHANGE_KINDS)}"))
-        if (kind == "updated") != (definition is not None):
-            bad.append(
-                Problem(field="definition", reason="is required for updated and only for it")
-            )
-        if definition is not None and not isinstance(definition, Mapping):
-            bad.append(Problem(field="definition", reason="must be an object"))
-        if expected_revision is not None and not _is_int(expected_revision):
-            bad.append(Problem(field="expected_revision", reason="must be an integer"))
-        elif expected_revision is not None and abs(expected_revision) > MAX_SAFE_INTEGER:
-            bad.append(
-                Problem(
-                    field="expected_revision",
-                    reason=f"must be an integer from 1 to {MAX_SAFE_INTEGER}",
-                )
-            )
-        if bad:
-            raise InvalidInput.from_problems("lifecycle change", bad)
-        payload = dict(definition) if definition is not None else None
-        if payload is not None:
-            _json_safe(payload, "definition")
-        at_text = _instant_arg(at, "at")
-
         files = self._files(schedule_id)
         loaded = self.load(schedule_id, repair=True)
         if loaded.incomplete:
@@ -695,39 +511,20 @@ class DefinitionStore:
             )
         if loaded.problems or loaded.snapshot is None:
             raise StoreDamaged(loaded.problems[0])
-        current = loaded.snapshot
-        if expected_revision is not None and expected_revision != current["revision"]:
-            raise RevisionConflict(
-                f"schedule {schedule_id!r} is at revision {current['revision']},"
-                f" not {expected_revision}",
-                data={
-                    "schedule_id": schedule_id,
-                    "expected": expected_revision,
-                    "actual": current["revision"],
-                },
-            )
-        if current["deleted"]:
-            if kind == "deleted":
-                return LifecycleResult(snapshot=current, record=None)
-            raise InvalidState(
-                f"schedule {schedule_id!r} is deleted", data={"schedule_id": schedule_id}
-            )
-        if (kind == "paused" and current["paused"]) or (
-            kind == "resumed" and not current["paused"]
-        ):
-            return LifecycleResult(snapshot=current, record=None)
-        record: dict[str, Any] = {
-            "seq": loaded.lifecycle_seq + 1,
-            "kind": kind,
-            "at": at_text,
-            "revision": current["revision"] + (1 if kind == "updated" else 0),
-        }
-        if payload is not None:
-            record["definition"] = payload
-        snapshot = _apply(current, record, schedule_id)
-        append_records(files.lifecycle, [record], disk=self.disk)
-        atomic_write_json(files.definition, snapshot, disk=self.disk)
-        return LifecycleResult(snapshot=snapshot, record=record)
+        result = change(
+            loaded.snapshot,
+            loaded.lifecycle_seq,
+            schedule_id,
+            kind,
+            at=at,
+            definition=definition,
+            expected_revision=expected_revision,
+        )
+        if result.record is None:
+            return result
+        append_records(files.lifecycle, [result.record], disk=self.disk)
+        atomic_write_json(files.definition, result.snapshot, disk=self.disk)
+        return result
 
     def set_blocked(
         self, schedule_id: str, blocked: Mapping[str, Any] | None, *, at: Instant | None = None
@@ -741,21 +538,7 @@ class DefinitionStore:
         (the caller keeps the block in memory then; the next start finds the
         same damage again).
         """
-        value: dict[str, Any] | None = None
-        if blocked is not None:
-            bad = [
-                Problem(field=f"blocked.{key}", reason="must be a string")
-                for key in ("file", "record", "reason")
-                if not isinstance(blocked.get(key), str)
-            ]
-            if bad:
-                raise InvalidInput.from_problems("blocked diagnostic", bad)
-            value = {
-                "file": blocked["file"],
-                "record": blocked["record"],
-                "reason": blocked["reason"],
-                "at": _instant_arg(at, "at") if at is not None else None,
-            }
+        value = blocked_value(blocked, at)
         files = self._files(schedule_id)
         loaded = self.load(schedule_id, repair=True)
         if loaded.incomplete:
@@ -765,13 +548,7 @@ class DefinitionStore:
         if loaded.snapshot is None or not loaded.snapshot_file_ok:
             raise StoreDamaged(loaded.problems[0])
         current = loaded.snapshot
-        previous = current.get("blocked")
-        same = (previous is None and value is None) or (
-            previous is not None
-            and value is not None
-            and all(previous.get(k) == value[k] for k in ("file", "record", "reason"))
-        )
-        if same:
+        if same_block(current.get("blocked"), value):
             return current
         snapshot = dict(current, blocked=value)
         atomic_write_json(files.definition, snapshot, disk=self.disk)

@@ -51,7 +51,14 @@ from shell.store_format import (
     parse_instant,
 )
 
-__all__ = ["COMPACT_AT_BYTES", "RUNTIME_FORMAT", "RuntimeLoad", "RuntimeStore"]
+__all__ = [
+    "COMPACT_AT_BYTES",
+    "RUNTIME_FORMAT",
+    "RuntimeLoad",
+    "RuntimeStore",
+    "build_runtime_record",
+    "check_runtime_record",
+]
 
 RUNTIME_FORMAT: Final = 1
 # A runtime log is compacted once it passes this size plus a per-schedule
@@ -69,7 +76,8 @@ class RuntimeLoad:
     problem: StoreProblem | None = None
 
 
-def _check(obj: object) -> dict[str, Any]:
+def check_runtime_record(obj: object) -> dict[str, Any]:
+    """A stored runtime record, checked; raises ValueError naming the bad field."""
     if not isinstance(obj, dict):
         raise ValueError("not a JSON object")
     if obj.get("format") != RUNTIME_FORMAT:
@@ -96,6 +104,48 @@ def _check(obj: object) -> dict[str, Any]:
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
         raise ValueError(f"lifecycle_seq must be a non-negative integer, got {seq!r}")
     return obj
+
+
+def build_runtime_record(
+    *,
+    watermark: Instant,
+    held: Instant | None,
+    lifecycle_seq: int,
+    written_at: Instant,
+    waiting: Sequence[Instant] = (),
+) -> dict[str, Any]:
+    """The record to persist, the same on every backend; raises
+    `InvalidInput` naming each bad field."""
+    problems: list[Problem] = []
+    record: dict[str, Any] = {"format": RUNTIME_FORMAT}
+    for key, value in (("watermark", watermark), ("held", held), ("written_at", written_at)):
+        if value is None and key == "held":
+            record[key] = None
+            continue
+        try:
+            record[key] = canonical_instant(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError) as exc:
+            problems.append(Problem(field=key, reason=f"must be an aware instant: {exc}"))
+    if not isinstance(lifecycle_seq, int) or isinstance(lifecycle_seq, bool) or lifecycle_seq < 0:
+        problems.append(Problem(field="lifecycle_seq", reason="must be a non-negative integer"))
+    waiting_texts: set[str] = set()
+    if isinstance(waiting, str | bytes) or not isinstance(waiting, Sequence):
+        problems.append(Problem(field="waiting", reason="must be a list of instants"))
+    else:
+        for index, value in enumerate(waiting):
+            try:
+                waiting_texts.add(canonical_instant(value))
+            except (TypeError, ValueError) as exc:
+                problems.append(
+                    Problem(field=f"waiting[{index}]", reason=f"must be an aware instant: {exc}")
+                )
+    if problems:
+        raise InvalidInput.from_problems("runtime record", problems)
+    record["lifecycle_seq"] = lifecycle_seq
+    # Sorted by instant (text of one shape except for optional
+    # microseconds, so sort the parsed values, not the text).
+    record["waiting"] = sorted(waiting_texts, key=parse_instant)
+    return record
 
 
 class RuntimeStore:
@@ -133,7 +183,9 @@ class RuntimeStore:
         if line is None:
             return RuntimeLoad(schedule_id=schedule_id, record=None)
         try:
-            return RuntimeLoad(schedule_id=schedule_id, record=_check(json.loads(line)))
+            return RuntimeLoad(
+                schedule_id=schedule_id, record=check_runtime_record(json.loads(line))
+            )
         except ValueError as exc:
             return RuntimeLoad(
                 schedule_id=schedule_id,
@@ -156,43 +208,14 @@ class RuntimeStore:
         written_at: Instant,
         waiting: Sequence[Instant] = (),
     ) -> dict[str, Any]:
-        """The record to persist; raises `InvalidInput` naming each bad field."""
-        problems: list[Problem] = []
-        record: dict[str, Any] = {"format": RUNTIME_FORMAT}
-        for key, value in (("watermark", watermark), ("held", held), ("written_at", written_at)):
-            if value is None and key == "held":
-                record[key] = None
-                continue
-            try:
-                record[key] = canonical_instant(value)  # type: ignore[arg-type]
-            except (TypeError, ValueError) as exc:
-                problems.append(Problem(field=key, reason=f"must be an aware instant: {exc}"))
-        if (
-            not isinstance(lifecycle_seq, int)
-            or isinstance(lifecycle_seq, bool)
-            or lifecycle_seq < 0
-        ):
-            problems.append(Problem(field="lifecycle_seq", reason="must be a non-negative integer"))
-        waiting_texts: set[str] = set()
-        if isinstance(waiting, str | bytes) or not isinstance(waiting, Sequence):
-            problems.append(Problem(field="waiting", reason="must be a list of instants"))
-        else:
-            for index, value in enumerate(waiting):
-                try:
-                    waiting_texts.add(canonical_instant(value))
-                except (TypeError, ValueError) as exc:
-                    problems.append(
-                        Problem(
-                            field=f"waiting[{index}]", reason=f"must be an aware instant: {exc}"
-                        )
-                    )
-        if problems:
-            raise InvalidInput.from_problems("runtime record", problems)
-        record["lifecycle_seq"] = lifecycle_seq
-        # Sorted by instant (text of one shape except for optional
-        # microseconds, so sort the parsed values, not the text).
-        record["waiting"] = sorted(waiting_texts, key=parse_instant)
-        return record
+        """`build_runtime_record` (kept as a method for its callers)."""
+        return build_runtime_record(
+            watermark=watermark,
+            held=held,
+            lifecycle_seq=lifecycle_seq,
+            written_at=written_at,
+            waiting=waiting,
+        )
 
     def _prepared_size(self, schedule_id: str, files: ScheduleFiles) -> int:
         """The log's size, after dropping a torn final line (owner only)."""
