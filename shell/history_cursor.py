@@ -13,14 +13,17 @@ import binascii
 import hashlib
 import json
 import struct
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
 
 from shell.history_rows import Bad, BadLatest, Entry, check_decision, check_transition
 
 __all__ = [
+    "checked_row",
     "decode_cursor",
     "encode_cursor",
+    "page_entry",
     "page_json",
     "page_row",
 ]
@@ -76,6 +79,29 @@ def page_row(
     (`previous`); returns it with its decision instant. Raises `Bad`
     (`BadLatest` when the latest row is at fault)."""
     decision_row = page_json(decision_data, seq, decision=True)
+    latest_row: dict[str, Any] | None = None
+    if latest_data is not None:
+        try:
+            latest_row = page_json(latest_data, seq, decision=False)
+        except Bad as bad:
+            raise BadLatest(bad.reason, seq) from None
+    return page_entry(seq, entry.status, decision_row, latest_row, previous)
+
+
+def page_entry(
+    seq: int,
+    recorded_status: str,
+    decision_row: Mapping[str, Any],
+    latest_row: Mapping[str, Any] | None,
+    previous: datetime | None,
+) -> tuple[dict[str, Any], datetime]:
+    """The page entry of occurrence `seq` from its decision row and latest
+    transition row (None when the decision is its latest), each already of
+    its kind and seq (`checked_row`), checked by the row rules, against the
+    status the store recorded beside them (`recorded_status`: the index
+    entry's, or the database row's) and the decision before it (`previous`);
+    returns it with its decision instant. Raises `Bad` (`BadLatest` when the
+    latest row is at fault)."""
     decision = check_decision(decision_row, seq)
     if previous is not None and decision.first <= previous:
         raise Bad(
@@ -89,7 +115,7 @@ def page_row(
         decision.reason,
         decision.recorded_text,
     )
-    if latest_data is not None:
+    if latest_row is not None:
         try:
             if decision.status != "admitted":
                 raise Bad(
@@ -97,7 +123,7 @@ def page_row(
                     f" {decision.status}, which no transition follows",
                     seq,
                 )
-            latest = check_transition(page_json(latest_data, seq, decision=False), seq)
+            latest = check_transition(latest_row, seq)
             if latest.instant_text != decision.instant_text:
                 raise Bad(
                     f"transition names instant {latest.instant_text} but seq {seq} is"
@@ -110,12 +136,12 @@ def page_row(
             raise BadLatest(bad.reason, seq) from None
         status, reason, updated_at = latest.status, latest.reason, latest.recorded_text
         run_id = latest.run_id if latest.run_id is not None else run_id
-    if status != entry.status:
+    if status != recorded_status:
         changed = (
-            f"the row says {status}, but the index recorded {entry.status} when it was"
+            f"the row says {status}, but the index recorded {recorded_status} when it was"
             " written: the row was changed since"
         )
-        raise BadLatest(changed, seq) if latest_data is not None else Bad(changed, seq)
+        raise BadLatest(changed, seq) if latest_row is not None else Bad(changed, seq)
     row = {
         "seq": seq,
         "instant": decision.instant_text,
@@ -139,6 +165,12 @@ def page_json(data: bytes, seq: int, *, decision: bool) -> dict[str, Any]:
         row = json.loads(data.decode()) if data.endswith(b"\n") else None
     except ValueError:
         raise Bad("unparseable record", seq) from None
+    return checked_row(row, seq, decision=decision)
+
+
+def checked_row(row: object, seq: int, *, decision: bool) -> dict[str, Any]:
+    """`row` if it is a row of occurrence `seq` of the kind expected (decision
+    or transition), else `Bad`."""
     if not isinstance(row, dict) or row.get("seq") != seq or ("update" in row) == decision:
         raise Bad("the row the index points at is not this occurrence's", seq)
     if not decision and row["update"] is not True:
