@@ -76,12 +76,15 @@ class LifecycleResult:
 
 
 class RecordRefused(Exception):
-    """A lifecycle record that does not parse or does not follow the log."""
+    """A lifecycle record that does not parse or does not follow the log:
+    `record` names it as the file store does ("line 3 (seq 3)"), `seq` is its
+    place in the log when known."""
 
-    def __init__(self, record: str, reason: str) -> None:
+    def __init__(self, record: str, reason: str, seq: int | None = None) -> None:
         super().__init__(reason)
         self.record = record
         self.reason = reason
+        self.seq = seq
 
 
 def _json_safe(value: Any, field: str) -> None:
@@ -206,8 +209,12 @@ def replay(records: Sequence[object], schedule_id: str) -> list[dict[str, Any]]:
     checked: list[dict[str, Any]] = []
     snapshot: dict[str, Any] | None = None
     for index, raw in enumerate(records):
-        record = check_record(raw, index + 1)
-        snapshot = apply_checked(snapshot, record, schedule_id)
+        try:
+            record = check_record(raw, index + 1)
+            snapshot = apply_checked(snapshot, record, schedule_id)
+        except RecordRefused as refused:
+            refused.seq = index + 1
+            raise
         checked.append(record)
     return checked
 

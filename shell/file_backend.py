@@ -152,6 +152,9 @@ class FileOwnership:
     def path(self) -> str:
         return str(self.lock.path)
 
+    def loss(self) -> str:
+        return f"scheduler lock {self.lock.path} was removed or replaced under this process"
+
     async def acquire(self) -> dict[str, Any]:
         return self.lock.acquire()
 

@@ -239,11 +239,7 @@ class SchedulerService:
         if not owned:
             # Fenced: the store may be another's now, so closing writes
             # nothing; the next owner recovers as after a crash.
-            _log.error(
-                "scheduler lock %s was removed or replaced under this process: it stops"
-                " without writing the store",
-                ownership.path,
-            )
+            _log.error("%s: it stops without writing the store", ownership.loss())
         try:
             await self._backend.close_owned(
                 owned=owned, consistent=owned and not (self._resync or self._fenced)
@@ -301,9 +297,8 @@ class SchedulerService:
         ownership = self._backend.ownership
         if not await ownership.verify():
             raise SchedulerUnavailable(
-                f"scheduler lock {ownership.path} was removed or replaced under this"
-                " process (or released): it no longer owns the store, so changes are"
-                " refused; restart the scheduler",
+                f"{ownership.loss()} (or released): it no longer owns the store, so"
+                " changes are refused; restart the scheduler",
                 data={"lock": str(ownership.path)},
             )
 
@@ -415,11 +410,7 @@ class SchedulerService:
         ownership = self._backend.ownership
         if not await ownership.verify():
             if not self._fenced:
-                _log.error(
-                    "scheduler lock %s was removed or replaced under this process: admissions"
-                    " are stopped; restart the scheduler",
-                    ownership.path,
-                )
+                _log.error("%s: admissions are stopped; restart the scheduler", ownership.loss())
             self._fenced = True
             # Dropped, not kept: nothing is decided any more, and a change left
             # pending would make the loop go round without ever sleeping.

@@ -190,6 +190,10 @@ class OwnershipPort(Protocol):
         """What the ownership is, for log messages (a lock file, a database)."""
         ...
 
+    def loss(self) -> str:
+        """What happened, for messages, once `verify` found ownership lost."""
+        ...
+
     async def acquire(self) -> dict[str, Any]:
         """Own the store; raises SchedulerUnavailable naming the holder."""
         ...

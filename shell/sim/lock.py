@@ -34,6 +34,9 @@ class MemoryLock:
     def path(self) -> str:
         return f"sim:{LOCK_FILE}"
 
+    def loss(self) -> str:
+        return f"scheduler lock {self.path} was removed or replaced under this process"
+
     async def acquire(self) -> dict[str, Any]:
         """Take the lock; raises `SchedulerUnavailable` naming the holder."""
         holder = self._disk.lock_holder

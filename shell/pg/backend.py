@@ -1,0 +1,186 @@
+"""The PostgreSQL backend: `shell.store_ports.ScheduleBackend` on one database.
+
+`PgBackend(database)` holds the schedule stores (`shell.pg.definitions`,
+`shell.pg.runtime`, `shell.pg.history`), the ownership (`shell.pg.ownership`)
+and the batches (`shell.pg.batch`: a round's group commit is one
+transaction). A start reads every schedule with five queries in one
+consistent snapshot (`_RecoveryReader`), not one file read per schedule;
+there is nothing to replay, no index to publish and no temp file to sweep, so
+the backend has no upkeep.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, Final
+
+from shell.definition_rules import RecordRefused, check_snapshot, replay
+from shell.pg import locations
+from shell.pg.batch import PgBatch
+from shell.pg.database import Database
+from shell.pg.definitions import PgDefinitions, lifecycle_problem, snapshot_problem
+from shell.pg.history import OccurrenceRow, PgHistory
+from shell.pg.ownership import PgOwnership
+from shell.pg.runtime import PgRuntime, runtime_load
+from shell.store_format import StoreProblem
+from shell.store_ports import BatchPort, RecordPart, ScheduleInputs
+
+__all__ = ["PgBackend"]
+
+_OPEN: Final = "('admitted', 'running', 'interrupted')"
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class _RecoveryReader:
+    """One recovery's reads: everything at once, in one snapshot of the database."""
+
+    def __init__(self, backend: PgBackend) -> None:
+        self._backend = backend
+        self._inputs: dict[str, ScheduleInputs | StoreProblem | None] = {}
+
+    async def schedule_ids(self) -> list[str]:
+        db = self._backend.database
+        async with db.transaction("read the store at a start") as conn:
+            # One consistent view of every table, as of the start.
+            await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            cursor = await conn.execute(
+                "SELECT schedule_id, lifecycle_seq, snapshot FROM wf_schedules ORDER BY schedule_id"
+            )
+            schedules = await cursor.fetchall()
+            cursor = await conn.execute(
+                "SELECT schedule_id, record FROM wf_schedule_lifecycle ORDER BY schedule_id, seq"
+            )
+            lifecycle: defaultdict[str, list[Any]] = defaultdict(list)
+            for schedule_id, record in await cursor.fetchall():
+                lifecycle[schedule_id].append(record)
+            cursor = await conn.execute("SELECT schedule_id, record FROM wf_schedule_runtime")
+            runtime = {schedule_id: record for schedule_id, record in await cursor.fetchall()}
+            # The last row of each history: an index probe per schedule.
+            cursor = await conn.execute(
+                "SELECT s.schedule_id, o.seq, o.status, o.decision, o.latest FROM wf_schedules s"
+                " CROSS JOIN LATERAL (SELECT seq, status, decision, latest FROM wf_occurrences"
+                " WHERE schedule_id = s.schedule_id ORDER BY seq DESC LIMIT 1) o"
+            )
+            last = {
+                r[0]: OccurrenceRow(int(r[1]), r[2], r[3], r[4]) for r in await cursor.fetchall()
+            }
+            cursor = await conn.execute(
+                "SELECT schedule_id, seq, status, decision, latest FROM wf_occurrences"
+                f" WHERE status IN {_OPEN} ORDER BY schedule_id, seq"
+            )
+            opened: defaultdict[str, list[OccurrenceRow]] = defaultdict(list)
+            for r in await cursor.fetchall():
+                opened[r[0]].append(OccurrenceRow(int(r[1]), r[2], r[3], r[4]))
+        for schedule_id, lifecycle_seq, snapshot in schedules:
+            self._inputs[schedule_id] = self._inputs_of(
+                schedule_id,
+                int(lifecycle_seq),
+                snapshot,
+                lifecycle.get(schedule_id, []),
+                runtime.get(schedule_id),
+                last.get(schedule_id),
+                opened.get(schedule_id, []),
+            )
+        return [schedule_id for schedule_id, _, _ in schedules]
+
+    def _inputs_of(
+        self,
+        schedule_id: str,
+        lifecycle_seq: int,
+        stored_snapshot: Any,
+        stored_records: list[Any],
+        stored_runtime: Any,
+        last: OccurrenceRow | None,
+        open_rows: list[OccurrenceRow],
+    ) -> ScheduleInputs | StoreProblem:
+        if not stored_records:
+            return StoreProblem(
+                schedule_id=schedule_id,
+                file=locations.table("lifecycle"),
+                record=locations.row(schedule_id),
+                reason="the schedule has no lifecycle record",
+            )
+        try:
+            records = replay(stored_records, schedule_id)
+        except RecordRefused as refused:
+            return lifecycle_problem(schedule_id, refused)
+        load_problems: list[StoreProblem] = []
+        stored_block: dict[str, Any] | None = None
+        try:
+            snapshot = check_snapshot(stored_snapshot, schedule_id)
+        except ValueError as exc:
+            load_problems.append(snapshot_problem(schedule_id, f"unreadable snapshot: {exc}"))
+        else:
+            stored_block = snapshot.get("blocked")
+            if (
+                not (snapshot["lifecycle_seq"] == lifecycle_seq == len(records))
+                or snapshot["revision"] != records[-1]["revision"]
+            ):
+                load_problems.append(
+                    snapshot_problem(
+                        schedule_id,
+                        f"snapshot is at lifecycle seq {snapshot['lifecycle_seq']} (revision"
+                        f" {snapshot['revision']}) but the log ends at seq {len(records)}"
+                        f" (revision {records[-1]['revision']})",
+                    )
+                )
+        recovered = self._backend.history.adopt(schedule_id, last, open_rows)
+        return ScheduleInputs(
+            tuple(records),
+            runtime_load(schedule_id, stored_runtime),
+            recovered,
+            tuple(load_problems),
+            stored_block,
+        )
+
+    async def read(self, schedule_id: str) -> ScheduleInputs | StoreProblem | None:
+        return self._inputs.pop(schedule_id, None)
+
+
+class PgBackend:
+    """`ScheduleBackend` on PostgreSQL (see the module docstring). The
+    database must be open (`await database.open()`)."""
+
+    upkeep: None = None
+
+    def __init__(self, database: Database, *, clock: Callable[[], datetime] = _utc_now) -> None:
+        self.database = database
+        self.definitions = PgDefinitions(database)
+        self.runtime = PgRuntime(database)
+        self.history = PgHistory(database)
+        self.ownership = PgOwnership(database, clock=clock)
+
+    def new_batch(self) -> PgBatch:
+        return PgBatch()
+
+    async def commit(self, batch: BatchPort) -> None:
+        pg_batch: PgBatch = batch  # type: ignore[assignment]
+        await pg_batch.commit(self.database)
+
+    def locate(self, schedule_id: str, part: RecordPart) -> str:
+        return locations.table(part)
+
+    def run_location(self, run_id: str) -> str:
+        return f"table {locations.RUNS}, run_id {run_id!r}"
+
+    def is_run_location(self, location: str) -> bool:
+        return location.startswith(f"table {locations.RUNS}")
+
+    async def open_owned(self) -> None:
+        # After a lost session: own the store again before reading it.
+        await self.ownership.ensure()
+
+    def recovery_reader(self, *, at_start: bool) -> _RecoveryReader:
+        return _RecoveryReader(self)
+
+    def after_recovery(self) -> None:
+        return None
+
+    async def close_owned(self, *, owned: bool, consistent: bool) -> None:
+        # Nothing is cached that a start needs: every commit was a transaction.
+        return None

@@ -1,0 +1,102 @@
+"""One round's writes on PostgreSQL: a group commit is one transaction.
+
+The stores stage statements (history rows, runtime records, run records) in
+a `PgBatch`; `commit` runs them in one transaction, each kind of statement
+batched (`executemany`, which psycopg sends as one pipeline), in a fixed
+order of phases, after checking the ownership fence. Everything in it is
+durable when COMMIT returns (synchronous commit), all or nothing: a round
+acts on nothing before that. If the commit fails its outcome is unknown
+(the connection may have broken after the server committed): the stores
+drop what they staged and read the database again before their next use.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Final, Literal
+
+from shell.pg.database import Database
+
+__all__ = [
+    "PHASE_HISTORY_DECISIONS",
+    "PHASE_HISTORY_TRANSITIONS",
+    "PHASE_RUNS",
+    "PHASE_RUNTIME",
+    "PgBatch",
+]
+
+_log = logging.getLogger("shell.pg")
+
+# The order statements run in within the transaction: a transition updates
+# the row its decision inserts, possibly in the same batch.
+PHASE_HISTORY_DECISIONS: Final = 10
+PHASE_HISTORY_TRANSITIONS: Final = 20
+PHASE_RUNTIME: Final = 30
+PHASE_RUNS: Final = 40
+
+
+class PgBatch:
+    """Statements for one transaction (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._state: Literal["open", "committed", "aborted"] = "open"
+        # (phase, statement) -> parameter rows, in staging order.
+        self._statements: dict[tuple[int, str], list[tuple[Any, ...]]] = {}
+        self._on_commit: list[Callable[[], None]] = []
+        self._on_abort: list[Callable[[], None]] = []
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    def __len__(self) -> int:
+        return sum(len(rows) for rows in self._statements.values())
+
+    def _check_open(self) -> None:
+        if self._state != "open":
+            raise RuntimeError(f"this batch is {self._state}; start a new one")
+
+    def add(self, phase: int, statement: str, params: tuple[Any, ...]) -> None:
+        self._check_open()
+        self._statements.setdefault((phase, statement), []).append(params)
+
+    def on_commit(self, callback: Callable[[], None]) -> None:
+        """Run `callback` once the transaction committed."""
+        self._check_open()
+        self._on_commit.append(callback)
+
+    def on_abort(self, callback: Callable[[], None]) -> None:
+        """Run `callback` if the batch is dropped or its commit fails."""
+        self._check_open()
+        self._on_abort.append(callback)
+
+    def abort(self) -> None:
+        if self._state != "open":
+            return
+        self._state = "aborted"
+        self._statements.clear()
+        for callback in self._on_abort:
+            callback()
+
+    async def commit(self, database: Database, *, operation: str = "commit a round") -> None:
+        """Run every statement in one fenced transaction; raises
+        `StoreUnavailable` (or `StoreFenced`) after dropping the batch."""
+        self._check_open()
+        try:
+            if self._statements:
+                async with (
+                    database.transaction(operation, fenced=True) as conn,
+                    conn.cursor() as cursor,
+                ):
+                    for (_, statement), rows in sorted(
+                        self._statements.items(), key=lambda item: item[0][0]
+                    ):
+                        await cursor.executemany(statement, rows)
+        except BaseException:
+            self.abort()
+            raise
+        self._state = "committed"
+        self._statements.clear()
+        for callback in self._on_commit:
+            callback()

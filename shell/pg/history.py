@@ -1,0 +1,497 @@
+"""The occurrence history on PostgreSQL: one row per occurrence.
+
+`wf_occurrences` holds, per schedule, one row per decided occurrence (`seq`
+dense from 0): its decision row and its latest transition row, the same JSON
+rows the file store appends to `history.jsonl` (`shell/history_store.py`),
+and the latest status beside them. A decision inserts the row; a transition
+updates it. The primary key (schedule_id, seq) keeps seqs unique and makes a
+page a keyset scan (`seq >= cursor ORDER BY seq LIMIT n`): O(limit) at any
+history size. The unique key (schedule_id, instant) makes a second decision
+of one instant impossible in the database, besides the rule that decision
+instants strictly increase, which the owner checks before staging.
+
+The scheduler owns the histories it recovered: it keeps each one's state
+(count, last decision, open occurrences: `shell.history_rows.State`) in
+memory and stages rows against it by the same rules as the file store
+(`shell.history_appends`, `shell.history_rows`); they are written by the
+round's transaction (`shell.pg.batch`). Every row read back (a start's
+last row and open rows, a page) is checked by the row rules; a row that
+breaks them is damage, named by table and row, which blocks its schedule.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from core.errors import InvalidInput, InvalidState, NotFound, Problem
+from core.occurrences import TERMINAL_STATUSES
+from shell.history_appends import SNAPSHOT_PROBLEM, DecisionAppend, TransitionAppend
+from shell.history_cursor import checked_row, decode_cursor, encode_cursor, page_entry
+from shell.history_rows import Bad, Open, OpenOccurrence, State, apply_row, is_int, unknown
+from shell.history_store import MAX_PAGE_LIMIT, HistoryRecovery
+from shell.pg import locations
+from shell.pg.batch import PHASE_HISTORY_DECISIONS, PHASE_HISTORY_TRANSITIONS, PgBatch
+from shell.pg.database import Database
+from shell.store_format import (
+    Instant,
+    StoreDamaged,
+    StoreProblem,
+    canonical_instant,
+    format_instant,
+    parse_instant,
+)
+
+__all__ = ["OccurrenceRow", "PgHistory", "recovered_state"]
+
+# Rows go as JSON text cast by the server: encoded once, when staged (which
+# also proves the row is JSON before anything is staged).
+_INSERT: Final = (
+    "INSERT INTO wf_occurrences (schedule_id, seq, instant, status, decision)"
+    " VALUES (%s, %s, %s, %s, %s::jsonb)"
+)
+_UPDATE: Final = (
+    "UPDATE wf_occurrences SET status = %s, latest = %s::jsonb WHERE schedule_id = %s AND seq = %s"
+)
+
+
+def _json(row: Mapping[str, Any]) -> str:
+    return json.dumps(row, separators=(",", ":"), allow_nan=False)
+
+
+@dataclass(frozen=True, slots=True)
+class OccurrenceRow:
+    """A row of `wf_occurrences` as read."""
+
+    seq: int
+    status: str
+    decision: Any
+    latest: Any
+
+
+def _row(values: Sequence[Any]) -> OccurrenceRow:
+    """An `OccurrenceRow` from `SELECT seq, status, decision, latest`."""
+    return OccurrenceRow(int(values[0]), values[1], values[2], values[3])
+
+
+def _problem(schedule_id: str, seq: int | None, reason: str) -> StoreProblem:
+    return StoreProblem(
+        schedule_id=schedule_id,
+        file=locations.table("history"),
+        record=locations.row(schedule_id, seq),
+        reason=reason,
+    )
+
+
+def _entry(schedule_id: str, row: OccurrenceRow, previous: datetime | None) -> dict[str, Any]:
+    """The page entry of `row`, checked by the row rules; `Bad` if it breaks them."""
+    decision = checked_row(row.decision, row.seq, decision=True)
+    latest = checked_row(row.latest, row.seq, decision=False) if row.latest is not None else None
+    entry, _ = page_entry(row.seq, row.status, decision, latest, previous)
+    return entry
+
+
+def recovered_state(
+    schedule_id: str, last: OccurrenceRow | None, open_rows: Sequence[OccurrenceRow]
+) -> tuple[State, tuple[StoreProblem, ...]]:
+    """A history's state from its last row and its open rows (the rows a
+    start reads), each checked by the row rules; a row that breaks them is
+    the problem that blocks the schedule."""
+    state = State()
+    if last is None:
+        return state, ()
+    try:
+        entry = _entry(schedule_id, last, None)
+        for row in open_rows:
+            opened = _entry(schedule_id, row, None) if row.seq != last.seq else entry
+            if opened["status"] in TERMINAL_STATUSES:
+                raise Bad(f"an open row whose status is {opened['status']}", row.seq)
+            decision = checked_row(row.decision, row.seq, decision=True)
+            state.open[row.seq] = Open(
+                seq=row.seq,
+                instant=opened["instant"],
+                status=opened["status"],
+                run_id=opened["run_id"],
+                reason=opened["reason"],
+                # Offsets mean nothing here: every row staged later is after these.
+                decision_off=0,
+                decision_len=0,
+                latest_off=0,
+                latest_len=0,
+                snapshot=decision.get("snapshot"),
+                revision=opened["revision"],
+                decided_at=opened["decided_at"],
+                updated_at=opened["updated_at"],
+            )
+            state.by_instant[opened["instant"]] = row.seq
+    except Bad as bad:
+        seq = bad.seq if bad.seq is not None else last.seq
+        return State(), (_problem(schedule_id, seq, bad.reason),)
+    state.count = last.seq + 1
+    state.last_decided = parse_instant(entry["instant"])
+    state.last_decided_text = entry["instant"]
+    # Staged rows take "offsets" from here on (see `_stage`).
+    state.size = 1
+    return state, ()
+
+
+@dataclass(slots=True)
+class _Owned:
+    state: State
+    problems: tuple[StoreProblem, ...]
+    pending: State | None = None
+    pending_batch: PgBatch | None = None
+
+
+class PgHistory:
+    """`shell.store_ports.HistoryPort` on PostgreSQL (see the module docstring)."""
+
+    def __init__(self, database: Database) -> None:
+        self._db = database
+        self._owned: dict[str, _Owned] = {}
+
+    # --- owning ------------------------------------------------------------------------
+
+    def adopt(
+        self,
+        schedule_id: str,
+        last: OccurrenceRow | None,
+        open_rows: Sequence[OccurrenceRow],
+    ) -> HistoryRecovery:
+        """Own a history from the rows a recovery read."""
+        state, problems = recovered_state(schedule_id, last, open_rows)
+        self._owned[schedule_id] = _Owned(state=state, problems=problems)
+        return HistoryRecovery(
+            schedule_id=schedule_id,
+            occurrences=state.count,
+            last_decided_instant=state.last_decided_text,
+            open_occurrences=tuple(state.open[s].public() for s in sorted(state.open)),
+            problems=problems,
+        )
+
+    async def recover(self, schedule_id: str) -> HistoryRecovery:
+        """Own one schedule's history, read now."""
+        async with self._db.transaction("read a schedule's history") as conn:
+            cursor = await conn.execute(
+                "SELECT seq, status, decision, latest FROM wf_occurrences"
+                " WHERE schedule_id = %s ORDER BY seq DESC LIMIT 1",
+                (schedule_id,),
+            )
+            found = await cursor.fetchone()
+            cursor = await conn.execute(
+                "SELECT seq, status, decision, latest FROM wf_occurrences WHERE schedule_id = %s"
+                " AND status IN ('admitted', 'running', 'interrupted') ORDER BY seq",
+                (schedule_id,),
+            )
+            open_rows = [
+                OccurrenceRow(int(r[0]), r[1], r[2], r[3]) for r in await cursor.fetchall()
+            ]
+        last = _row(found) if found is not None else None
+        return self.adopt(schedule_id, last, open_rows)
+
+    def forget(self, schedule_ids: Iterable[str] | None = None) -> None:
+        """Stop owning these histories (all of them by default)."""
+        if schedule_ids is None:
+            self._owned.clear()
+            return
+        for schedule_id in schedule_ids:
+            self._owned.pop(schedule_id, None)
+
+    def _get(self, schedule_id: str) -> _Owned:
+        owned = self._owned.get(schedule_id)
+        if owned is None:
+            raise InvalidState(
+                f"history of {schedule_id!r} was not recovered by this scheduler",
+                data={"schedule_id": schedule_id},
+            )
+        return owned
+
+    # --- staging -----------------------------------------------------------------------
+
+    def _shadow(self, owned: _Owned, batch: PgBatch, schedule_id: str) -> State:
+        """The pending state of `owned` in `batch`, opened on first use."""
+        if owned.problems:
+            raise StoreDamaged(owned.problems[0])
+        if owned.pending_batch is not None and owned.pending_batch is not batch:
+            if owned.pending_batch.state == "open":
+                raise RuntimeError(f"history of {schedule_id!r} has writes staged in another batch")
+            # A batch that ended without its callbacks: read it again.
+            self._owned.pop(schedule_id, None)
+            raise InvalidState(
+                f"history of {schedule_id!r} must be recovered again",
+                data={"schedule_id": schedule_id},
+            )
+        if owned.pending is None:
+            owned.pending = owned.state.copy()
+            owned.pending_batch = batch
+
+            def committed() -> None:
+                assert owned.pending is not None
+                owned.state, owned.pending, owned.pending_batch = owned.pending, None, None
+                owned.state.touched = {}
+
+            def dropped() -> None:
+                # The transaction may have committed all the same: read it again.
+                owned.pending, owned.pending_batch = None, None
+                self._owned.pop(schedule_id, None)
+
+            batch.on_commit(committed)
+            batch.on_abort(dropped)
+        return owned.pending
+
+    @staticmethod
+    def _enter(schedule_id: str, enter: Any) -> None:
+        try:
+            enter()
+        except Bad as bad:
+            raise InvalidState(
+                f"history of {schedule_id!r} refuses the row: {bad.reason}",
+                data={"schedule_id": schedule_id},
+            ) from None
+
+    def append_decision(
+        self,
+        schedule_id: str,
+        *,
+        instant: Instant,
+        status: str,
+        recorded_at: Instant,
+        batch: Any,
+        run_id: str | None = None,
+        reason: str | None = None,
+        count: int = 1,
+        first_instant: Instant | None = None,
+        last_instant: Instant | None = None,
+        revision: int | None = None,
+        snapshot: Mapping[str, Any] | None = None,
+    ) -> int:
+        """Stage the decision row that opens the occurrence at `instant` in
+        `batch`; returns its seq (see `HistoryStore.append_decision`)."""
+        append = DecisionAppend.of(
+            instant=instant,
+            status=status,
+            recorded_at=recorded_at,
+            run_id=run_id,
+            reason=reason,
+            count=count,
+            first_instant=first_instant,
+            last_instant=last_instant,
+            revision=revision,
+            snapshot=snapshot,
+        )
+        pg_batch: PgBatch = batch
+        owned = self._get(schedule_id)
+        shadow = self._shadow(owned, pg_batch, schedule_id)
+        row = append.build(shadow)
+        try:
+            document = _json(row)
+        except (TypeError, ValueError):
+            # Every other field is a string, an integer or an instant; only a
+            # snapshot's inputs can hold what JSON cannot.
+            raise InvalidInput.from_problems("history row", [SNAPSHOT_PROBLEM]) from None
+        offset = shadow.size
+        self._enter(schedule_id, lambda: append.enter(shadow, row, offset, 1))
+        shadow.size += 1
+        pg_batch.add(
+            PHASE_HISTORY_DECISIONS,
+            _INSERT,
+            (schedule_id, row["seq"], parse_instant(row["instant"]), row["status"], document),
+        )
+        return int(row["seq"])
+
+    def stage_admitted(
+        self,
+        schedule_id: str,
+        *,
+        instant: datetime,
+        run_id: str,
+        snapshot: Mapping[str, Any],
+        recorded_at: datetime,
+        batch: Any,
+    ) -> int:
+        """`append_decision` of an `admitted` row (the file store's fast path
+        writes the same row)."""
+        revision = snapshot.get("revision") if isinstance(snapshot, Mapping) else None
+        return self.append_decision(
+            schedule_id,
+            instant=instant,
+            status="admitted",
+            recorded_at=recorded_at,
+            batch=batch,
+            run_id=run_id,
+            revision=revision if is_int(revision) else None,
+            snapshot=snapshot,
+        )
+
+    def append_transition(
+        self,
+        schedule_id: str,
+        *,
+        status: str,
+        recorded_at: Instant,
+        batch: Any,
+        seq: int | None = None,
+        instant: Instant | None = None,
+        run_id: str | None = None,
+        reason: str | None = None,
+    ) -> int:
+        """Stage a move of an open occurrence to `status` (see
+        `HistoryStore.append_transition`)."""
+        append = TransitionAppend.of(
+            status=status,
+            recorded_at=recorded_at,
+            seq=seq,
+            instant=instant,
+            run_id=run_id,
+            reason=reason,
+        )
+        pg_batch: PgBatch = batch
+        owned = self._get(schedule_id)
+        current = append.target(
+            schedule_id, owned.pending if owned.pending is not None else owned.state
+        )
+        if append.says_nothing_new(current):
+            return current.seq
+        shadow = self._shadow(owned, pg_batch, schedule_id)
+        row = append.build(current)
+        offset = shadow.size
+        self._enter(schedule_id, lambda: apply_row(shadow, row, offset, 1, unknown))
+        shadow.size += 1
+        pg_batch.add(
+            PHASE_HISTORY_TRANSITIONS,
+            _UPDATE,
+            (row["status"], _json(row), schedule_id, current.seq),
+        )
+        return current.seq
+
+    # --- queries -----------------------------------------------------------------------
+
+    def open_occurrence(self, schedule_id: str, instant: Instant) -> OpenOccurrence | None:
+        """The committed open occurrence at `instant`, if any."""
+        state = self._get(schedule_id).state
+        seq = state.by_instant.get(canonical_instant(instant))
+        return state.open[seq].public() if seq is not None else None
+
+    def locate(self, schedule_id: str, seq: int) -> str:
+        return locations.row(schedule_id, seq)
+
+    async def page(
+        self, schedule_id: str, *, limit: int, cursor: str | None = None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """One page of occurrences, oldest first (see `HistoryStore.page`):
+        a keyset scan of at most `limit + 1` rows and the decision before them."""
+        problems: list[Problem] = []
+        if not is_int(limit) or not 1 <= limit <= MAX_PAGE_LIMIT:
+            problems.append(
+                Problem(field="limit", reason=f"must be an integer from 1 to {MAX_PAGE_LIMIT}")
+            )
+        start = 0
+        if cursor is not None:
+            decoded = decode_cursor(schedule_id, cursor)
+            if decoded is None:
+                problems.append(
+                    Problem(field="cursor", reason="is not a cursor of this schedule's history")
+                )
+            else:
+                start = decoded
+        if problems:
+            raise InvalidInput.from_problems("history page", problems)
+        async with self._db.transaction("read a schedule's history") as conn:
+            found = await conn.execute(
+                "SELECT 1 FROM wf_schedules WHERE schedule_id = %s", (schedule_id,)
+            )
+            if await found.fetchone() is None:
+                raise NotFound(
+                    f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
+                )
+            rows_cursor = await conn.execute(
+                "SELECT seq, status, decision, latest FROM wf_occurrences"
+                " WHERE schedule_id = %s AND seq >= %s ORDER BY seq LIMIT %s",
+                (schedule_id, max(start - 1, 0), limit + 1 + (1 if start > 0 else 0)),
+            )
+            fetched = [
+                OccurrenceRow(int(r[0]), r[1], r[2], r[3]) for r in await rows_cursor.fetchall()
+            ]
+        previous: datetime | None = None
+        if start > 0:
+            if not fetched or fetched[0].seq != start - 1:
+                raise InvalidInput.from_problems(
+                    "history page",
+                    [Problem(field="cursor", reason="is past the end of this history")],
+                )
+            before = fetched.pop(0)
+            try:
+                decision = checked_row(before.decision, before.seq, decision=True)
+                previous = parse_instant(decision["instant"])
+            except (Bad, TypeError, ValueError) as exc:
+                reason = exc.reason if isinstance(exc, Bad) else f"bad instant: {exc}"
+                self._damaged(_problem(schedule_id, before.seq, reason))
+        more = len(fetched) > limit
+        rows: list[dict[str, Any]] = []
+        for expected, row in enumerate(fetched[:limit], start=start):
+            if row.seq != expected:
+                self._damaged(
+                    _problem(
+                        schedule_id, expected, f"seq {expected} is missing (next is {row.seq})"
+                    )
+                )
+            try:
+                entry = _entry(schedule_id, row, previous)
+            except Bad as bad:
+                self._damaged(_problem(schedule_id, row.seq, bad.reason))
+            previous = parse_instant(entry["instant"])
+            rows.append(entry)
+        next_cursor = encode_cursor(schedule_id, start + limit) if more else None
+        return rows, next_cursor
+
+    def _damaged(self, problem: StoreProblem) -> Any:
+        """A row a read found breaks the row rules: freeze an owned history
+        (no more rows staged on it) and raise `StoreDamaged`."""
+        owned = self._owned.get(problem.schedule_id)
+        if owned is not None and not owned.problems:
+            owned.problems = (problem,)
+        raise StoreDamaged(problem)
+
+    async def occurrence_at(self, schedule_id: str, instant: Instant) -> dict[str, Any] | None:
+        """The page entry of the occurrence decided at `instant` (the unique
+        key finds it), or None."""
+        try:
+            target = parse_instant(canonical_instant(instant))
+        except (TypeError, ValueError) as exc:
+            raise InvalidInput.from_problems(
+                "occurrence", [Problem(field="instant", reason=f"must be an instant: {exc}")]
+            ) from None
+        async with self._db.transaction("read a schedule's history") as conn:
+            found = await conn.execute(
+                "SELECT 1 FROM wf_schedules WHERE schedule_id = %s", (schedule_id,)
+            )
+            if await found.fetchone() is None:
+                raise NotFound(
+                    f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
+                )
+            cursor = await conn.execute(
+                "SELECT seq, status, decision, latest FROM wf_occurrences"
+                " WHERE schedule_id = %s AND instant = %s",
+                (schedule_id, target),
+            )
+            found_row = await cursor.fetchone()
+        if found_row is None:
+            return None
+        row = _row(found_row)
+        try:
+            entry = _entry(schedule_id, row, None)
+        except Bad as bad:
+            self._damaged(_problem(schedule_id, row.seq, bad.reason))
+        if entry["instant"] != format_instant(target):
+            self._damaged(
+                _problem(
+                    schedule_id,
+                    row.seq,
+                    f"its instant column says {format_instant(target)} but its decision row"
+                    f" says {entry['instant']}",
+                )
+            )
+        return entry
