@@ -172,7 +172,7 @@ async def set_up(world: World) -> None:
         maker = World(base / "store", ManualClock(START), None, disk=SimFileSystem())
         injector = set_fault_injector(None)  # made once: its writes are no crash points
         try:
-            maker.build_server()
+            await maker.build_server()
             await maker.deploy("report.default", CONSTANT_PLAN)
             await maker.deploy("gate.default", GATE_PLAN)
             await maker.deploy("sleeper.default", sleep_plan(30))

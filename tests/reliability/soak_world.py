@@ -186,7 +186,7 @@ class Soak:
     async def boot(self) -> None:
         """A process start: the listener sees every run, including those the
         service's recovery starts before `start()` returns."""
-        server = self.harness.build_server()
+        server = await self.harness.build_server()
         server.api.add_run_listener(self.on_run)
         config = SchedulerServiceConfig(
             enabled=True, max_concurrent_runs=self.capacity, poll_interval_s=3600

@@ -41,7 +41,7 @@ def _tree(root: Path) -> dict[str, bytes]:
 
 async def _own_with_a_run_executing(root: Path, ready: int) -> None:
     world = World(root, ManualClock(START), None)
-    world.build_server()
+    await world.build_server()
     await world.deploy("sleeper.default", sleep_plan(30))
     await world.boot()
     await world.schedules.create_schedule(

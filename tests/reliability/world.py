@@ -28,6 +28,7 @@ from shell import ManualClock, SchedulerService, SchedulerServiceConfig
 from shell.disk import OS_DISK, Disk, exists, is_directory
 from shell.durable import SimulatedCrash
 from shell.file_backend import FileOwnership
+from shell.pg.ownership import PgOwnership
 from shell.store_format import format_instant, parse_instant
 from tests.service.conftest import Harness
 
@@ -137,7 +138,7 @@ class World(Harness):
     async def boot(self, **config: Any) -> SchedulerService:
         config.setdefault("enabled", True)
         config.setdefault("drain_grace_s", 0.0)
-        self.build_server()
+        await self.build_server()
         service = self.build_service(SchedulerServiceConfig(**config))
         await self.guard(service.start())
         await self.settle()
@@ -164,9 +165,13 @@ class World(Harness):
             ownership = service._backend.ownership
             if isinstance(ownership, FileOwnership):
                 ownership.lock.abandon()  # closing its descriptors releases the flocks
+            elif isinstance(ownership, PgOwnership):
+                await ownership._drop()  # its session ends: the server releases the lock
             service._running = False
         if self.server is not None:
             await self.server.api.cancel_executing()
+        # Its connections end with it.
+        await self._close_database()
         self.service = None
         self.server = None
 

@@ -1,5 +1,9 @@
 """Fixtures for the scheduler service tests: a host server and a service on a
-manual clock, rebuilt on the same store root to simulate restarts."""
+manual clock, rebuilt on the same store to simulate restarts.
+
+`harness` runs each test on both backends: the files under a store root
+and a PostgreSQL database of its own (`pg_url`). Tests about files only (the
+journal, the startup checkpoint, a full disk) use `file_harness`."""
 
 from __future__ import annotations
 
@@ -15,7 +19,9 @@ from adapters import build_local_static_workflow_server
 from adapters.host import LocalStaticWorkflowServer
 from shell import ManualClock, SchedulerService, SchedulerServiceConfig, build_scheduler_service
 from shell.disk import OS_DISK, Disk
-from shell.schedules_api import build_schedules_api
+from shell.pg.backend import PgBackend
+from shell.pg.database import Database
+from shell.schedules_api import SchedulesApi, build_schedules_api
 
 START = datetime(2026, 3, 2, 9, 30, tzinfo=UTC)  # a Monday
 
@@ -78,15 +84,29 @@ def sleep_plan(seconds: float) -> dict[str, Any]:
     }
 
 
-class Harness:
-    """One store root; `boot()` builds a server + service as a process start would."""
+# The backends every `harness` test runs on.
+BACKENDS = ("file", "pg")
 
-    def __init__(self, root: Path, clock: ManualClock, *, disk: Disk = OS_DISK) -> None:
+
+class Harness:
+    """One store; `boot()` builds a server + service as a process start would."""
+
+    def __init__(
+        self,
+        root: Path,
+        clock: ManualClock,
+        *,
+        disk: Disk = OS_DISK,
+        store_url: str | None = None,
+    ) -> None:
         """`disk` holds the schedule stores and the commit journal (a simulated
-        one puts them on `shell.sim.disk`; the run store stays on files)."""
+        one puts them on `shell.sim.disk`; the run store stays on files).
+        `store_url`: the store is that PostgreSQL database instead."""
         self.root = root
         self.clock = clock
         self.disk = disk
+        self.store_url = store_url
+        self.database: Database | None = None
         if disk is not OS_DISK:
             # The host creates the root on the OS disk; here it is made durable
             # on the simulated one before any store writes there.
@@ -95,7 +115,13 @@ class Harness:
         self.server: LocalStaticWorkflowServer | None = None
         self.service: SchedulerService | None = None
 
-    def build_server(self) -> LocalStaticWorkflowServer:
+    @property
+    def backend(self) -> str:
+        return "file" if self.store_url is None else "pg"
+
+    async def build_server(self) -> LocalStaticWorkflowServer:
+        if self.store_url is not None:
+            return await self._build_pg_server(self.store_url)
         disk = self.disk
         self.server = build_local_static_workflow_server(
             self.root,
@@ -105,13 +131,35 @@ class Harness:
         )
         return self.server
 
+    async def _build_pg_server(self, url: str) -> LocalStaticWorkflowServer:
+        await self._close_database()
+        database = Database(url)
+        await database.open()
+        self.database = database
+        self.server = build_local_static_workflow_server(
+            self.root,
+            schedules=True,
+            clock=self.clock.now,
+            schedules_factory=lambda server: SchedulesApi(
+                backend=PgBackend(database, clock=self.clock.now),
+                host=server.api,
+                store_health=server.api.store_health,
+            ),
+        )
+        return self.server
+
+    async def _close_database(self) -> None:
+        database, self.database = self.database, None
+        if database is not None:
+            await database.close()
+
     def build_service(self, config: SchedulerServiceConfig) -> SchedulerService:
         assert self.server is not None
         self.service = build_scheduler_service(self.server, config, clock=self.clock)
         return self.service
 
     async def boot(self, **config: Any) -> SchedulerService:
-        self.build_server()
+        await self.build_server()
         config.setdefault("enabled", True)
         service = self.build_service(SchedulerServiceConfig(**config))
         await service.start()
@@ -162,6 +210,7 @@ class Harness:
             await self.service.stop()
         if self.server is not None:
             await self.server.api.cancel_executing()
+        await self._close_database()
 
 
 @pytest.fixture(autouse=True)
@@ -179,8 +228,18 @@ def no_failed_rounds(caplog: pytest.LogCaptureFixture, request: pytest.FixtureRe
     assert not errors, [r.getMessage() for r in errors]
 
 
+@pytest.fixture(params=BACKENDS)
+async def harness(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
+    """A harness on each backend in turn."""
+    url = request.getfixturevalue("pg_url") if request.param == "pg" else None
+    h = Harness(tmp_path / "store", ManualClock(START), store_url=url)
+    yield h
+    await h.shutdown()
+
+
 @pytest.fixture
-async def harness(tmp_path: Path) -> AsyncIterator[Harness]:
+async def file_harness(tmp_path: Path) -> AsyncIterator[Harness]:
+    """A harness on the files under a store root (tests of files)."""
     h = Harness(tmp_path / "store", ManualClock(START))
     yield h
     await h.shutdown()

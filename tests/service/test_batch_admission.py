@@ -27,6 +27,10 @@ async def _herd(harness: Harness, inputs: list[dict[str, Any]]) -> list[str]:
             inputs=given,
         )
         ids.append(schedule_id)
+    # Every creation consumed before the clock moves (on a database the
+    # rounds interleave with the calls above).
+    assert harness.service is not None
+    await harness.service.settle()
     return ids
 
 

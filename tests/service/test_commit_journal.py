@@ -18,6 +18,13 @@ from tests.reliability.world import World
 
 from .conftest import CONSTANT_PLAN, START, Harness
 
+
+@pytest.fixture
+async def harness(file_harness: Harness) -> Harness:
+    """These tests are about the files of the file backend."""
+    return file_harness
+
+
 pytestmark = pytest.mark.skipif(not journal_supported(), reason="the journal needs syncfs")
 
 MINUTE = timedelta(minutes=1)
@@ -68,7 +75,7 @@ async def test_a_server_without_the_scheduler_replays_the_dead_schedulers_journa
     harness = Harness(tmp_path / "store", _clock())
     await _die_after_the_journal_flush(harness, 3)
     survivor = Harness(harness.root, harness.clock)
-    server = survivor.build_server()  # no scheduler: the host opens the store
+    server = await survivor.build_server()  # no scheduler: the host opens the store
     for number in range(3):
         rows = await survivor.occurrences(f"s{number}")
         assert [(r["instant"], r["status"]) for r in rows] == [("2026-03-02T09:31:00Z", "admitted")]

@@ -13,6 +13,13 @@ from shell.durable import FailWrites, set_fault_injector
 
 from .conftest import CONSTANT_PLAN, START, Harness
 
+
+@pytest.fixture
+async def harness(file_harness: Harness) -> Harness:
+    """These tests are about the files of the file backend."""
+    return file_harness
+
+
 HOURLY = {"kind": "cron", "expression": "0 * * * *", "timezone": "UTC"}
 WHEN = {"when": {"$bind": "occurrence.instant"}}
 

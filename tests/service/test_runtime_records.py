@@ -8,9 +8,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from shell.store_format import ScheduleFiles
 
 from .conftest import CONSTANT_PLAN, START, Harness
+
+
+@pytest.fixture
+async def harness(file_harness: Harness) -> Harness:
+    """These tests are about the files of the file backend."""
+    return file_harness
 
 
 def hour(h: int, minute: int = 0) -> datetime:

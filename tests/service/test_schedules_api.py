@@ -245,7 +245,7 @@ async def test_the_state_is_read_from_the_stores_without_a_service(ready: Harnes
     await ready.at(at)
     await ready.shutdown()
     # A fresh API on the same store, no service attached: runtime and history.
-    alone = ready.build_server().api.schedules
+    alone = (await ready.build_server()).api.schedules
     got = await alone.get_schedule(schedule_id="soon")
     assert got["state"] == "finished"
     assert (await alone.get_schedule(schedule_id="report"))["state"] == "active"

@@ -30,6 +30,13 @@ from tests.reliability.world import World
 
 from .conftest import CONSTANT_PLAN, GATE_PLAN, START, Harness
 
+
+@pytest.fixture
+async def harness(file_harness: Harness) -> Harness:
+    """These tests are about the files of the file backend."""
+    return file_harness
+
+
 MINUTE = timedelta(minutes=1)
 
 
@@ -194,7 +201,7 @@ async def test_changes_made_while_the_scheduler_was_stopped_are_seen(
     await populate(harness)
     await harness.shutdown()
     # Another server (no scheduler) edits schedules while the scheduler is down.
-    harness.build_server()
+    await harness.build_server()
     api = harness.schedules
     await api.pause_schedule(schedule_id="every")
     await api.resume_schedule(schedule_id="paused")
