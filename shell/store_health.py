@@ -4,7 +4,9 @@ An OS error from the store (a full disk, a read-only or failing filesystem)
 leaves an API call as `core.errors.StoreUnavailable`, never as a bare
 `OSError` (which the JSON-RPC server would have to answer as an internal
 error): `store_call` decorates the API's methods to do that, and records the
-failure in the `StoreHealth` they share with the scheduler service.
+failure in the `StoreHealth` they share with the scheduler service. A store
+that raises `StoreUnavailable` itself (a database that does not answer) is
+recorded the same way.
 
 Health is kept per source, because each recovers differently:
 
@@ -208,7 +210,8 @@ def store_call(
 ]:
     """Decorate an API coroutine method so that an `OSError` it raises leaves
     as `StoreUnavailable` (recorded in `self.store_health`, the `OSError` its
-    cause). With `writes`, a call that returns clears a recorded API failure
+    cause); a `StoreUnavailable` it raises is recorded likewise and leaves as
+    it is. With `writes`, a call that returns clears a recorded API failure
     (only for calls that always write when they succeed)."""
 
     def decorate(
@@ -220,6 +223,9 @@ def store_call(
         async def wrapper(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
             try:
                 result = await function(self, *args, **kwargs)
+            except StoreUnavailable as exc:
+                self.store_health.failed("api", exc)
+                raise
             except OSError as exc:
                 operation = _operation(name, function, args, kwargs)
                 raise self.store_health.unavailable(exc, operation=operation) from exc
