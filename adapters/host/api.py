@@ -1,12 +1,14 @@
 """`server.api`: the host's Python API (artifacts, deployments, runs).
 
 Every method validates all of its arguments before its first write; a call
-that raises has changed nothing on disk. Errors are the `core.errors` types:
-InvalidInput (with `problems` naming each bad field), NotFound, AlreadyExists,
-InvalidState, and StoreUnavailable when the store refuses a read or write
-(a full disk; recorded in `store_health`). The methods the scheduler calls
-(`preflight`, `reserve_run_ids`, `admit_run(s)`, `launch_run(s)`) raise the
-`OSError` itself: the scheduler retries the round.
+that raises has changed nothing in the store. Errors are the `core.errors`
+types: InvalidInput (with `problems` naming each bad field), NotFound,
+AlreadyExists, InvalidState, and StoreUnavailable when the store refuses a
+read or write (a full disk, a database that does not answer; recorded in
+`store_health`). The methods the scheduler calls (`preflight`,
+`reserve_run_ids`, `admit_run(s)`, `launch_run(s)`) raise the `OSError` (on
+files) or `StoreUnavailable` (on PostgreSQL) itself: the scheduler retries
+the round.
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ class WorkflowApi:
         (identical content is idempotent).
         """
         async with self._store_lock:
-            return self._artifacts.create(
+            return await self._artifacts.create(
                 artifact_id, version, plan, title, description, self._now()
             )
 
@@ -116,7 +118,7 @@ class WorkflowApi:
         NotFound if the artifact version does not exist.
         """
         async with self._store_lock:
-            return self._deployments.save(payload, self._artifacts, self._now())
+            return await self._deployments.save(payload, self._artifacts, self._now())
 
     @store_call(writes=False)
     async def get_deployment(self, deployment_id: str) -> dict[str, Any]:
@@ -153,7 +155,7 @@ class WorkflowApi:
                         f"{', '.join(using)}: delete or repoint them first, or force the delete",
                         data={"deployment_id": deployment_id, "schedule_ids": using},
                     )
-            return self._deployments.delete(deployment_id)
+            return await self._deployments.delete(deployment_id)
 
     # -- admission -----------------------------------------------------------
 
@@ -200,7 +202,7 @@ class WorkflowApi:
                 [Problem(field="count", reason=f"must be an integer from 1 to {MAX_RESERVE}")],
             )
         async with self._counter_lock:
-            return [format_run_id(n) for n in self._counter.reserve(count)]
+            return [format_run_id(n) for n in await self._counter.reserve(count)]
 
     async def admit_run(
         self,
@@ -223,12 +225,14 @@ class WorkflowApi:
         )
         if number is None:
             async with self._counter_lock:
-                number = self._counter.reserve(1)[0]
+                number = (await self._counter.reserve(1))[0]
         new_id = format_run_id(number)
         async with self._runs.lock(new_id):
             if self._runs.exists(number):
                 raise AlreadyExists(f"run {new_id} already exists", data={"run_id": new_id})
-            self._runs.put(self._admitted(new_id, deployment, merged, max_steps, stored_origin))
+            await self._runs.put(
+                self._admitted(new_id, deployment, merged, max_steps, stored_origin)
+            )
         return new_id
 
     async def admit_runs(
@@ -241,7 +245,8 @@ class WorkflowApi:
         `run_id`); here `run_id` is required (a reserved id). Returns, per
         request in order, the run id once its record is durable, or the error
         `admit_run` would have raised for it (nothing is written for that one).
-        An error of the write itself (OSError) is raised for the whole batch.
+        An error of the write itself (`OSError` on files, `StoreUnavailable` on
+        PostgreSQL) is raised for the whole batch.
         """
         results: list[str | SchedulingError] = []
         staged: dict[int, RunRecord] = {}
@@ -270,9 +275,26 @@ class WorkflowApi:
                 run_id, deployment, merged, request.get("max_steps"), stored_origin
             )
             results.append(run_id)
-        # No await from the existence checks to the write: nothing can interleave.
-        if staged:
-            self._runs.put_many(list(staged.values()))
+        if not staged:
+            return results
+        # Under the locks of the runs, as `admit_run` writes. Taking a lock no
+        # one holds does not suspend, so on files nothing can interleave from
+        # the existence checks to the write. A lock someone held (an
+        # `admit_run` of the same reserved id) may have let that write happen
+        # first: check again once they are ours. On PostgreSQL, whose write
+        # awaits the database, the locks keep every other admission of these
+        # ids out until the records are cached, and the primary key of
+        # `wf_runs` refuses a run written behind the cache's back.
+        async with self._runs.locked(record.run_id for record in staged.values()):
+            for number, record in list(staged.items()):
+                if self._runs.exists(number):
+                    del staged[number]
+                    index = results.index(record.run_id)
+                    results[index] = AlreadyExists(
+                        f"run {record.run_id} already exists", data={"run_id": record.run_id}
+                    )
+            if staged:
+                await self._runs.put_many(list(staged.values()))
         return results
 
     def _admission(
@@ -286,9 +308,11 @@ class WorkflowApi:
         """Validate an admission: (deployment, merged inputs, stored origin, run
         number or None when the next id is to be taken). Raises like `admit_run`."""
         deployment, merged, problems = self._resolve(deployment_id, inputs)
+        if not problems:
+            problems += self._runs.unstorable("inputs", merged)
         problems += check_positive_int("max_steps", max_steps, optional=True, maximum=MAX_STEPS)
         stored_origin, origin_problems = check_origin(origin)
-        problems += origin_problems
+        problems += origin_problems or self._runs.unstorable("origin", stored_origin)
         number: int | None = None
         if run_id is not None:
             try:

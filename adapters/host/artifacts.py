@@ -1,15 +1,15 @@
 """Artifacts: immutable, versioned plans.
 
-An artifact version is stored once at `<root>/artifacts/<artifact_id>/<version>.json`
-and never changes. Saving the same version again with identical content
-(plan, title, description) is idempotent; with different content it is
-`AlreadyExists`. Plans are validated (and compiled) before anything is written.
+An artifact version is stored once (a file `<root>/artifacts/<artifact_id>/<version>.json`,
+or a row of `wf_artifacts`: persistence.py) and never changes. Saving the same
+version again with identical content (plan, title, description) is idempotent;
+with different content it is `AlreadyExists`. Plans are validated (and
+compiled) before anything is written.
 """
 
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 from core.errors import AlreadyExists, InvalidInput, NotFound, Problem
@@ -17,8 +17,8 @@ from core.limits import MAX_VERSION
 from shell.durable import fault_point
 
 from .identifiers import ID_PATTERN, check_identifier, check_positive_int
+from .persistence import ArtifactPersistence
 from .plans import Plan, compile_plan
-from .storage import atomic_write_json, is_temp_file, read_json
 
 __all__ = ["ArtifactStore"]
 
@@ -34,43 +34,40 @@ def _check_text(field: str, value: Any) -> list[Problem]:
 
 
 class ArtifactStore:
-    def __init__(self, root: Path) -> None:
-        self.dir = root / "artifacts"
+    def __init__(self, persistence: ArtifactPersistence) -> None:
+        self._persistence = persistence
         # (artifact_id, version) -> (record, compiled plan)
         self._items: dict[tuple[str, int], tuple[dict[str, Any], Plan]] = {}
 
-    def load(self) -> list[dict[str, Any]]:
-        """Read every stored version. Unreadable files are returned as findings."""
+    async def load(self) -> list[dict[str, Any]]:
+        """Read every stored version. Unreadable ones are returned as findings."""
         findings: list[dict[str, Any]] = []
-        if not self.dir.is_dir():
-            return findings
-        for folder in sorted(self.dir.iterdir()):
-            if not folder.is_dir() or not ID_PATTERN.match(folder.name):
+        async for stored in self._persistence.load():
+            artifact_id, version = stored.key
+            try:
+                if stored.error is not None:
+                    raise ValueError(stored.error)
+                record, plan = self._parse(artifact_id, version, stored.document)
+            except (ValueError, InvalidInput) as exc:
+                findings.append(
+                    {
+                        "run_id": None,
+                        "file": stored.location,
+                        "finding": "unreadable-artifact",
+                        "reason": str(exc),
+                    }
+                )
                 continue
-            for path in sorted(folder.glob("*.json")):
-                if is_temp_file(path):
-                    continue
-                try:
-                    record, plan = self._parse(folder.name, path)
-                except (OSError, ValueError, InvalidInput) as exc:
-                    findings.append(
-                        {
-                            "run_id": None,
-                            "file": str(path),
-                            "finding": "unreadable-artifact",
-                            "reason": str(exc),
-                        }
-                    )
-                    continue
-                self._items[(record["artifact_id"], record["version"])] = (record, plan)
+            self._items[(record["artifact_id"], record["version"])] = (record, plan)
         return findings
 
-    def _parse(self, artifact_id: str, path: Path) -> tuple[dict[str, Any], Plan]:
-        data = read_json(path)
+    def _parse(self, artifact_id: str, version: str, data: Any) -> tuple[dict[str, Any], Plan]:
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
-        if data.get("artifact_id") != artifact_id or path.stem != str(data.get("version")):
-            raise ValueError("artifact id or version does not match the file name")
+        if not ID_PATTERN.match(artifact_id):
+            raise ValueError(f"{artifact_id!r} is not an artifact id")
+        if data.get("artifact_id") != artifact_id or version != str(data.get("version")):
+            raise ValueError(f"artifact id or version does not match {self._persistence.key_name}")
         for key in ("title", "description"):
             if data.get(key) is not None and not isinstance(data[key], str):
                 raise ValueError(f"{key} is not a string")
@@ -87,7 +84,7 @@ class ArtifactStore:
         }
         return record, plan
 
-    def create(
+    async def create(
         self,
         artifact_id: Any,
         version: Any,
@@ -108,6 +105,12 @@ class ArtifactStore:
             compiled = compile_plan(plan)
         except InvalidInput as exc:
             problems.extend(exc.problems)
+        if not problems and compiled is not None:
+            problems = [
+                *self._persistence.unstorable("plan", compiled.source),
+                *self._persistence.unstorable("title", title),
+                *self._persistence.unstorable("description", description),
+            ]
         if problems or compiled is None:
             raise InvalidInput.from_problems("artifact", problems)
         key = (artifact_id, version)
@@ -135,7 +138,7 @@ class ArtifactStore:
             "created_at": now,
         }
         fault_point("before:write:artifact")
-        atomic_write_json(self.dir / artifact_id / f"{version}.json", {"format": 1, **record})
+        await self._persistence.write(artifact_id, version, {"format": 1, **record})
         fault_point("after:write:artifact")
         self._items[key] = (record, compiled)
         return copy.deepcopy(record)

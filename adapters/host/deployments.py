@@ -1,6 +1,7 @@
 """Deployments: a named, runnable pin of one artifact version plus default inputs.
 
-Stored at `<root>/deployments/<deployment_id>.json`. Saving replaces the
+Stored as `<root>/deployments/<deployment_id>.json` or a row of
+`wf_deployments` (persistence.py). Saving replaces the
 deployment (runs already admitted keep their own snapshot). Default inputs
 are merged under the inputs of each run (shallow: a run's top-level key wins)
 and the merge is what must satisfy the plan's input schema.
@@ -9,20 +10,17 @@ and the merge is what must satisfy the plan's input schema.
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, Final, cast
 
 from core.errors import InvalidInput, NotFound, Problem
 from core.limits import MAX_VERSION
 from shell.durable import fault_point
-from shell.fence import check_fence
 
 from .artifacts import ArtifactStore
 from .identifiers import ID_PATTERN, check_identifier, check_positive_int
 from .jsonvalues import NotJson, as_json, json_problem
-from .storage import atomic_write_json, fsync_dir, is_temp_file, read_json
+from .persistence import DeploymentPersistence
 
 __all__ = ["DeploymentStore"]
 
@@ -42,28 +40,23 @@ def _check_inputs(field: str, value: Any) -> list[Problem]:
 
 
 class DeploymentStore:
-    def __init__(self, root: Path) -> None:
-        self.dir = root / "deployments"
+    def __init__(self, persistence: DeploymentPersistence) -> None:
+        self._persistence = persistence
         self._items: dict[str, dict[str, Any]] = {}
 
-    def _path(self, deployment_id: str) -> Path:
-        return self.dir / f"{deployment_id}.json"
-
-    def load(self) -> list[dict[str, Any]]:
-        """Read every deployment. Unreadable files are returned as findings."""
+    async def load(self) -> list[dict[str, Any]]:
+        """Read every deployment. Unreadable ones are returned as findings."""
         findings: list[dict[str, Any]] = []
-        if not self.dir.is_dir():
-            return findings
-        for path in sorted(self.dir.glob("*.json")):
-            if is_temp_file(path):
-                continue
+        async for stored in self._persistence.load():
             try:
-                record = self._parse(path)
-            except (OSError, ValueError) as exc:
+                if stored.error is not None:
+                    raise ValueError(stored.error)
+                record = self._parse(stored.key, stored.document)
+            except ValueError as exc:
                 findings.append(
                     {
                         "run_id": None,
-                        "file": str(path),
+                        "file": stored.location,
                         "finding": "unreadable-deployment",
                         "reason": str(exc),
                     }
@@ -72,12 +65,11 @@ class DeploymentStore:
             self._items[record["deployment_id"]] = record
         return findings
 
-    def _parse(self, path: Path) -> dict[str, Any]:
-        data = read_json(path)
+    def _parse(self, deployment_id: str, data: Any) -> dict[str, Any]:
         if not isinstance(data, dict):
             raise ValueError("not a JSON object")
-        if data.get("deployment_id") != path.stem or not ID_PATTERN.match(path.stem):
-            raise ValueError("deployment id does not match the file name")
+        if data.get("deployment_id") != deployment_id or not ID_PATTERN.match(deployment_id):
+            raise ValueError(f"deployment id does not match {self._persistence.key_name}")
         problems = [
             *check_identifier("artifact_id", data.get("artifact_id")),
             *check_positive_int("artifact_version", data.get("artifact_version")),
@@ -92,7 +84,7 @@ class DeploymentStore:
             raise ValueError("; ".join(f"{p.field}: {p.reason}" for p in problems))
         return {key: data[key] for key in (*sorted(_PAYLOAD_KEYS), "created_at", "updated_at")}
 
-    def save(self, payload: Any, artifacts: ArtifactStore, now: str) -> dict[str, Any]:
+    async def save(self, payload: Any, artifacts: ArtifactStore, now: str) -> dict[str, Any]:
         """Validate and create or replace a deployment. NotFound if the artifact is missing."""
         if not isinstance(payload, Mapping):
             raise InvalidInput.from_problems(
@@ -113,6 +105,9 @@ class DeploymentStore:
         title = payload.get("title")
         if title is not None and not isinstance(title, str):
             problems.append(Problem(field="title", reason="must be a string"))
+        if not problems:
+            problems += self._persistence.unstorable("inputs", inputs)
+            problems += self._persistence.unstorable("title", title)
         if problems:
             raise InvalidInput.from_problems("deployment", problems)
         artifacts.plan(payload["artifact_id"], payload["artifact_version"])  # NotFound
@@ -127,7 +122,7 @@ class DeploymentStore:
             "updated_at": now,
         }
         fault_point("before:write:deployment")
-        atomic_write_json(self._path(deployment_id), {"format": 1, **record})
+        await self._persistence.write(deployment_id, {"format": 1, **record})
         fault_point("after:write:deployment")
         self._items[deployment_id] = record
         return copy.deepcopy(record)
@@ -158,11 +153,9 @@ class DeploymentStore:
         """Every deployment, ordered by id."""
         return [copy.deepcopy(self._items[key]) for key in sorted(self._items)]
 
-    def delete(self, deployment_id: Any) -> dict[str, Any]:
+    async def delete(self, deployment_id: Any) -> dict[str, Any]:
         """Remove the deployment and return what it was. Runs keep their snapshots."""
         record = self._lookup(deployment_id)
-        check_fence(self._path(deployment_id))
-        os.unlink(self._path(deployment_id))
-        fsync_dir(self.dir)
+        await self._persistence.delete(deployment_id)
         del self._items[deployment_id]
         return copy.deepcopy(record)

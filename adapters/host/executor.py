@@ -1,6 +1,7 @@
 """Executes runs in asyncio tasks and makes every transition durable.
 
-Transitions, each written (atomically, fsynced) before anyone is told:
+Transitions, each written durably (a file replaced atomically and fsynced,
+or a committed transaction) before anyone is told:
 
 - launch: admitted -> running. The executing mark (attempt 1) is written
   before the task is created, hence before the first step.
@@ -10,7 +11,8 @@ Transitions, each written (atomically, fsynced) before anyone is told:
 - every stop: checkpoint of the attempt, status, output or error.
 
 Steps and stops are group-committed (`RunStore.commit`): the runs that write
-in the same turn of the event loop share one flush, and each task goes on
+in the same turn of the event loop share one flush (or one transaction), and
+each task goes on
 only once its record is durable. `launch_many` writes many executing marks
 with one flush before any of those runs starts.
 
@@ -116,7 +118,7 @@ class RunExecutor:
         """admitted -> running; returns the execution task."""
         async with self._store.lock(run_id):
             record, plan = self._executing(run_id)
-            self._store.put(record)
+            await self._store.put(record)
         self._notify(record)
         return self._spawn(record, plan)
 
@@ -128,24 +130,16 @@ class RunExecutor:
         is durable before any task starts.
         """
         unique = list(dict.fromkeys(run_ids))
-        locks = [self._store.lock(run_id) for run_id in unique]
         outcomes: dict[str, SchedulingError | None] = {}
         started: list[tuple[RunRecord, Plan]] = []
-        held: list[asyncio.Lock] = []
-        try:
-            for lock in locks:
-                await lock.acquire()
-                held.append(lock)
+        async with self._store.locked(unique):
             for run_id in unique:
                 try:
                     started.append(self._executing(run_id))
                 except SchedulingError as exc:
                     outcomes[run_id] = exc
             if started:
-                self._store.put_many([record for record, _ in started])
-        finally:
-            for lock in held:
-                lock.release()
+                await self._store.put_many([record for record, _ in started])
         for record, plan in started:
             outcomes[record.run_id] = None
             self._notify(record)
@@ -182,6 +176,7 @@ class RunExecutor:
             except NotJson as exc:
                 raise InvalidInput.from_problems("resume payload", [json_problem(exc)]) from None
             problems = validate_instance("payload", node.resume_schema, payload)
+            problems = problems or self._store.unstorable("payload", payload)
             if problems:
                 raise InvalidInput.from_problems("resume payload", problems)
             attempt = record.attempt + 1
@@ -208,7 +203,7 @@ class RunExecutor:
                     "updated_at": now,
                 }
             )
-            self._store.put(record)
+            await self._store.put(record)
         self._notify(record)
         return self._spawn(record, plan)
 
@@ -333,7 +328,7 @@ class RunExecutor:
                         "updated_at": now,
                     }
                 )
-                self._store.put(record)
+                await self._store.put(record)
         except Exception:
             _log.exception("run %s: could not record the host error", run_id)
             return

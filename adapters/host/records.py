@@ -49,6 +49,7 @@ __all__ = [
     "StopCause",
     "StopNote",
     "check_consistency",
+    "schedule_id_of",
 ]
 
 RECORD_FORMAT: Final = 1
@@ -161,6 +162,16 @@ class RunRecord(BaseModel):
     def from_json(cls, data: Any) -> RunRecord:
         """Parse a stored record. Raises pydantic.ValidationError."""
         return cls.model_validate(data)
+
+
+def schedule_id_of(record: RunRecord) -> str | None:
+    """The schedule whose occurrence admitted the run (its origin's
+    `schedule_id`), or None for a run no schedule started."""
+    origin = record.origin
+    if origin is None or origin.get("kind") != "schedule":
+        return None
+    schedule_id = origin.get("schedule_id")
+    return schedule_id if isinstance(schedule_id, str) else None
 
 
 def check_consistency(record: RunRecord) -> str | None:

@@ -1,12 +1,14 @@
-"""The run store: one record file per run under `<root>/runs/`, cached in memory.
+"""The run store: one record per run, cached in memory.
 
-The files are the truth; the cache is what this process last wrote or read at
-startup. Every change goes through `put` (or `put_many`/`commit`, which
-group-commit many records with one flush), which writes the whole record
-atomically before the cache is updated. `load` is startup recovery: it reads
-every record, reports what it cannot use, and fails dead attempts closed
-(recovery.py). Per-run asyncio locks serialize the read-check-write
-transitions of one run across concurrent API calls and its execution task.
+The records (files under `<root>/runs/`, or rows of `wf_runs`: persistence.py)
+are the truth; the cache is what this process last wrote or read at startup,
+and answers every read. Every change goes through `put` (or `put_many`/
+`commit`, which group-commit many records with one flush or transaction),
+which writes the whole record durably before the cache is updated. `load` is
+startup recovery: it reads every record, reports what it cannot use, and
+fails dead attempts closed (recovery.py). Per-run asyncio locks serialize the
+read-check-write transitions of one run across concurrent API calls and its
+execution task.
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ import asyncio
 import base64
 import binascii
 import bisect
+import contextlib
 import itertools
 import json
 import logging
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any, Final
 
 from pydantic import ValidationError
@@ -29,16 +31,9 @@ from core.occurrences import RUN_STATUSES
 from shell.durable import fault_point
 
 from .identifiers import RUN_ID_PATTERN, format_run_id, parse_run_id
-from .records import STOP_STATUSES, RunRecord, check_consistency
+from .persistence import RunPersistence, Stored
+from .records import STOP_STATUSES, RunRecord, check_consistency, schedule_id_of
 from .recovery import recover_record
-from .storage import (
-    SparePool,
-    atomic_write_json,
-    atomic_write_many,
-    dump_json,
-    is_temp_file,
-    read_json,
-)
 
 __all__ = ["MAX_PAGE", "RunStore", "check_run_id"]
 
@@ -80,68 +75,71 @@ def _decode_cursor(cursor: Any) -> int:
 
 
 class RunStore:
-    def __init__(self, root: Path) -> None:
-        self.dir = root / "runs"
+    def __init__(self, persistence: RunPersistence) -> None:
+        self._persistence = persistence
         self._records: dict[int, RunRecord] = {}
         # The numbers of `_records`, ascending: a page is a bisect and `limit`
         # reads, not a sort of every run (the scheduler pages them all at start).
         self._order: list[int] = []
-        # Records that exist on disk but cannot be used: number -> finding.
+        # Records that exist in the store but cannot be used: number -> finding.
         self._broken: dict[int, dict[str, Any]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         # Records waiting for this turn's group commit (see `commit`).
         self._pending: list[tuple[RunRecord, asyncio.Future[None]]] = []
         self._flush_loop: asyncio.AbstractEventLoop | None = None
-        # Recycled files for record replaces (creating a file is the dear part).
-        self._spares = SparePool(self.dir)
+        # The flushes under way (the loop keeps only weak references to tasks).
+        self._flushes: set[asyncio.Task[None]] = set()
 
-    def path(self, run_id: str) -> Path:
-        return self.dir / f"{run_id}.json"
-
-    def load(self, now: Callable[[], str]) -> list[dict[str, Any]]:
+    async def load(self, now: Callable[[], str]) -> list[dict[str, Any]]:
         """Startup recovery of every record (see recovery.py). Returns the findings."""
         findings: list[dict[str, Any]] = []
-        if not self.dir.is_dir():
-            return findings
-        for path in sorted(self.dir.iterdir()):
-            if SparePool.is_spare(path.name):
-                self._spares.adopt(path)
-                continue
-            if is_temp_file(path) or not path.is_file():
-                continue
-            number = parse_run_id(path.stem) if path.suffix == ".json" else None
-            if number is None:
+        async for stored in self._persistence.load():
+            if stored.key is None:
                 findings.append(
                     {
                         "run_id": None,
-                        "file": str(path),
+                        "file": stored.location,
                         "finding": "unreadable",
-                        "reason": "not a run record file name (expected run-NNNNNN.json)",
+                        "reason": stored.error,
                     }
                 )
                 continue
-            findings.extend(self._load_one(number, path, now))
+            findings.extend(await self._load_one(stored.key, stored, now))
         for finding in findings:
             _log.warning("run store recovery: %s", finding)
         return findings
 
-    def _load_one(self, number: int, path: Path, now: Callable[[], str]) -> list[dict[str, Any]]:
+    async def _load_one(
+        self, number: int, stored: Stored[int | None], now: Callable[[], str]
+    ) -> list[dict[str, Any]]:
         run_id = format_run_id(number)
 
         def broken(finding: str, reason: str) -> list[dict[str, Any]]:
-            entry = {"run_id": run_id, "file": str(path), "finding": finding, "reason": reason}
+            entry = {
+                "run_id": run_id,
+                "file": stored.location,
+                "finding": finding,
+                "reason": reason,
+            }
             self._broken[number] = entry
             return [entry]
 
+        if stored.error is not None:
+            return broken("unreadable", stored.error)
         try:
-            record = RunRecord.from_json(read_json(path))
-        except (OSError, ValueError) as exc:
+            record = RunRecord.from_json(stored.document)
+        except ValueError as exc:
             # pydantic's ValidationError is a ValueError; keep its first lines only.
             reason = str(exc) if not isinstance(exc, ValidationError) else _summary(exc)
             return broken("unreadable", reason)
         if record.run_id != run_id:
-            return broken("unreadable", f"record names run {record.run_id!r}, file is {run_id}")
+            return broken(
+                "unreadable",
+                f"record names run {record.run_id!r}, {self._persistence.key_name} is {run_id}",
+            )
         contradiction = check_consistency(record)
+        if contradiction is None and stored.columns is not None:
+            contradiction = _columns_contradiction(record, stored.columns)
         if contradiction is not None:
             return broken("contradictory", contradiction)
         if record.status != "running":
@@ -152,18 +150,25 @@ class RunStore:
             self._remember(number, record)
             return []
         failed, finding = recovered
-        self.put(failed)
-        return [{**finding, "file": str(path)}]
+        # Cached first: recovery rewrites a record it read, never creates one.
+        self._remember(number, record)
+        await self.put(failed)
+        return [{**finding, "file": stored.location}]
 
     def highest_number(self) -> int:
-        """The highest run number with a file on disk (readable or not), or 0."""
+        """The highest run number with a record in the store (readable or not), or 0."""
         return max([*self._records, *self._broken, 0])
+
+    def unstorable(self, field: str, value: Any) -> list[Problem]:
+        """What in `value` (JSON at `field`) the persistence cannot store: an
+        admission or resume checks it with its arguments, before any write."""
+        return self._persistence.unstorable(field, value)
 
     def exists(self, number: int) -> bool:
         return (
             number in self._records
             or number in self._broken
-            or self.path(format_run_id(number)).exists()
+            or self._persistence.exists(format_run_id(number))
         )
 
     def get(self, run_id: Any) -> RunRecord:
@@ -181,7 +186,7 @@ class RunStore:
             )
         raise NotFound(f"run {run_id!r} not found", data={"run_id": run_id})
 
-    def put(self, record: RunRecord) -> None:
+    async def put(self, record: RunRecord) -> None:
         """Write the record durably, then cache it.
 
         The write passes `fault_point("before:run:<what>")` and
@@ -190,26 +195,28 @@ class RunStore:
         """
         number = parse_run_id(record.run_id)
         assert number is not None and RUN_ID_PATTERN.match(record.run_id)
-        what = _write_kind(self._records.get(number), record)
+        old = self._records.get(number)
+        what = _write_kind(old, record)
         fault_point(f"before:run:{what}")
-        atomic_write_json(
-            self.path(record.run_id), record.to_json(), spares=self._spares, compact=True
-        )
+        await self._persistence.write(record, created=old is None)
         self._remember(number, record)
         fault_point(f"after:run:{what}")
 
-    def put_many(self, records: Sequence[RunRecord]) -> None:
-        """`put` for several runs with one flush for all of them (group commit).
+    async def put_many(self, records: Sequence[RunRecord]) -> None:
+        """`put` for several runs with one flush (or transaction) for all of
+        them (group commit).
 
         Each record passes its `before:run:<what>` point before anything is
         written and its `after:run:<what>` point once all are durable and
-        cached. A crash in between leaves each file wholly old or wholly new.
-        One record per run; a single record is a plain `put`.
+        cached. A crash in between leaves each file wholly old or wholly new
+        (a transaction: all of them or none). One record per run; a single
+        record is a plain `put`.
         """
         if len(records) == 1:
-            self.put(records[0])
+            await self.put(records[0])
             return
         staged: list[tuple[int, RunRecord, str]] = []
+        created: set[str] = set()
         seen: set[int] = set()
         for record in records:
             number = parse_run_id(record.run_id)
@@ -217,13 +224,13 @@ class RunStore:
             if number in seen:
                 raise ValueError(f"run {record.run_id} appears twice in one batch")
             seen.add(number)
-            staged.append((number, record, _write_kind(self._records.get(number), record)))
+            old = self._records.get(number)
+            if old is None:
+                created.add(record.run_id)
+            staged.append((number, record, _write_kind(old, record)))
         for _, _, what in staged:
             fault_point(f"before:run:{what}")
-        atomic_write_many(
-            [(self.path(r.run_id), dump_json(r.to_json(), compact=True)) for _, r, _ in staged],
-            spares=self._spares,
-        )
+        await self._persistence.write_many([r for _, r, _ in staged], created=created)
         for number, record, _ in staged:
             self._remember(number, record)
         for _, _, what in staged:
@@ -231,8 +238,9 @@ class RunStore:
 
     async def commit(self, record: RunRecord) -> None:
         """`put`, group-committed with every other record committed in the same
-        turn of the event loop: many executing runs share one flush instead of
-        paying two fsyncs each. Returns once the record is durable and cached.
+        turn of the event loop: many executing runs share one flush (or one
+        transaction) instead of paying two fsyncs (or a transaction) each.
+        Returns once the record is durable and cached.
 
         A caller cancelled before the flush writes nothing (as if cancelled
         before `put`). If the flush fails, every caller of that batch gets the
@@ -242,26 +250,37 @@ class RunStore:
         future: asyncio.Future[None] = loop.create_future()
         if self._flush_loop is not loop:
             # Nothing pending on this loop (what a closed loop left is dead).
+            # The flush task's first step runs at the next turn of the loop,
+            # as a `call_soon` callback would: every record committed in this
+            # turn joins it. On files it never suspends.
             self._pending = []
             self._flush_loop = loop
-            loop.call_soon(self._flush_pending)
+            flush = loop.create_task(self._flush_pending(), name="wf-run-store-flush")
+            self._flushes.add(flush)
+            flush.add_done_callback(self._flushes.discard)
         self._pending.append((record, future))
         await future
 
-    def _flush_pending(self) -> None:
+    async def _flush_pending(self) -> None:
         pending, self._pending = self._pending, []
         self._flush_loop = None
         live = [(record, future) for record, future in pending if not future.cancelled()]
         if not live:
             return
         try:
-            self.put_many([record for record, _ in live])
+            await self.put_many([record for record, _ in live])
         except BaseException as exc:
             # Including a simulated crash: each writer's task ends with it, as a
             # direct `put` would have, and the loop itself goes on.
             for _, future in live:
-                if not future.done():
+                if future.done():
+                    continue
+                if isinstance(exc, asyncio.CancelledError):
+                    future.cancel()
+                else:
                     future.set_exception(exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
             return
         for _, future in live:
             if not future.done():
@@ -272,6 +291,22 @@ class RunStore:
         if lock is None:
             lock = self._locks[run_id] = asyncio.Lock()
         return lock
+
+    @contextlib.asynccontextmanager
+    async def locked(self, run_ids: Iterable[str]) -> AsyncIterator[None]:
+        """Hold the locks of several runs, taken in one order for every caller
+        (by run number) so that two batches cannot deadlock. Taking a lock no
+        one holds does not suspend."""
+        held: list[asyncio.Lock] = []
+        try:
+            for run_id in sorted(set(run_ids), key=lambda r: (len(str(r)), str(r))):
+                lock = self.lock(run_id)
+                await lock.acquire()
+                held.append(lock)
+            yield
+        finally:
+            for lock in reversed(held):
+                lock.release()
 
     def page(self, status: Any, cursor: Any, limit: Any) -> tuple[list[RunRecord], str | None]:
         """Records oldest first (by id), optionally of one status, after `cursor`."""
@@ -311,6 +346,20 @@ class RunStore:
 
     def broken(self) -> list[dict[str, Any]]:
         return [dict(self._broken[n]) for n in sorted(self._broken)]
+
+
+def _columns_contradiction(record: RunRecord, columns: dict[str, Any]) -> str | None:
+    """What the values a table keeps beside the record (`wf_runs.status`,
+    `schedule_id`) say against it, or None."""
+    if columns.get("status") != record.status:
+        return f"column status says {columns.get('status')!r}, the record says {record.status!r}"
+    expected = schedule_id_of(record)
+    if columns.get("schedule_id") != expected:
+        return (
+            f"column schedule_id says {columns.get('schedule_id')!r}, the record's origin"
+            f" says {expected!r}"
+        )
+    return None
 
 
 def _write_kind(old: RunRecord | None, new: RunRecord) -> str:

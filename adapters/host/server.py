@@ -25,6 +25,8 @@ from .api import WorkflowApi
 from .artifacts import ArtifactStore
 from .counter import RunIdCounter
 from .deployments import DeploymentStore
+from .file_persistence import FileArtifacts, FileDeployments, FileRunCounter, FileRuns
+from .persistence import complete
 from .runs import RunStore
 from .storage import ensure_dir
 
@@ -79,6 +81,25 @@ def _refuse_if_owned(store_root: Path) -> None:
         probe.release()
 
 
+async def _recover(
+    artifacts: ArtifactStore,
+    deployments: DeploymentStore,
+    runs: RunStore,
+    counter: RunIdCounter,
+    now: Callable[[], str],
+) -> list[dict[str, Any]]:
+    """Startup recovery of every store, in order; the findings."""
+    report: list[dict[str, Any]] = []
+    report += await artifacts.load()
+    report += await deployments.load()
+    report += await runs.load(now)
+    repaired = await counter.load(runs.highest_number())
+    if repaired is not None:
+        _log.warning("run store recovery: %s", repaired)
+        report.append(repaired)
+    return report
+
+
 def build_local_static_workflow_server(
     root: str | os.PathLike[str],
     schedules: bool = False,
@@ -104,18 +125,12 @@ def build_local_static_workflow_server(
     ensure_dir(store_root)
     read_clock = clock or _utc_now
     now = _timestamp(read_clock)
-    report: list[dict[str, Any]] = []
-    artifacts = ArtifactStore(store_root)
-    report += artifacts.load()
-    deployments = DeploymentStore(store_root)
-    report += deployments.load()
-    runs = RunStore(store_root)
-    report += runs.load(now)
-    counter = RunIdCounter(store_root / "counters" / "run_id")
-    repaired = counter.load(runs.highest_number())
-    if repaired is not None:
-        _log.warning("run store recovery: %s", repaired)
-        report.append(repaired)
+    artifacts = ArtifactStore(FileArtifacts(store_root))
+    deployments = DeploymentStore(FileDeployments(store_root))
+    runs = RunStore(FileRuns(store_root))
+    counter = RunIdCounter(FileRunCounter(store_root / "counters" / "run_id"))
+    # The file stores never suspend: their load runs to completion here.
+    report = complete(_recover(artifacts, deployments, runs, counter, now))
     api = WorkflowApi(
         artifacts=artifacts,
         deployments=deployments,

@@ -55,7 +55,7 @@ def count_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         sizes.append(len(items))
         real(items, **kwargs)
 
-    monkeypatch.setattr("adapters.host.runs.atomic_write_many", spy)
+    monkeypatch.setattr("adapters.host.file_persistence.atomic_write_many", spy)
     return sizes
 
 
@@ -176,7 +176,7 @@ async def test_a_failed_flush_fails_every_writer_of_the_batch(
     def full(items: Any, **kwargs: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("adapters.host.runs.atomic_write_many", full)
+    monkeypatch.setattr("adapters.host.file_persistence.atomic_write_many", full)
     results = await asyncio.gather(*(store.commit(r) for r in records), return_exceptions=True)
     assert all(isinstance(r, OSError) for r in results)
     assert all(store.get(run_id).updated_at != "2026-03-02T10:00:00Z" for run_id in ids)
@@ -303,7 +303,7 @@ async def test_the_run_store_adopts_the_spares_it_finds_at_start(build: Builder)
         (runs / f"{storage.SPARE_PREFIX}left{extra}{storage.TEMP_SUFFIX}").write_text("old\n")
     again = build()
     assert again.recovery_report == []  # spares are not run records
-    assert len(again.api._runs._spares) == len(left) + 3
+    assert len(again.api._runs._persistence.spares) == len(left) + 3
     assert {(await again.api.inspect_run(run_id))["status"] for run_id in ids} == {"completed"}
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from adapters.host import LocalStaticWorkflowServer
 from adapters.host.counter import RunIdCounter
+from adapters.host.file_persistence import FileRunCounter, FileRuns
 from adapters.host.runs import RunStore
 from core.errors import StoreFenced
 from shell.lock import SchedulerLock
@@ -47,21 +48,21 @@ async def test_record_counter_artifact_and_deployment_writes_are_refused(
     (tmp_path / "scheduler.lock").unlink()
     before = tree_snapshot(tmp_path)
 
-    runs = RunStore(tmp_path)
-    runs.load(lambda: "2026-03-02T09:00:00Z")
+    runs = RunStore(FileRuns(tmp_path))
+    await runs.load(lambda: "2026-03-02T09:00:00Z")
     record = runs.get(admitted)
-    counter = RunIdCounter(tmp_path / "counters" / "run_id")
-    counter.load(runs.highest_number())
+    counter = RunIdCounter(FileRunCounter(tmp_path / "counters" / "run_id"))
+    await counter.load(runs.highest_number())
     touched = record.model_copy(update={"updated_at": "2026-03-02T09:00:01Z"})
 
     with pytest.raises(StoreFenced):
-        runs.put(touched)
+        await runs.put(touched)
     with pytest.raises(StoreFenced):
-        runs.put_many([touched, touched.model_copy(update={"run_id": "run-000099"})])
+        await runs.put_many([touched, touched.model_copy(update={"run_id": "run-000099"})])
     with pytest.raises(StoreFenced):
         await runs.commit(touched)
     with pytest.raises(StoreFenced):
-        counter.reserve(1)
+        await counter.reserve(1)
     assert counter.last_issued == 1
     api = server.api
     with pytest.raises(StoreFenced):

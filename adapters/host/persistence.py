@@ -1,0 +1,201 @@
+"""Where the host's stores keep their records: the persistence ports.
+
+Each host store (artifacts.py, deployments.py, runs.py, counter.py) is split
+in two. The store class holds the rules: validation, the in-memory cache (the
+cache answers every read), the findings of a load, the fault points around
+each write, per-run locks, the group commit of run records and paging. Its
+persistence only moves documents: it lists what is stored at load, and
+writes (or deletes) what the store decided. Two implementations:
+
+- files under a store root (`file_persistence.py`): one JSON file per record,
+  atomic and fsynced, as the host always kept them (docs/host.md,
+  "Durability");
+- PostgreSQL (`pg_persistence.py`): one row per record in the tables of
+  `shell/pg/migrations/0001_initial.sql`, every write one fenced transaction.
+
+The documents are the same on both: `{"format": 1, ...}` for artifacts and
+deployments, `RunRecord.to_json()` for runs.
+
+Writes are coroutines so that the database can be awaited. The file
+persistence does its I/O synchronously inside them and never suspends: where
+the host relies on nothing interleaving between a check and a write, it still
+holds on files, and a load on files runs to completion without an event loop
+(`complete`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+from core.errors import Problem
+
+from .records import RunRecord
+
+__all__ = [
+    "ArtifactPersistence",
+    "CounterPersistence",
+    "CounterRead",
+    "DeploymentPersistence",
+    "RunPersistence",
+    "Stored",
+    "complete",
+]
+
+K = TypeVar("K")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Stored(Generic[K]):
+    """One record as a load finds it.
+
+    `location` names it in findings and errors (a file path, or "table
+    wf_runs, run_id 'run-000003'"). `key` is what the location says the
+    record is (`(artifact_id, version)` as text, a deployment id, a run
+    number; None when the location cannot hold a record at all, `error` then
+    says why). `document` is the JSON read, unless `error` says why it could
+    not be read. `columns` are the values a table keeps beside the document
+    (PostgreSQL's `wf_runs.status` and `schedule_id`), for the store to check
+    against it; None where there are none.
+    """
+
+    location: str
+    key: K
+    document: Any = None
+    error: str | None = None
+    columns: dict[str, Any] | None = field(default=None)
+
+
+class ArtifactPersistence(Protocol):
+    @property
+    def key_name(self) -> str:
+        """How the reason of an unreadable record names what its key comes from."""
+        ...
+
+    def load(self) -> AsyncIterator[Stored[tuple[str, str]]]:
+        """Every stored version; the key is (artifact_id, version as text)."""
+        ...
+
+    def unstorable(self, field: str, value: Any) -> list[Problem]:
+        """What in the JSON `value` at `field` this persistence cannot store
+        (see `RunPersistence.unstorable`)."""
+        ...
+
+    async def write(self, artifact_id: str, version: int, document: dict[str, Any]) -> None:
+        """Store the version's document durably (replacing an unreadable one)."""
+        ...
+
+
+class DeploymentPersistence(Protocol):
+    @property
+    def key_name(self) -> str: ...
+
+    def load(self) -> AsyncIterator[Stored[str]]:
+        """Every stored deployment; the key is its deployment id."""
+        ...
+
+    def unstorable(self, field: str, value: Any) -> list[Problem]:
+        """What in the JSON `value` at `field` this persistence cannot store
+        (see `RunPersistence.unstorable`)."""
+        ...
+
+    async def write(self, deployment_id: str, document: dict[str, Any]) -> None:
+        """Create or replace the deployment's document durably."""
+        ...
+
+    async def delete(self, deployment_id: str) -> None:
+        """Remove the deployment durably."""
+        ...
+
+
+class RunPersistence(Protocol):
+    @property
+    def key_name(self) -> str:
+        """ "file" or "row": what a record naming another run disagrees with."""
+        ...
+
+    def load(self) -> AsyncIterator[Stored[int | None]]:
+        """Every stored run record, by run number (None: not a run record at
+        all, `error` says why)."""
+        ...
+
+    def unstorable(self, field: str, value: Any) -> list[Problem]:
+        """What in the JSON `value` (a run's inputs, origin or resume payload,
+        at `field`) this persistence cannot store, checked before anything
+        is written or reserved: nothing on files; a NUL character in a string
+        on PostgreSQL (`jsonb` holds no U+0000)."""
+        ...
+
+    def exists(self, run_id: str) -> bool:
+        """Whether a record of `run_id` exists that the store did not load
+        (a file written behind its back). The store's cache answers for
+        everything it loaded or wrote; a database answers with its primary
+        key instead, at the write."""
+        ...
+
+    async def write(self, record: RunRecord, *, created: bool) -> None:
+        """Store one record durably. `created`: the store holds no record of
+        this run yet (a new one: never an overwrite where the database can
+        refuse it)."""
+        ...
+
+    async def write_many(self, records: Sequence[RunRecord], *, created: AbstractSet[str]) -> None:
+        """Store several records durably, all with one flush or transaction
+        (group commit). `created`: the run ids among them that are new."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class CounterRead:
+    """What the counter's persistence holds: the last number issued
+    (`stored`), or why it cannot say (`problem`; `missing` when nothing was
+    ever stored)."""
+
+    stored: int | None = None
+    problem: str | None = None
+    missing: bool = False
+
+
+class CounterPersistence(Protocol):
+    @property
+    def location(self) -> str:
+        """Names the counter in findings (the `file` of a counter-repaired one)."""
+        ...
+
+    @property
+    def name(self) -> str:
+        """How a reason names the counter ("counter", "sequence wf_run_number")."""
+        ...
+
+    @property
+    def runs_where(self) -> str:
+        """Where the runs it is compared with live ("on disk", "in table wf_runs")."""
+        ...
+
+    async def read(self) -> CounterRead: ...
+
+    async def repair(self, last: int) -> None:
+        """Make `last` the last number issued (never lowering what a
+        database's sequence handed out)."""
+        ...
+
+    async def advance(self, last: int, count: int) -> list[int]:
+        """Durably issue `count` new numbers after `last` (the store's last
+        issued) and return them, ascending. Never a number issued before."""
+        ...
+
+
+def complete(coroutine: Coroutine[Any, Any, T]) -> T:
+    """The result of a coroutine that never suspends (a load on files),
+    without an event loop: a file store's load can run inside a synchronous
+    builder, whether or not a loop is running. RuntimeError if it suspends."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    coroutine.close()
+    raise RuntimeError("a store suspended while loading synchronously (files never do)")
