@@ -1,9 +1,11 @@
-"""The local static workflow server: one store root, one `api`.
+"""The local static workflow server: one store, one `api`.
 
-Building the server is startup: it opens the stores under `root`, runs
-startup recovery (recovery.py) and keeps the findings in `recovery_report`.
-One server per store root at a time: recovery would otherwise declare the
-other process's executing runs abandoned.
+The store is a root directory of files (`build_local_static_workflow_server`)
+or a PostgreSQL database (`build_postgres_workflow_server`); the stores'
+rules are the same on both (persistence.py). Building the server is startup:
+it opens the stores, runs startup recovery (recovery.py) and keeps the
+findings in `recovery_report`. One server per store at a time: recovery would
+otherwise declare the other process's executing runs abandoned.
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ import importlib
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import SchedulerUnavailable
+from shell.clock import SystemClock
 from shell.journal import replay_journal
 from shell.lock import SchedulerLock
 from shell.store_health import StoreHealth
@@ -30,9 +34,18 @@ from .persistence import complete
 from .runs import RunStore
 from .storage import ensure_dir
 
-__all__ = ["LocalStaticWorkflowServer", "build_local_static_workflow_server"]
+if TYPE_CHECKING:
+    from shell.pg.database import Database
+
+__all__ = [
+    "LocalStaticWorkflowServer",
+    "build_local_static_workflow_server",
+    "build_postgres_workflow_server",
+]
 
 _log = logging.getLogger("adapters.host.server")
+
+SchedulesFactory = Callable[["LocalStaticWorkflowServer"], object]
 
 
 def _utc_now() -> datetime:
@@ -40,15 +53,29 @@ def _utc_now() -> datetime:
 
 
 class LocalStaticWorkflowServer:
-    """`api` (WorkflowApi), `store_root`, and the startup `recovery_report`."""
+    """`api` (WorkflowApi), the startup `recovery_report`, and the store:
+    `store_root` (a `Path`; None on PostgreSQL) and `database` (the open
+    `shell.pg.database.Database`; None on files)."""
 
     def __init__(
-        self, *, store_root: Path, api: WorkflowApi, recovery_report: list[dict[str, Any]]
+        self,
+        *,
+        store_root: Path | None,
+        api: WorkflowApi,
+        recovery_report: list[dict[str, Any]],
+        database: Database | None = None,
     ) -> None:
         self.store_root = store_root
+        self.database = database
         self.api = api
         self.recovery_report = recovery_report
         self.clock: Callable[[], datetime] = _utc_now
+
+    async def close(self) -> None:
+        """Close the server's database (nothing to close on files). Runs still
+        executing are not stopped: drain or cancel them first."""
+        if self.database is not None:
+            await self.database.close()
 
 
 def _timestamp(clock: Callable[[], datetime]) -> Callable[[], str]:
@@ -59,6 +86,54 @@ def _timestamp(clock: Callable[[], datetime]) -> Callable[[], str]:
         return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
     return now
+
+
+@dataclass(frozen=True, slots=True)
+class _Stores:
+    artifacts: ArtifactStore
+    deployments: DeploymentStore
+    runs: RunStore
+    counter: RunIdCounter
+
+
+async def _recover(stores: _Stores, now: Callable[[], str]) -> list[dict[str, Any]]:
+    """Startup recovery of every store, in order; the findings."""
+    report: list[dict[str, Any]] = []
+    report += await stores.artifacts.load()
+    report += await stores.deployments.load()
+    report += await stores.runs.load(now)
+    repaired = await stores.counter.load(stores.runs.highest_number())
+    if repaired is not None:
+        _log.warning("run store recovery: %s", repaired)
+        report.append(repaired)
+    return report
+
+
+def _server(
+    stores: _Stores,
+    *,
+    now: Callable[[], str],
+    report: list[dict[str, Any]],
+    read_clock: Callable[[], datetime],
+    store_root: Path | None,
+    database: Database | None,
+) -> LocalStaticWorkflowServer:
+    api = WorkflowApi(
+        artifacts=stores.artifacts,
+        deployments=stores.deployments,
+        runs=stores.runs,
+        counter=stores.counter,
+        now=now,
+        recovery_report=report,
+        # On PostgreSQL there is no file to probe: the next write that
+        # succeeds clears an API failure.
+        store_health=StoreHealth(store_root),
+    )
+    server = LocalStaticWorkflowServer(
+        store_root=store_root, api=api, recovery_report=report, database=database
+    )
+    server.clock = read_clock
+    return server
 
 
 def _refuse_if_owned(store_root: Path) -> None:
@@ -81,30 +156,23 @@ def _refuse_if_owned(store_root: Path) -> None:
         probe.release()
 
 
-async def _recover(
-    artifacts: ArtifactStore,
-    deployments: DeploymentStore,
-    runs: RunStore,
-    counter: RunIdCounter,
-    now: Callable[[], str],
-) -> list[dict[str, Any]]:
-    """Startup recovery of every store, in order; the findings."""
-    report: list[dict[str, Any]] = []
-    report += await artifacts.load()
-    report += await deployments.load()
-    report += await runs.load(now)
-    repaired = await counter.load(runs.highest_number())
-    if repaired is not None:
-        _log.warning("run store recovery: %s", repaired)
-        report.append(repaired)
-    return report
+def _default_schedules_factory() -> SchedulesFactory:
+    try:
+        module = importlib.import_module("shell.schedules_api")
+        factory: SchedulesFactory = module.build_schedules_api
+    except (ImportError, AttributeError) as exc:
+        raise SchedulerUnavailable(
+            "schedules=True needs shell.schedules_api.build_schedules_api, "
+            f"which is not available: {exc}"
+        ) from exc
+    return factory
 
 
 def build_local_static_workflow_server(
     root: str | os.PathLike[str],
     schedules: bool = False,
     *,
-    schedules_factory: Callable[[LocalStaticWorkflowServer], object] | None = None,
+    schedules_factory: SchedulesFactory | None = None,
     clock: Callable[[], datetime] | None = None,
 ) -> LocalStaticWorkflowServer:
     """Open (creating if needed) the store at `root`, recover it, and return the server.
@@ -125,32 +193,123 @@ def build_local_static_workflow_server(
     ensure_dir(store_root)
     read_clock = clock or _utc_now
     now = _timestamp(read_clock)
-    artifacts = ArtifactStore(FileArtifacts(store_root))
-    deployments = DeploymentStore(FileDeployments(store_root))
-    runs = RunStore(FileRuns(store_root))
-    counter = RunIdCounter(FileRunCounter(store_root / "counters" / "run_id"))
-    # The file stores never suspend: their load runs to completion here.
-    report = complete(_recover(artifacts, deployments, runs, counter, now))
-    api = WorkflowApi(
-        artifacts=artifacts,
-        deployments=deployments,
-        runs=runs,
-        counter=counter,
-        now=now,
-        recovery_report=report,
-        store_health=StoreHealth(store_root),
+    stores = _Stores(
+        artifacts=ArtifactStore(FileArtifacts(store_root)),
+        deployments=DeploymentStore(FileDeployments(store_root)),
+        runs=RunStore(FileRuns(store_root)),
+        counter=RunIdCounter(FileRunCounter(store_root / "counters" / "run_id")),
     )
-    server = LocalStaticWorkflowServer(store_root=store_root, api=api, recovery_report=report)
-    server.clock = read_clock
+    # The file stores never suspend: their load runs to completion here.
+    report = complete(_recover(stores, now))
+    server = _server(
+        stores, now=now, report=report, read_clock=read_clock, store_root=store_root, database=None
+    )
     if schedules:
         if schedules_factory is None:
-            try:
-                module = importlib.import_module("shell.schedules_api")
-                schedules_factory = module.build_schedules_api
-            except (ImportError, AttributeError) as exc:
-                raise SchedulerUnavailable(
-                    "schedules=True needs shell.schedules_api.build_schedules_api, "
-                    f"which is not available: {exc}"
-                ) from exc
-        api.schedules = schedules_factory(server)
+            schedules_factory = _default_schedules_factory()
+        server.api.schedules = schedules_factory(server)
     return server
+
+
+class _ReadClock(SystemClock):
+    """The system clock's sleeps, with the server's `clock` for the time."""
+
+    def __init__(self, read: Callable[[], datetime]) -> None:
+        self._read = read
+
+    def now(self) -> datetime:
+        return self._read()
+
+
+async def _refuse_if_pg_owned(database: Database) -> None:
+    """Raise SchedulerUnavailable naming the holder when a scheduler in
+    another process owns the database (its session holds the scheduler's
+    advisory lock): the recovery would fail that process's executing runs.
+    The probe takes the lock on a connection of its own and gives it back."""
+    import psycopg
+
+    from shell.pg.migrations import LOCK_NAMESPACE
+    from shell.pg.ownership import SCHEDULER_LOCK, PgOwnership
+
+    conn = await database.connect(autocommit=True)
+    try:
+        cursor = await conn.execute(
+            "SELECT pg_try_advisory_lock(%s, %s)", (LOCK_NAMESPACE, SCHEDULER_LOCK)
+        )
+        row = await cursor.fetchone()
+        if row is not None and row[0]:
+            await conn.execute(
+                "SELECT pg_advisory_unlock(%s, %s)", (LOCK_NAMESPACE, SCHEDULER_LOCK)
+            )
+            return
+        # The ownership's own refusal, naming the holder its row records.
+        raise await PgOwnership(database)._refusal(conn)
+    except psycopg.Error as exc:
+        raise database.unavailable(exc, "check the scheduler's ownership") from None
+    finally:
+        await conn.close()
+
+
+async def build_postgres_workflow_server(
+    database: Database,
+    *,
+    schedules: bool = False,
+    schedules_factory: SchedulesFactory | None = None,
+    clock: Callable[[], datetime] | None = None,
+) -> LocalStaticWorkflowServer:
+    """Recover the stores in the PostgreSQL `database` and return the server.
+
+    `database` must be open (`await database.open()` applies the migrations);
+    `server.close()` closes it. As the file builder: the findings are in
+    `recovery_report`; when a scheduler in another process owns the database,
+    nothing is read: SchedulerUnavailable names the holder; StoreUnavailable
+    when the database does not answer. `server.store_root` is None and
+    `server.database` is `database`.
+
+    With `schedules=True`, `server.api.schedules` is `schedules_factory(server)`,
+    or a `shell.schedules_api.SchedulesApi` on `shell.pg.backend.PgBackend`
+    (the schedule stores in the same database) when no factory is given.
+    """
+    from .pg_persistence import PgArtifacts, PgDeployments, PgRunCounter, PgRuns
+
+    await _refuse_if_pg_owned(database)
+    read_clock = clock or _utc_now
+    now = _timestamp(read_clock)
+    stores = _Stores(
+        artifacts=ArtifactStore(PgArtifacts(database)),
+        deployments=DeploymentStore(PgDeployments(database)),
+        runs=RunStore(PgRuns(database)),
+        counter=RunIdCounter(PgRunCounter(database)),
+    )
+    report = await _recover(stores, now)
+    server = _server(
+        stores, now=now, report=report, read_clock=read_clock, store_root=None, database=database
+    )
+    if schedules:
+        if schedules_factory is None:
+            schedules_factory = _pg_schedules_factory(database, read_clock)
+        server.api.schedules = schedules_factory(server)
+    return server
+
+
+def _pg_schedules_factory(
+    database: Database, read_clock: Callable[[], datetime]
+) -> SchedulesFactory:
+    try:
+        from shell.pg.backend import PgBackend
+        from shell.schedules_api import SchedulesApi
+    except ImportError as exc:
+        raise SchedulerUnavailable(
+            "schedules=True needs shell.schedules_api and shell.pg.backend,"
+            f" which are not available: {exc}"
+        ) from exc
+
+    def factory(server: LocalStaticWorkflowServer) -> object:
+        return SchedulesApi(
+            backend=PgBackend(database, clock=read_clock),
+            host=server.api,
+            clock=_ReadClock(read_clock),
+            store_health=server.api.store_health,
+        )
+
+    return factory
