@@ -1,31 +1,47 @@
-"""Shared fixtures and plans for the host tests."""
+"""Shared fixtures and plans for the host tests.
+
+`build` builds servers on files (a store root under the test's tmp_path): for
+tests about files themselves. `host` is a `HostStore` on either persistence,
+files or a fresh PostgreSQL database (`pg_url`), and `server` a server built
+on it: every test that takes either runs once per persistence.
+"""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+import json
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 
 from adapters import build_local_static_workflow_server
-from adapters.host import LocalStaticWorkflowServer
+from adapters.host import LocalStaticWorkflowServer, build_postgres_workflow_server
+from adapters.host.identifiers import parse_run_id
+from shell.pg.database import Database
 
 from .samples import APPROVAL_PLAN, GREETING_PLAN, chain_plan, sleep_plan
 
 __all__ = [
     "APPROVAL_PLAN",
+    "BACKENDS",
     "GREETING_PLAN",
     "START",
     "Builder",
+    "HostStore",
     "TickingClock",
     "chain_plan",
     "deploy",
     "sleep_plan",
     "tree_snapshot",
 ]
+
+Backend = Literal["files", "postgres"]
+BACKENDS: tuple[Backend, ...] = ("files", "postgres")
 
 START = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
@@ -62,9 +78,134 @@ def build(tmp_path: Path) -> Builder:
     return make
 
 
+# The host's tables and, for each, the order its rows are digested in.
+HOST_TABLES: dict[str, str] = {
+    "wf_artifacts": "artifact_id, version",
+    "wf_deployments": "deployment_id",
+    "wf_runs": "run_number",
+}
+
+
+class HostStore:
+    """One store the host tests build servers on (as a restart would, again
+    and again), and read or damage behind the servers' backs: files under
+    `root`, or the PostgreSQL database at `url`."""
+
+    def __init__(self, kind: Backend, root: Path, url: str | None = None) -> None:
+        self.kind: Backend = kind
+        self.root = root
+        self.url = url
+        self._databases: list[Database] = []
+
+    async def build(self, **kwargs: Any) -> LocalStaticWorkflowServer:
+        """A server on this store (each call is a restart: a new server)."""
+        kwargs.setdefault("clock", TickingClock())
+        if self.kind == "files":
+            return build_local_static_workflow_server(self.root, **kwargs)
+        assert self.url is not None
+        database = Database(self.url)
+        await database.open()
+        self._databases.append(database)
+        return await build_postgres_workflow_server(database, **kwargs)
+
+    async def close(self) -> None:
+        for database in self._databases:
+            await database.close()
+        self._databases.clear()
+
+    # -- reading and changing the store behind the servers' backs ---------------
+
+    def connect(self) -> psycopg.Connection[Any]:
+        assert self.url is not None
+        return psycopg.connect(self.url, autocommit=True, connect_timeout=5)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything the host stored: every file, or a digest of each host
+        table and the run id sequence (to prove a call wrote nothing)."""
+        if self.kind == "files":
+            return tree_snapshot(self.root)
+        with self.connect() as conn:
+            digests: dict[str, Any] = {}
+            for table, order in HOST_TABLES.items():
+                row = conn.execute(
+                    f"SELECT count(*), md5(coalesce(string_agg(t::text, '|' ORDER BY {order}), ''))"
+                    f" FROM {table} t"
+                ).fetchone()
+                digests[table] = row
+            digests["wf_run_number"] = conn.execute(
+                "SELECT last_value, is_called FROM wf_run_number"
+            ).fetchone()
+            return digests
+
+    def location(self, run_id: str) -> str:
+        """How findings and errors name the run's record."""
+        if self.kind == "files":
+            return str(self.root / "runs" / f"{run_id}.json")
+        return f"table wf_runs, run_id {run_id!r}"
+
+    def record(self, run_id: str) -> Any:
+        """The stored record of the run, as JSON (None: there is none)."""
+        if self.kind == "files":
+            path = self.root / "runs" / f"{run_id}.json"
+            return json.loads(path.read_text()) if path.exists() else None
+        with self.connect() as conn:
+            row = conn.execute(
+                "SELECT record FROM wf_runs WHERE run_number = %s", (parse_run_id(run_id),)
+            ).fetchone()
+        return None if row is None else row[0]
+
+    def write_record(self, run_id: str, document: Any) -> None:
+        """Replace the stored record of the run with `document` (a row keeps
+        its columns in step with it, as far as the document says)."""
+        if self.kind == "files":
+            (self.root / "runs" / f"{run_id}.json").write_text(json.dumps(document))
+            return
+        status = document.get("status") if isinstance(document, dict) else None
+        origin = document.get("origin") if isinstance(document, dict) else None
+        schedule_id = (
+            origin.get("schedule_id")
+            if isinstance(origin, dict) and origin.get("kind") == "schedule"
+            else None
+        )
+        with self.connect() as conn:
+            conn.execute(
+                "UPDATE wf_runs SET record = %s, status = coalesce(%s, status), schedule_id = %s"
+                " WHERE run_number = %s",
+                (
+                    Jsonb(document),
+                    status if isinstance(status, str) else None,
+                    schedule_id,
+                    parse_run_id(run_id),
+                ),
+            )
+
+    def rewrite(self, run_id: str, **changes: Any) -> None:
+        """Change top-level fields of the stored record of the run."""
+        record = self.record(run_id)
+        assert record is not None
+        record.update(changes)
+        self.write_record(run_id, record)
+
+
+@pytest.fixture(params=BACKENDS)
+def host_store(request: pytest.FixtureRequest, tmp_path: Path) -> HostStore:
+    if request.param == "postgres":
+        return HostStore("postgres", tmp_path, request.getfixturevalue("pg_url"))
+    return HostStore("files", tmp_path)
+
+
 @pytest.fixture
-def server(build: Builder) -> LocalStaticWorkflowServer:
-    return build()
+async def host(host_store: HostStore) -> AsyncIterator[HostStore]:
+    """The test's store, on files and on PostgreSQL (one run each)."""
+    try:
+        yield host_store
+    finally:
+        await host_store.close()
+
+
+@pytest.fixture
+async def server(host: HostStore) -> LocalStaticWorkflowServer:
+    return await host.build()
 
 
 async def deploy(

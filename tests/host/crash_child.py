@@ -1,6 +1,6 @@
 """Child process for test_crash.py: starts or resumes a sleeping run, then waits to be killed.
 
-Usage: python -m tests.host.crash_child <store_root> start|resume
+Usage: python -m tests.host.crash_child <store_root | postgresql://...> start|resume
 """
 
 from __future__ import annotations
@@ -9,12 +9,22 @@ import asyncio
 import sys
 
 from adapters import build_local_static_workflow_server
+from adapters.host import LocalStaticWorkflowServer, build_postgres_workflow_server
+from shell.pg.database import Database, is_store_url
 
 from .samples import sleep_plan
 
 
-async def main(root: str, mode: str) -> None:
-    server = build_local_static_workflow_server(root)
+async def _server(store: str) -> LocalStaticWorkflowServer:
+    if not is_store_url(store):
+        return build_local_static_workflow_server(store)
+    database = Database(store)
+    await database.open()
+    return await build_postgres_workflow_server(database)
+
+
+async def main(store: str, mode: str) -> None:
+    server = await _server(store)
     if mode == "start":
         await server.api.create_artifact_from_plan("nap", 1, sleep_plan(30))
         await server.api.save_deployment(

@@ -1,4 +1,5 @@
-"""Artifacts (immutable versions) and deployments (pins with default inputs)."""
+"""Artifacts (immutable versions) and deployments (pins with default inputs), on
+files and on PostgreSQL (the `host` and `server` fixtures)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from adapters.host import LocalStaticWorkflowServer
 from core.errors import AlreadyExists, InvalidInput, NotFound
 
-from .conftest import APPROVAL_PLAN, GREETING_PLAN, Builder, tree_snapshot
+from .conftest import APPROVAL_PLAN, GREETING_PLAN, Builder, HostStore
 
 
 async def test_create_get_and_list_artifacts(server: LocalStaticWorkflowServer) -> None:
@@ -38,18 +39,21 @@ async def test_create_get_and_list_artifacts(server: LocalStaticWorkflowServer) 
     ]
 
 
-async def test_artifact_versions_are_immutable(server: LocalStaticWorkflowServer) -> None:
+async def test_artifact_versions_are_immutable(
+    host: HostStore, server: LocalStaticWorkflowServer
+) -> None:
     first = await server.api.create_artifact_from_plan("hello", 1, GREETING_PLAN, title="t")
     # Identical content: idempotent, the original record comes back.
+    before = host.snapshot()
     assert await server.api.create_artifact_from_plan("hello", 1, GREETING_PLAN, title="t") == first
+    assert host.snapshot() == before
     changed = copy.deepcopy(GREETING_PLAN)
     changed["name"] = "hello-2"
-    before = tree_snapshot(server.store_root)
     for plan, title in [(changed, "t"), (GREETING_PLAN, "other title"), (GREETING_PLAN, None)]:
         with pytest.raises(AlreadyExists) as caught:
             await server.api.create_artifact_from_plan("hello", 1, plan, title=title)
         assert "'hello' version 1 already exists with different content" in caught.value.message
-    assert tree_snapshot(server.store_root) == before
+    assert host.snapshot() == before
 
 
 async def test_returned_artifacts_are_copies(server: LocalStaticWorkflowServer) -> None:
@@ -58,11 +62,12 @@ async def test_returned_artifacts_are_copies(server: LocalStaticWorkflowServer) 
     assert (await server.api.get_artifact("hello", 1))["plan"]["name"] == "hello"
 
 
-async def test_artifacts_survive_a_restart(build: Builder) -> None:
-    first = build()
+async def test_artifacts_survive_a_restart(host: HostStore) -> None:
+    first = await host.build()
     created = await first.api.create_artifact_from_plan("hello", 1, GREETING_PLAN)
-    again = build()
+    again = await host.build()
     assert await again.api.get_artifact("hello", 1) == created
+    assert await again.api.list_artifacts() == [created]
     assert again.recovery_report == []
 
 
@@ -80,12 +85,13 @@ async def test_artifacts_survive_a_restart(build: Builder) -> None:
     ],
 )
 async def test_invalid_artifact_names_every_field(
-    server: LocalStaticWorkflowServer, args: tuple[Any, ...], fields: list[str]
+    host: HostStore, server: LocalStaticWorkflowServer, args: tuple[Any, ...], fields: list[str]
 ) -> None:
+    before = host.snapshot()
     with pytest.raises(InvalidInput) as caught:
         await server.api.create_artifact_from_plan(*args)
     assert [p.field for p in caught.value.problems] == fields
-    assert tree_snapshot(server.store_root) == {}
+    assert host.snapshot() == before
 
 
 async def test_invalid_title_and_description(server: LocalStaticWorkflowServer) -> None:
@@ -130,7 +136,7 @@ def _payload(**overrides: Any) -> dict[str, Any]:
     return payload
 
 
-async def test_deployment_lifecycle(server: LocalStaticWorkflowServer) -> None:
+async def test_deployment_lifecycle(host: HostStore, server: LocalStaticWorkflowServer) -> None:
     await server.api.create_artifact_from_plan("hello", 1, GREETING_PLAN)
     await server.api.create_artifact_from_plan("hello", 2, GREETING_PLAN, title="v2")
     saved = await server.api.save_deployment(_payload())
@@ -163,14 +169,17 @@ async def test_deployment_lifecycle(server: LocalStaticWorkflowServer) -> None:
         await server.api.get_deployment("hello.default")
     with pytest.raises(NotFound):
         await server.api.delete_deployment("hello.default")
-    assert not (server.store_root / "deployments" / "hello.default.json").exists()
+    # The delete is durable: a restart finds only the other one.
+    again = await host.build()
+    assert [d["deployment_id"] for d in await again.api.list_deployments()] == ["a_first"]
+    assert again.recovery_report == []
 
 
-async def test_deployments_survive_a_restart(build: Builder) -> None:
-    first = build()
+async def test_deployments_survive_a_restart(host: HostStore) -> None:
+    first = await host.build()
     await first.api.create_artifact_from_plan("hello", 1, GREETING_PLAN)
     saved = await first.api.save_deployment(_payload())
-    assert await build().api.list_deployments() == [saved]
+    assert await (await host.build()).api.list_deployments() == [saved]
 
 
 @pytest.mark.parametrize(
@@ -190,14 +199,17 @@ async def test_deployments_survive_a_restart(build: Builder) -> None:
     ],
 )
 async def test_invalid_deployment_names_every_field(
-    server: LocalStaticWorkflowServer, payload: dict[str, Any], fields: list[str]
+    host: HostStore,
+    server: LocalStaticWorkflowServer,
+    payload: dict[str, Any],
+    fields: list[str],
 ) -> None:
     await server.api.create_artifact_from_plan("hello", 1, GREETING_PLAN)
-    before = tree_snapshot(server.store_root)
+    before = host.snapshot()
     with pytest.raises(InvalidInput) as caught:
         await server.api.save_deployment(payload)
     assert [p.field for p in caught.value.problems] == fields
-    assert tree_snapshot(server.store_root) == before
+    assert host.snapshot() == before
 
 
 async def test_deployment_payload_must_be_an_object(server: LocalStaticWorkflowServer) -> None:
@@ -206,12 +218,16 @@ async def test_deployment_payload_must_be_an_object(server: LocalStaticWorkflowS
     assert [p.field for p in caught.value.problems] == ["payload"]
 
 
-async def test_deployment_of_a_missing_artifact(server: LocalStaticWorkflowServer) -> None:
+async def test_deployment_of_a_missing_artifact(
+    host: HostStore, server: LocalStaticWorkflowServer
+) -> None:
+    before = host.snapshot()
     with pytest.raises(NotFound, match="artifact 'hello' version 1 not found"):
         await server.api.save_deployment(_payload())
-    assert tree_snapshot(server.store_root) == {}
+    assert host.snapshot() == before
 
 
+# Files only; tests/host/test_postgres.py damages rows.
 async def test_unreadable_artifact_and_deployment_files_are_reported(
     build: Builder, tmp_path: Path
 ) -> None:

@@ -1,5 +1,7 @@
 """Batch run creation and launch, group-committed run writes, and the cached
-admission checks (the host's side of a scheduler herd)."""
+admission checks (the host's side of a scheduler herd), on files and on
+PostgreSQL (the `host` fixture); spare files and failing flushes on files
+(`build`)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from adapters.host.schemas import validate_instance
 from core.errors import AlreadyExists, InvalidInput, InvalidState, NotFound
 from shell.durable import CrashAt, SimulatedCrash, set_fault_injector
 
-from .conftest import GREETING_PLAN, Builder, deploy, sleep_plan, tree_snapshot
+from .conftest import GREETING_PLAN, Builder, HostStore, deploy, sleep_plan
 
 
 def _origin(index: int) -> dict[str, Any]:
@@ -40,29 +42,32 @@ def _request(run_id: str, index: int, **changes: Any) -> dict[str, Any]:
     return request
 
 
-def _stored(server: LocalStaticWorkflowServer, run_id: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((server.store_root / "runs" / f"{run_id}.json").read_text())
+def _stored(host: HostStore, run_id: str) -> dict[str, Any]:
+    data: dict[str, Any] | None = host.record(run_id)
+    assert data is not None, f"no record of {run_id}"
     return data
 
 
-@pytest.fixture
-def count_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The size of every batch written with `atomic_write_many`."""
+def count_batches(server: LocalStaticWorkflowServer, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The size of every group of run records the server's run store writes
+    together (one flush of files, one transaction)."""
     sizes: list[int] = []
-    real = storage.atomic_write_many
+    persistence = server.api._runs._persistence
+    real = persistence.write_many
 
-    def spy(items: Any, **kwargs: Any) -> None:
-        sizes.append(len(items))
-        real(items, **kwargs)
+    async def spy(records: Any, **kwargs: Any) -> None:
+        sizes.append(len(records))
+        await real(records, **kwargs)
 
-    monkeypatch.setattr("adapters.host.file_persistence.atomic_write_many", spy)
+    monkeypatch.setattr(persistence, "write_many", spy)
     return sizes
 
 
 async def test_admit_runs_writes_the_good_ones_in_one_batch(
-    build: Builder, count_batches: list[int]
+    host: HostStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server = build()
+    server = await host.build()
+    batches = count_batches(server, monkeypatch)
     await deploy(server, GREETING_PLAN)
     ids = await server.api.reserve_run_ids(4)
     outcomes = await server.api.admit_runs(
@@ -83,44 +88,66 @@ async def test_admit_runs_writes_the_good_ones_in_one_batch(
     assert isinstance(outcomes[4], AlreadyExists)
     assert isinstance(outcomes[5], InvalidInput)  # never reserved
     assert isinstance(outcomes[6], InvalidInput)  # a batch needs reserved ids
-    assert count_batches == [2]
+    assert batches == [2]
     for run_id, index in ((ids[0], 0), (ids[3], 3)):
-        stored = _stored(server, run_id)
+        stored = _stored(host, run_id)
         assert stored["status"] == "admitted" and stored["origin"] == _origin(index)
         assert stored["snapshot"]["inputs"] == {"name": f"n{index}"}
-    assert not (server.store_root / "runs" / f"{ids[1]}.json").exists()
-    # What is on disk is what a restarted host reads.
-    again = build()
+    assert host.record(ids[1]) is None
+    # What is stored is what a restarted host reads.
+    again = await host.build()
     assert (await again.api.inspect_run(ids[0]))["status"] == "admitted"
 
 
-async def test_admit_runs_refuses_a_run_that_exists(build: Builder) -> None:
-    server = build()
+async def test_admit_runs_refuses_a_run_that_exists(host: HostStore) -> None:
+    server = await host.build()
     await deploy(server, GREETING_PLAN)
     [run_id] = await server.api.reserve_run_ids(1)
     await server.api.admit_run("demo.default", {"name": "a"}, run_id=run_id)
-    before = tree_snapshot(server.store_root)
+    before = host.snapshot()
     [outcome] = await server.api.admit_runs([_request(run_id, 0)])
     assert isinstance(outcome, AlreadyExists)
-    assert tree_snapshot(server.store_root) == before
+    assert host.snapshot() == before
+
+
+async def test_concurrent_admissions_of_one_reserved_id_admit_it_once(host: HostStore) -> None:
+    server = await host.build()
+    await deploy(server, GREETING_PLAN)
+    ids = await server.api.reserve_run_ids(2)
+    single, batch = await asyncio.gather(
+        server.api.admit_run("demo.default", {"name": "single"}, run_id=ids[0]),
+        server.api.admit_runs([_request(ids[0], 0), _request(ids[1], 1)]),
+        return_exceptions=True,
+    )
+    # The one that took the run's lock first admitted it; the other one was
+    # refused for that run (and the batch's other run was admitted).
+    assert batch[1] == ids[1]
+    outcomes = [single, batch[0]]
+    assert sum(outcome == ids[0] for outcome in outcomes) == 1
+    assert sum(isinstance(outcome, AlreadyExists) for outcome in outcomes) == 1
+    stored = _stored(host, ids[0])["snapshot"]["inputs"]["name"]
+    assert stored == ("single" if single == ids[0] else "n0")
+    again = await host.build()
+    assert again.recovery_report == []
+    assert [r["run_id"] for r in (await again.api.list_runs())["runs"]] == ids
 
 
 async def test_launch_runs_marks_then_runs_each_admitted_run(
-    build: Builder, count_batches: list[int]
+    host: HostStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server = build()
+    server = await host.build()
     await deploy(server, GREETING_PLAN)
     ids = await server.api.reserve_run_ids(3)
     await server.api.admit_runs([_request(run_id, i) for i, run_id in enumerate(ids)])
     seen: list[tuple[str, str]] = []
     server.api.add_run_listener(lambda run_id, status, *_: seen.append((run_id, status)))
-    count_batches.clear()
+    batches = count_batches(server, monkeypatch)
     outcomes = await server.api.launch_runs([ids[0], ids[1], "run-424242", ids[0], ids[2]])
     assert outcomes[0] is None and outcomes[1] is None and outcomes[4] is None
     assert isinstance(outcomes[2], NotFound)
     assert isinstance(outcomes[3], InvalidState)  # named twice: launched once
     # Every executing mark was durable, in one batch, before any run stepped.
-    assert count_batches[0] == 3
+    assert batches[0] == 3
     assert seen[:3] == [(ids[0], "running"), (ids[1], "running"), (ids[2], "running")]
     assert await server.api.drain(5) == []
     for index, run_id in enumerate(ids):
@@ -130,21 +157,24 @@ async def test_launch_runs_marks_then_runs_each_admitted_run(
     assert isinstance(again, InvalidState)
 
 
-async def test_concurrent_steps_share_one_flush(build: Builder, count_batches: list[int]) -> None:
-    server = build()
+async def test_concurrent_steps_share_one_flush(
+    host: HostStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = await host.build()
+    batches = count_batches(server, monkeypatch)
     await deploy(server, GREETING_PLAN)
     ids = await server.api.reserve_run_ids(5)
     await server.api.admit_runs([_request(run_id, i) for i, run_id in enumerate(ids)])
     await server.api.launch_runs(ids)
     assert await server.api.drain(5) == []
-    # Marks, then the five steps together, then the five stops together.
-    assert count_batches[-3:] == [5, 5, 5]
+    # Admissions, marks, then the five steps together, then the five stops together.
+    assert batches == [5, 5, 5, 5]
     for run_id in ids:
-        assert _stored(server, run_id)["status"] == "completed"
+        assert _stored(host, run_id)["status"] == "completed"
 
 
-async def test_a_writer_cancelled_before_the_flush_writes_nothing(build: Builder) -> None:
-    server = build()
+async def test_a_writer_cancelled_before_the_flush_writes_nothing(host: HostStore) -> None:
+    server = await host.build()
     await deploy(server, GREETING_PLAN)
     [run_id] = await server.api.reserve_run_ids(1)
     await server.api.admit_run("demo.default", {"name": "a"}, run_id=run_id)
@@ -156,13 +186,14 @@ async def test_a_writer_cancelled_before_the_flush_writes_nothing(build: Builder
     with pytest.raises(asyncio.CancelledError):
         await writer
     await asyncio.sleep(0)
-    assert _stored(server, run_id)["updated_at"] != "2026-03-02T10:00:00Z"
+    assert _stored(host, run_id)["updated_at"] != "2026-03-02T10:00:00Z"
     assert store.get(run_id).updated_at != "2026-03-02T10:00:00Z"
 
 
 async def test_a_failed_flush_fails_every_writer_of_the_batch(
     build: Builder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Files (a full disk); tests/host/test_postgres.py stops the database.
     server = build()
     await deploy(server, GREETING_PLAN)
     ids = await server.api.reserve_run_ids(2)
@@ -183,9 +214,9 @@ async def test_a_failed_flush_fails_every_writer_of_the_batch(
 
 
 async def test_a_crash_before_any_record_of_a_batch_leaves_none_written(
-    build: Builder,
+    host: HostStore,
 ) -> None:
-    server = build()
+    server = await host.build()
     await deploy(server, GREETING_PLAN)
     ids = await server.api.reserve_run_ids(3)
     crash = CrashAt("before:run:admitted", occurrence=3)
@@ -195,7 +226,7 @@ async def test_a_crash_before_any_record_of_a_batch_leaves_none_written(
             await server.api.admit_runs([_request(run_id, i) for i, run_id in enumerate(ids)])
     finally:
         set_fault_injector(previous)
-    assert not any((server.store_root / "runs" / f"{run_id}.json").exists() for run_id in ids)
+    assert all(host.record(run_id) is None for run_id in ids)
     assert crash.seen.count("after:run:admitted") == 0
 
 
@@ -207,8 +238,8 @@ async def test_atomic_write_many_leaves_no_temporaries(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "d").iterdir()) == sorted(p.name for p in targets)
 
 
-async def test_preflight_hands_out_a_copy(build: Builder) -> None:
-    server = build()
+async def test_preflight_hands_out_a_copy(host: HostStore) -> None:
+    server = await host.build()
     await deploy(server, GREETING_PLAN, inputs={"name": "x", "punct": "!"})
     merged = await server.api.preflight("demo.default", {})
     merged["name"] = "changed"
@@ -223,9 +254,9 @@ def test_a_schema_changed_in_place_is_not_checked_with_a_stale_validator() -> No
 
 
 async def test_a_sleeping_run_can_still_be_cancelled_after_a_batch_launch(
-    build: Builder,
+    host: HostStore,
 ) -> None:
-    server = build()
+    server = await host.build()
     await deploy(server, sleep_plan(30), "nap.default")
     ids = await server.api.reserve_run_ids(2)
     await server.api.admit_runs(
@@ -237,7 +268,7 @@ async def test_a_sleeping_run_can_still_be_cancelled_after_a_batch_launch(
     await server.api.launch_runs(ids)
     assert sorted(await server.api.cancel_executing()) == ids
     for run_id in ids:
-        assert _stored(server, run_id)["status"] == "running"  # its mark stays
+        assert _stored(host, run_id)["status"] == "running"  # its mark stays
 
 
 def _spares_in(directory: Path) -> list[str]:

@@ -1,8 +1,8 @@
-"""Real crashes: SIGKILL a process mid-run or mid-resume, then restart on the same store."""
+"""Real crashes: SIGKILL a process mid-run or mid-resume, then restart on the
+same store (files, or the same PostgreSQL database: the `host` fixture)."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -14,17 +14,18 @@ from typing import Any
 
 import pytest
 
-from .conftest import Builder, deploy, sleep_plan
+from .conftest import HostStore, deploy, sleep_plan
 
 REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs SIGKILL")
 
 
-def _spawn(root: Path, mode: str) -> subprocess.Popen[bytes]:
+def _spawn(host: HostStore, mode: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    store = str(host.root) if host.url is None else host.url
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.host.crash_child", str(root), mode],
+        [sys.executable, "-m", "tests.host.crash_child", store, mode],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -33,17 +34,22 @@ def _spawn(root: Path, mode: str) -> subprocess.Popen[bytes]:
 
 
 def _kill_when(
-    child: subprocess.Popen[bytes], record: Path, ready: Callable[[dict[str, Any]], bool]
+    child: subprocess.Popen[bytes], host: HostStore, ready: Callable[[dict[str, Any]], bool]
 ) -> dict[str, Any]:
-    """Poll the store (not the clock) until `ready(record)`, then SIGKILL the child."""
+    """Poll the store (not the clock) until `ready(record)` for run-000001,
+    then SIGKILL the child."""
     deadline = time.monotonic() + 20  # generous bound for a slow machine, not a wait
     try:
         while time.monotonic() < deadline:
             if child.poll() is not None:
                 raise AssertionError(f"child exited early: {child.stderr.read().decode()}")  # type: ignore[union-attr]
             try:
-                data: dict[str, Any] = json.loads(record.read_text())
-            except (FileNotFoundError, ValueError):
+                data: dict[str, Any] = host.record("run-000001") or {}
+            except ValueError:  # a file read while it was being written
+                data = {}
+            except Exception as exc:  # the database before the child migrated it
+                if "does not exist" not in str(exc):
+                    raise
                 data = {}
             if data and ready(data):
                 child.send_signal(signal.SIGKILL)
@@ -57,14 +63,13 @@ def _kill_when(
         child.stderr.close()
 
 
-async def test_sigkill_mid_run_is_abandoned_truthfully(build: Builder, tmp_path: Path) -> None:
-    record = tmp_path / "runs" / "run-000001.json"
-    child = _spawn(tmp_path, "start")
-    seen = _kill_when(child, record, lambda data: data["status"] == "running")
+async def test_sigkill_mid_run_is_abandoned_truthfully(host: HostStore) -> None:
+    child = _spawn(host, "start")
+    seen = _kill_when(child, host, lambda data: data["status"] == "running")
     assert child.returncode == -signal.SIGKILL
     assert (seen["executing"]["kind"], seen["attempt"]) == ("start", 1)
 
-    server = build()
+    server = await host.build()
     run = await server.api.inspect_run("run-000001")
     assert run["status"] == "failed"
     assert run["error"]["kind"] == "abandoned"
@@ -73,26 +78,26 @@ async def test_sigkill_mid_run_is_abandoned_truthfully(build: Builder, tmp_path:
         "external effects may already have occurred"
     )
     assert run["checkpoint"]["by"] == "recovery"
-    assert [(f["run_id"], f["finding"]) for f in server.recovery_report] == [
-        ("run-000001", "abandoned")
+    assert [(f["run_id"], f["file"], f["finding"]) for f in server.recovery_report] == [
+        ("run-000001", host.location("run-000001"), "abandoned")
     ]
+    assert host.record("run-000001")["status"] == "failed"  # recovery wrote it
     # The id sequence continues, and the host works on.
     assert await server.api.admit_run("nap.default", {}) == "run-000002"
     assert (await server.api.inspect_run("run-000002"))["status"] == "admitted"
 
 
-async def test_sigkill_mid_resume_is_failed_closed(build: Builder, tmp_path: Path) -> None:
-    server = build()
+async def test_sigkill_mid_resume_is_failed_closed(host: HostStore) -> None:
+    server = await host.build()
     await deploy(server, sleep_plan(30, then_interrupt=True), "gate.default")
     run = await server.api.run_deployment("gate.default", {})
     assert run["status"] == "interrupted"
 
-    record = tmp_path / "runs" / "run-000001.json"
-    child = _spawn(tmp_path, "resume")
-    seen = _kill_when(child, record, lambda data: data["attempt"] == 2)
+    child = _spawn(host, "resume")
+    seen = _kill_when(child, host, lambda data: data["attempt"] == 2)
     assert (seen["status"], seen["executing"]["kind"]) == ("running", "resume")
 
-    restarted = build()
+    restarted = await host.build()
     run = await restarted.api.inspect_run("run-000001")
     assert run["status"] == "failed"
     assert run["error"]["message"].startswith(

@@ -1,4 +1,7 @@
-"""Startup recovery of the run store (in-process; test_crash.py kills real processes)."""
+"""Startup recovery of the run store (in-process; test_crash.py kills real
+processes), on files and on PostgreSQL (the `host` fixture); the tests of
+files themselves (bytes that are no JSON, stray files, the counter file) use
+`build`."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ import pytest
 from adapters.host import LocalStaticWorkflowServer
 from core.errors import InvalidInput, InvalidState
 
-from .conftest import APPROVAL_PLAN, GREETING_PLAN, Builder, deploy, sleep_plan
+from .conftest import APPROVAL_PLAN, GREETING_PLAN, Builder, HostStore, deploy, sleep_plan
 
 ABANDONED = (
     "abandoned: the process died while this run was executing; "
@@ -20,16 +23,10 @@ ABANDONED = (
 )
 
 
-def _record(root: Path, run_id: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((root / "runs" / f"{run_id}.json").read_text())
-    return data
-
-
-def _rewrite(root: Path, run_id: str, **changes: Any) -> None:
-    path = root / "runs" / f"{run_id}.json"
-    data = json.loads(path.read_text())
-    data.update(changes)
-    path.write_text(json.dumps(data))
+def _record(host: HostStore, run_id: str) -> dict[str, Any]:
+    record = host.record(run_id)
+    assert record is not None, f"no record of {run_id}"
+    return record
 
 
 async def _interrupted_sleeper(server: LocalStaticWorkflowServer) -> str:
@@ -40,9 +37,9 @@ async def _interrupted_sleeper(server: LocalStaticWorkflowServer) -> str:
     return run_id
 
 
-async def test_dead_resume_is_failed_closed(build: Builder, tmp_path: Path) -> None:
-    server = await _start_dead_resume(build)
-    restarted = build()
+async def test_dead_resume_is_failed_closed(host: HostStore) -> None:
+    server = await _start_dead_resume(host)
+    restarted = await host.build()
     run = await restarted.api.inspect_run("run-000001")
     message = run["error"]["message"]
     assert run["status"] == "failed"
@@ -59,7 +56,7 @@ async def test_dead_resume_is_failed_closed(build: Builder, tmp_path: Path) -> N
     assert restarted.recovery_report == [
         {
             "run_id": "run-000001",
-            "file": str(tmp_path / "runs" / "run-000001.json"),
+            "file": host.location("run-000001"),
             "finding": "ambiguous-resume",
             "reason": message,
         }
@@ -69,12 +66,12 @@ async def test_dead_resume_is_failed_closed(build: Builder, tmp_path: Path) -> N
     assert server is not restarted
 
 
-async def _start_dead_resume(build: Builder) -> LocalStaticWorkflowServer:
-    server = build()
+async def _start_dead_resume(host: HostStore) -> LocalStaticWorkflowServer:
+    server = await host.build()
     run_id = await _interrupted_sleeper(server)
     resuming = asyncio.create_task(server.api.resume_run(run_id, {}))
-    await asyncio.sleep(0.01)
-    mark = _record(server.store_root, run_id)
+    await _until_executing(server, run_id)
+    mark = _record(host, run_id)
     assert (mark["status"], mark["attempt"], mark["executing"]["kind"]) == ("running", 2, "resume")
     assert mark["checkpoint"]["attempt"] == 1  # the stale checkpoint of the interrupt
     await server.api.cancel_executing()
@@ -82,28 +79,39 @@ async def _start_dead_resume(build: Builder) -> LocalStaticWorkflowServer:
     return server
 
 
-async def test_recovery_is_idempotent(build: Builder) -> None:
-    await _start_dead_resume(build)
-    assert [f["finding"] for f in build().recovery_report] == ["ambiguous-resume"]
-    assert build().recovery_report == []
+async def _until_executing(server: LocalStaticWorkflowServer, run_id: str) -> None:
+    """Poll (briefly) until the run is executing in this process."""
+    for _ in range(500):
+        if run_id in server.api.executing_runs():
+            return
+        await asyncio.sleep(0.002)
+    raise AssertionError(f"{run_id} never started executing")
 
 
-async def test_interrupted_run_stays_resumable_across_restarts(build: Builder) -> None:
-    first = build()
+async def test_recovery_is_idempotent(host: HostStore) -> None:
+    await _start_dead_resume(host)
+    assert [f["finding"] for f in (await host.build()).recovery_report] == ["ambiguous-resume"]
+    before = host.snapshot()
+    assert (await host.build()).recovery_report == []
+    assert host.snapshot() == before
+
+
+async def test_interrupted_run_stays_resumable_across_restarts(host: HostStore) -> None:
+    first = await host.build()
     await deploy(first, APPROVAL_PLAN, "approval.default")
     run = await first.api.run_deployment("approval.default", {"item": "x"})
-    second = build()
+    second = await host.build()
     assert second.recovery_report == []
     assert (await second.api.inspect_run(run["run_id"]))["status"] == "interrupted"
     done = await second.api.resume_run(run["run_id"], {"approved": True})
     assert (done["status"], done["attempt"]) == ("completed", 2)
 
 
-async def test_admitted_run_stays_admitted_and_launchable(build: Builder) -> None:
-    first = build()
+async def test_admitted_run_stays_admitted_and_launchable(host: HostStore) -> None:
+    first = await host.build()
     await deploy(first, GREETING_PLAN, "hello.default")
     run_id = await first.api.admit_run("hello.default", {"name": "x"})
-    second = build()
+    second = await host.build()
     assert second.recovery_report == []
     assert (await second.api.list_runs(status="admitted"))["runs"][0]["run_id"] == run_id
     await second.api.launch_run(run_id)
@@ -111,43 +119,31 @@ async def test_admitted_run_stays_admitted_and_launchable(build: Builder) -> Non
     assert (await second.api.inspect_run(run_id))["output"] == {"result": "hello x"}
 
 
-async def test_terminal_runs_are_left_alone(build: Builder) -> None:
-    first = build()
+async def test_terminal_runs_are_left_alone(host: HostStore) -> None:
+    first = await host.build()
     await deploy(first, GREETING_PLAN, "hello.default")
     run = await first.api.run_deployment("hello.default", {"name": "x"})
-    second = build()
+    second = await host.build()
     assert second.recovery_report == []
     assert await second.api.inspect_run(run["run_id"]) == run
 
 
-@pytest.mark.parametrize(
-    ("content", "fragment"),
-    [
-        ("{not json", "Expecting property name"),
-        ("[]", "invalid run record"),
-        ('{"format": 1}', "invalid run record: run_id: Field required"),
-        (b"\xff\xfe", "codec can't decode"),
-    ],
-)
-async def test_unparseable_record_is_reported_not_dropped(
-    build: Builder, tmp_path: Path, content: str | bytes, fragment: str
-) -> None:
-    first = build()
-    await deploy(first, GREETING_PLAN, "hello.default")
+async def _three_admitted(server: LocalStaticWorkflowServer) -> None:
+    await deploy(server, GREETING_PLAN, "hello.default")
     for _ in range(3):
-        await first.api.admit_run("hello.default", {"name": "x"})
-    path = tmp_path / "runs" / "run-000003.json"
-    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+        await server.api.admit_run("hello.default", {"name": "x"})
 
-    second = build()  # does not raise
+
+async def _check_unreadable_third(
+    second: LocalStaticWorkflowServer, location: str, fragment: str
+) -> None:
     [finding] = second.recovery_report
     assert (finding["run_id"], finding["file"], finding["finding"]) == (
         "run-000003",
-        str(path),
+        location,
         "unreadable",
     )
     assert fragment in finding["reason"]
-    assert path.read_bytes() == (content if isinstance(content, bytes) else content.encode())
     with pytest.raises(InvalidState, match="run run-000003 has a unreadable record"):
         await second.api.inspect_run("run-000003")
     assert [r["run_id"] for r in (await second.api.list_runs())["runs"]] == [
@@ -158,6 +154,45 @@ async def test_unparseable_record_is_reported_not_dropped(
     assert (await second.api.run_deployment("hello.default", {"name": "y"}))["run_id"] == (
         "run-000004"
     )
+
+
+@pytest.mark.parametrize(
+    ("document", "fragment"),
+    [
+        ([], "invalid run record"),
+        ({"format": 1}, "invalid run record: run_id: Field required"),
+        ({"format": 1, "run_id": "run-000003", "status": "admitted"}, "snapshot: Field required"),
+    ],
+)
+async def test_unparseable_record_is_reported_not_dropped(
+    host: HostStore, document: Any, fragment: str
+) -> None:
+    await _three_admitted(await host.build())
+    host.write_record("run-000003", document)
+
+    second = await host.build()  # does not raise
+    assert host.record("run-000003") == document  # left in place
+    await _check_unreadable_third(second, host.location("run-000003"), fragment)
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        ("{not json", "Expecting property name"),
+        (b"\xff\xfe", "codec can't decode"),
+    ],
+)
+async def test_a_file_that_is_no_json_is_reported_not_dropped(
+    build: Builder, tmp_path: Path, content: str | bytes, fragment: str
+) -> None:
+    await _three_admitted(build())
+    path = tmp_path / "runs" / "run-000003.json"
+    raw = content if isinstance(content, bytes) else content.encode()
+    path.write_bytes(raw)
+
+    second = build()  # does not raise
+    assert path.read_bytes() == raw
+    await _check_unreadable_third(second, str(path), fragment)
 
 
 @pytest.mark.parametrize(
@@ -177,13 +212,13 @@ async def test_unparseable_record_is_reported_not_dropped(
     ],
 )
 async def test_contradictory_record_is_reported(
-    build: Builder, tmp_path: Path, changes: dict[str, Any], reason: str
+    host: HostStore, changes: dict[str, Any], reason: str
 ) -> None:
-    first = build()
+    first = await host.build()
     await deploy(first, GREETING_PLAN, "hello.default")
     await first.api.run_deployment("hello.default", {"name": "x"})
-    _rewrite(tmp_path, "run-000001", **changes)
-    second = build()
+    host.rewrite("run-000001", **changes)
+    second = await host.build()
     assert [(f["finding"], f["reason"]) for f in second.recovery_report] == [
         ("contradictory", reason)
     ]
@@ -192,6 +227,7 @@ async def test_contradictory_record_is_reported(
 
 
 async def test_record_of_another_run_and_stray_files(build: Builder, tmp_path: Path) -> None:
+    # Files only; tests/host/test_postgres.py has a row naming another run.
     first = build()
     await deploy(first, GREETING_PLAN, "hello.default")
     await first.api.run_deployment("hello.default", {"name": "x"})
@@ -247,40 +283,51 @@ async def test_damaged_counter_never_reuses_an_id(
     assert await second.api.reserve_run_ids(1) == ["run-000003"]
 
 
-async def test_fresh_store_has_an_empty_report(build: Builder, tmp_path: Path) -> None:
-    server = build()
+async def test_fresh_store_has_an_empty_report(host: HostStore) -> None:
+    server = await host.build()
     assert server.recovery_report == [] and server.api.recovery_report is server.recovery_report
-    assert server.store_root == tmp_path
-    assert not (tmp_path / "counters").exists()  # nothing is written until needed
+    # Nothing is written until needed.
+    stored = host.snapshot()
+    if host.kind == "files":
+        assert server.store_root == host.root and server.database is None
+        assert stored == {}
+    else:
+        assert server.store_root is None and server.database is not None
+        assert stored.pop("wf_run_number") == (1, False)  # never called
+        assert {table: count for table, (count, _) in stored.items()} == {
+            "wf_artifacts": 0,
+            "wf_deployments": 0,
+            "wf_runs": 0,
+        }
 
 
-async def test_mark_kind_must_match_its_attempt(build: Builder, tmp_path: Path) -> None:
-    server = build()
+async def test_mark_kind_must_match_its_attempt(host: HostStore) -> None:
+    server = await host.build()
     await deploy(server, sleep_plan(60), "nap.default")
     run_id = await server.api.start_run("nap.default", {})
     await server.api.cancel_executing()
-    record = _record(tmp_path, run_id)
+    record = _record(host, run_id)
     record["executing"]["kind"] = "resume"
-    _rewrite(tmp_path, run_id, executing=record["executing"])
-    assert [(f["finding"], f["reason"]) for f in build().recovery_report] == [
+    host.rewrite(run_id, executing=record["executing"])
+    assert [(f["finding"], f["reason"]) for f in (await host.build()).recovery_report] == [
         ("contradictory", "a resume mark on attempt 1")
     ]
 
 
-async def test_a_run_the_stopping_server_gave_up_on_says_so(build: Builder, tmp_path: Path) -> None:
+async def test_a_run_the_stopping_server_gave_up_on_says_so(host: HostStore) -> None:
     # A clean stop whose drain ran out of time: the server notes it on the
     # mark, then cancels the run. The next start must not claim a crash.
-    server = build()
+    server = await host.build()
     await deploy(server, sleep_plan(60), "nap.default")
     run_id = await server.api.start_run("nap.default", {})
-    assert "stopped" not in _record(tmp_path, run_id)["executing"]  # no note, no key
+    assert "stopped" not in _record(host, run_id)["executing"]  # no note, no key
     assert await server.api.note_stopped("drain-expired", 30) == [run_id]
-    note = _record(tmp_path, run_id)["executing"]["stopped"]
+    note = _record(host, run_id)["executing"]["stopped"]
     assert (note["cause"], note["grace_s"]) == ("drain-expired", 30.0)
     assert (await server.api.inspect_run(run_id))["executing"]["stopped"] == note
     await server.api.cancel_executing()
 
-    restarted = build()
+    restarted = await host.build()
     run = await restarted.api.inspect_run(run_id)
     assert (run["status"], run["error"]["kind"]) == ("failed", "abandoned")
     assert run["error"]["message"] == (
@@ -293,39 +340,39 @@ async def test_a_run_the_stopping_server_gave_up_on_says_so(build: Builder, tmp_
     ]
 
 
-async def test_the_first_stop_note_stays(build: Builder, tmp_path: Path) -> None:
-    server = build()
+async def test_the_first_stop_note_stays(host: HostStore) -> None:
+    server = await host.build()
     await deploy(server, sleep_plan(60), "nap.default")
     run_id = await server.api.start_run("nap.default", {})
     assert await server.api.note_stopped("drain-expired", 0.5) == [run_id]
-    first = _record(tmp_path, run_id)["executing"]["stopped"]
+    first = _record(host, run_id)["executing"]["stopped"]
     assert await server.api.note_stopped("drain-cut", 0.5) == []
-    assert _record(tmp_path, run_id)["executing"]["stopped"] == first
+    assert _record(host, run_id)["executing"]["stopped"] == first
     await server.api.cancel_executing()
-    message = (await build().api.inspect_run(run_id))["error"]["message"]
+    message = (await (await host.build()).api.inspect_run(run_id))["error"]["message"]
     assert "(its drain grace of 0.5 s ran out, at " in message
 
 
-async def test_a_noted_run_that_still_finishes_keeps_no_note(build: Builder) -> None:
-    server = build()
+async def test_a_noted_run_that_still_finishes_keeps_no_note(host: HostStore) -> None:
+    server = await host.build()
     await deploy(server, sleep_plan(0.2), "nap.default")
     run_id = await server.api.start_run("nap.default", {})
     assert await server.api.note_stopped("drain-expired", 0) == [run_id]
     assert await server.api.drain(5) == []
     run = await server.api.inspect_run(run_id)
     assert (run["status"], run["executing"]) == ("completed", None)
-    assert build().recovery_report == []
+    assert (await host.build()).recovery_report == []
 
 
-async def test_a_resume_cut_by_a_stop_is_failed_closed_saying_so(build: Builder) -> None:
-    server = build()
+async def test_a_resume_cut_by_a_stop_is_failed_closed_saying_so(host: HostStore) -> None:
+    server = await host.build()
     run_id = await _interrupted_sleeper(server)
     resuming = asyncio.create_task(server.api.resume_run(run_id, {}))  # waits for the run
-    await asyncio.sleep(0.01)
+    await _until_executing(server, run_id)
     assert await server.api.note_stopped("drain-cut", 30) == [run_id]
     await server.api.cancel_executing()
     await resuming
-    run = await build().api.inspect_run(run_id)
+    run = await (await host.build()).api.inspect_run(run_id)
     assert (run["status"], run["error"]["kind"]) == ("failed", "ambiguous-resume")
     message = run["error"]["message"]
     assert message.startswith(
@@ -340,14 +387,14 @@ async def test_a_resume_cut_by_a_stop_is_failed_closed_saying_so(build: Builder)
     [("tired", 30, "cause"), ("drain-cut", -1, "grace_s"), ("drain-cut", float("inf"), "grace_s")],
 )
 async def test_a_bad_stop_note_is_refused_and_writes_nothing(
-    build: Builder, tmp_path: Path, cause: Any, grace_s: Any, field: str
+    host: HostStore, cause: Any, grace_s: Any, field: str
 ) -> None:
-    server = build()
+    server = await host.build()
     await deploy(server, sleep_plan(60), "nap.default")
-    run_id = await server.api.start_run("nap.default", {})
-    before = _record(tmp_path, run_id)
+    await server.api.start_run("nap.default", {})
+    before = host.snapshot()
     with pytest.raises(InvalidInput) as refused:
         await server.api.note_stopped(cause, grace_s)
     assert [p.field for p in refused.value.problems] == [field]
-    assert _record(tmp_path, run_id) == before
+    assert host.snapshot() == before
     await server.api.cancel_executing()

@@ -1,4 +1,5 @@
-"""Runs: admission, execution, interrupts, budgets, inspection, listing, listeners."""
+"""Runs: admission, execution, interrupts, budgets, inspection, listing, listeners,
+on files and on PostgreSQL (the `host` and `server` fixtures)."""
 
 from __future__ import annotations
 
@@ -19,10 +20,10 @@ from .conftest import (
     APPROVAL_PLAN,
     GREETING_PLAN,
     Builder,
+    HostStore,
     chain_plan,
     deploy,
     sleep_plan,
-    tree_snapshot,
 )
 
 SCHEDULE_ORIGIN = {
@@ -105,7 +106,8 @@ async def test_snapshot_is_pinned_at_admission(server: LocalStaticWorkflowServer
 # --- bad input: typed errors, nothing written ------------------------------------
 
 
-async def test_unknown_deployment(server: LocalStaticWorkflowServer) -> None:
+async def test_unknown_deployment(host: HostStore, server: LocalStaticWorkflowServer) -> None:
+    before = host.snapshot()
     for call in (
         server.api.preflight,
         server.api.admit_run,
@@ -114,7 +116,7 @@ async def test_unknown_deployment(server: LocalStaticWorkflowServer) -> None:
     ):
         with pytest.raises(NotFound, match="deployment 'nope' not found"):
             await call("nope", {})
-    assert tree_snapshot(server.store_root) == {}
+    assert host.snapshot() == before
 
 
 @pytest.mark.parametrize(
@@ -131,10 +133,10 @@ async def test_unknown_deployment(server: LocalStaticWorkflowServer) -> None:
     ],
 )
 async def test_invalid_inputs_change_nothing(
-    server: LocalStaticWorkflowServer, inputs: Any, problems: list[tuple[str, str]]
+    host: HostStore, server: LocalStaticWorkflowServer, inputs: Any, problems: list[tuple[str, str]]
 ) -> None:
     await deploy(server, GREETING_PLAN, "hello.default")
-    before = tree_snapshot(server.store_root)
+    before = host.snapshot()
     for call in (
         server.api.preflight,
         server.api.admit_run,
@@ -147,7 +149,7 @@ async def test_invalid_inputs_change_nothing(
         assert [f for f, _ in got] == [f for f, _ in problems]
         for (_, reason), (_, fragment) in zip(got, problems, strict=True):
             assert fragment in reason
-    assert tree_snapshot(server.store_root) == before
+    assert host.snapshot() == before
     # No id was burnt either: the next run is still the first.
     assert await server.api.admit_run("hello.default", {"name": "ok"}) == "run-000001"
 
@@ -262,8 +264,9 @@ async def test_reserved_ids_and_admission_with_them(server: LocalStaticWorkflowS
 
 
 async def test_reserving_a_batch_is_one_durable_write(
-    server: LocalStaticWorkflowServer, monkeypatch: pytest.MonkeyPatch
+    build: Builder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    server = build()  # files: counts their fsyncs
     assert await server.api.reserve_run_ids(1) == ["run-000001"]  # creates the directory
     fsyncs: list[int] = []
     real_fsync = os.fsync
@@ -294,16 +297,19 @@ async def test_launch_only_an_admitted_run(server: LocalStaticWorkflowServer) ->
     assert [e[1] for e in events] == ["running", "completed"]
 
 
-async def test_start_run_returns_at_once(server: LocalStaticWorkflowServer) -> None:
+async def test_start_run_returns_at_once(
+    host: HostStore, server: LocalStaticWorkflowServer
+) -> None:
     await deploy(server, sleep_plan(0.05), "nap.default")
     run_id = await server.api.start_run("nap.default", {}, origin=SCHEDULE_ORIGIN)
     run = await server.api.inspect_run(run_id)
     assert run["status"] == "running"
     assert run["executing"] == {"attempt": 1, "kind": "start", "since": run["executing"]["since"]}
     assert server.api.executing_runs() == [run_id]
-    # The executing mark is on disk before the first step runs.
-    on_disk = json.loads((server.store_root / "runs" / f"{run_id}.json").read_text())
-    assert on_disk["status"] == "running" and on_disk["executing"]["kind"] == "start"
+    # The executing mark is stored before the first step runs.
+    stored = host.record(run_id)
+    assert stored is not None
+    assert stored["status"] == "running" and stored["executing"]["kind"] == "start"
     assert await server.api.drain(5) == []
     run = await server.api.inspect_run(run_id)
     assert (run["status"], run["output"], run["origin"]) == (
@@ -379,25 +385,27 @@ async def test_interrupt_can_happen_again_after_a_resume(server: LocalStaticWork
     ],
 )
 async def test_invalid_resume_payload_changes_nothing(
-    server: LocalStaticWorkflowServer, payload: Any, fields: list[str]
+    host: HostStore, server: LocalStaticWorkflowServer, payload: Any, fields: list[str]
 ) -> None:
     await deploy(server, APPROVAL_PLAN, "approval.default")
     run = await server.api.run_deployment("approval.default", {"item": "x"})
-    before = tree_snapshot(server.store_root)
+    before = host.snapshot()
     with pytest.raises(InvalidInput) as caught:
         await server.api.resume_run(run["run_id"], payload)
     assert [p.field for p in caught.value.problems] == fields
-    assert tree_snapshot(server.store_root) == before
+    assert host.snapshot() == before
     assert (await server.api.inspect_run(run["run_id"]))["status"] == "interrupted"
 
 
-async def test_resume_of_a_run_that_is_not_interrupted(server: LocalStaticWorkflowServer) -> None:
+async def test_resume_of_a_run_that_is_not_interrupted(
+    host: HostStore, server: LocalStaticWorkflowServer
+) -> None:
     await deploy(server, GREETING_PLAN, "hello.default")
     admitted = await server.api.admit_run("hello.default", {"name": "x"})
-    before = tree_snapshot(server.store_root)
+    before = host.snapshot()
     with pytest.raises(InvalidState, match="run run-000001 is admitted"):
         await server.api.resume_run(admitted, {})
-    assert tree_snapshot(server.store_root) == before
+    assert host.snapshot() == before
 
 
 async def test_concurrent_resumes_resume_once(server: LocalStaticWorkflowServer) -> None:
@@ -633,22 +641,24 @@ async def test_a_failing_listener_does_not_break_the_run(
     assert sum("listener" in r.message for r in caplog.records) == 2
 
 
-async def test_listener_sees_durable_status(server: LocalStaticWorkflowServer) -> None:
+async def test_listener_sees_durable_status(
+    host: HostStore, server: LocalStaticWorkflowServer
+) -> None:
     await deploy(server, APPROVAL_PLAN, "approval.default")
     seen: list[tuple[str, str]] = []
 
     def check(run_id: str, status: str, *_: Any) -> None:
-        on_disk = json.loads((server.store_root / "runs" / f"{run_id}.json").read_text())
-        seen.append((status, "on disk" if on_disk["status"] == status else "missing"))
+        stored = host.record(run_id)
+        seen.append((status, "stored" if stored and stored["status"] == status else "missing"))
 
     server.api.add_run_listener(check)
     run = await server.api.run_deployment("approval.default", {"item": "x"})
     await server.api.resume_run(run["run_id"], {"approved": True})
     assert seen == [
-        ("running", "on disk"),
-        ("interrupted", "on disk"),
-        ("running", "on disk"),
-        ("completed", "on disk"),
+        ("running", "stored"),
+        ("interrupted", "stored"),
+        ("running", "stored"),
+        ("completed", "stored"),
     ]
 
 
@@ -666,22 +676,21 @@ async def test_drain(server: LocalStaticWorkflowServer) -> None:
 
 
 async def test_cancelled_execution_writes_nothing_and_is_abandoned_on_restart(
-    build: Builder,
+    host: HostStore,
 ) -> None:
-    server = build()
+    server = await host.build()
     await deploy(server, sleep_plan(60), "nap.default")
     events = _listen(server)
     run_id = await server.api.start_run("nap.default", {})
     await asyncio.sleep(0.01)
-    path = server.store_root / "runs" / f"{run_id}.json"
-    before = path.read_bytes()
+    before = host.snapshot()
     assert await server.api.cancel_executing() == [run_id]
-    assert path.read_bytes() == before
+    assert host.snapshot() == before
     run = await server.api.inspect_run(run_id)
     assert (run["status"], run["executing"]["attempt"]) == ("running", 1)
     assert [e[1] for e in events] == ["running"]
 
-    restarted = build()
+    restarted = await host.build()
     run = await restarted.api.inspect_run(run_id)
     assert run["status"] == "failed"
     assert run["error"]["message"].startswith(
@@ -691,7 +700,7 @@ async def test_cancelled_execution_writes_nothing_and_is_abandoned_on_restart(
     assert restarted.recovery_report == [
         {
             "run_id": run_id,
-            "file": str(path),
+            "file": host.location(run_id),
             "finding": "abandoned",
             "reason": run["error"]["message"],
         }
@@ -717,12 +726,12 @@ async def test_a_caller_giving_up_does_not_stop_the_run(server: LocalStaticWorkf
     assert (await server.api.inspect_run("run-000001"))["status"] == "completed"
 
 
-async def test_run_ids_continue_after_restart(build: Builder) -> None:
-    first = build()
+async def test_run_ids_continue_after_restart(host: HostStore) -> None:
+    first = await host.build()
     await deploy(first, GREETING_PLAN, "hello.default")
     await first.api.run_deployment("hello.default", {"name": "x"})
     await first.api.reserve_run_ids(2)  # reserved, never used: still never reused
-    second = build()
+    second = await host.build()
     run = await second.api.run_deployment("hello.default", {"name": "y"})
     assert run["run_id"] == "run-000004"
     assert [r["run_id"] for r in (await second.api.list_runs())["runs"]] == [
@@ -778,16 +787,16 @@ def test_the_asserted_formats_are_the_documented_ones() -> None:
 
 @pytest.mark.parametrize(("name", "bad", "good"), FORMAT_CASES)
 async def test_input_formats_are_asserted(
-    server: LocalStaticWorkflowServer, name: str, bad: str, good: str
+    host: HostStore, server: LocalStaticWorkflowServer, name: str, bad: str, good: str
 ) -> None:
     plan = copy.deepcopy(GREETING_PLAN)
     plan["input_schema"]["properties"]["when"] = {"type": "string", "format": name}
     await deploy(server, plan, "hello.default")
-    before = tree_snapshot(server.store_root)
+    before = host.snapshot()
     with pytest.raises(InvalidInput) as caught:
         await server.api.admit_run("hello.default", {"name": "x", "when": bad})
     assert [(p.field, p.reason) for p in caught.value.problems] == [
         ("inputs.when", f"{bad!r} is not a {name!r}")
     ]
-    assert tree_snapshot(server.store_root) == before
+    assert host.snapshot() == before
     assert await server.api.admit_run("hello.default", {"name": "x", "when": good})
