@@ -58,6 +58,7 @@ from core.errors import (
     InvalidDefinition,
     SchedulerUnavailable,
     SchedulingError,
+    StoreFenced,
     StoreUnavailable,
 )
 from core.events import (
@@ -104,6 +105,16 @@ def _collector_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _reraise_swallowed_cancel() -> None:
+    """Stop the loop if it was cancelled and an await swallowed it: Python
+    3.11's `asyncio.wait_for` (which a database driver's pool uses) returns a
+    result that raced its cancellation instead of raising, and the loop would
+    then sleep on, cancelled, never to end."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 class SchedulerService:
@@ -347,16 +358,21 @@ class SchedulerService:
         while self._running:
             self._wake.clear()
             try:
-                if self._resync:
+                if self._resync and not self._fenced:
                     await self._resynchronize()
                 await self._round()
                 if not (self._events or self._dirty):
                     self._housekeeping_if_quiet()
+            except StoreFenced:
+                # Another process owns the store now: deciding again from the
+                # stores would only be refused again.
+                self._fence()
             except Exception as exc:
                 self._round_failed(exc)
                 self._resync = True
             else:
                 self._api.store_health.succeeded("scheduler")
+            _reraise_swallowed_cancel()
             if self._events or self._dirty:
                 continue
             self._idle.set()
@@ -406,16 +422,23 @@ class SchedulerService:
             exc_info=exc if first else None,
         )
 
+    def _fence(self) -> None:
+        """This process no longer owns the store: stop deciding, for good."""
+        if not self._fenced:
+            _log.error(
+                "%s: admissions are stopped; restart the scheduler",
+                self._backend.ownership.loss(),
+            )
+        self._fenced = True
+        self._resync = False
+        # Dropped, not kept: nothing is decided any more, and a change left
+        # pending would make the loop go round without ever sleeping.
+        self._events.clear()
+        self._dirty.clear()
+
     async def _round(self) -> None:
-        ownership = self._backend.ownership
-        if not await ownership.verify():
-            if not self._fenced:
-                _log.error("%s: admissions are stopped; restart the scheduler", ownership.loss())
-            self._fenced = True
-            # Dropped, not kept: nothing is decided any more, and a change left
-            # pending would make the loop go round without ever sleeping.
-            self._events.clear()
-            self._dirty.clear()
+        if self._fenced or not await self._backend.ownership.verify():
+            self._fence()
             return
         with _collector_paused():
             after = await self._decide_and_commit()

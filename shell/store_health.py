@@ -16,6 +16,8 @@ Health is kept per source, because each recovers differently:
 - `scheduler`: a scheduler round failed with a store error. The scheduler
   retries by itself (it rebuilds its state from the stores and decides
   again), so its next round that completes clears it.
+- `store`: a store that can vanish on its own (a database server) did not
+  answer its watcher (`shell.pg.health`); its next answer clears it.
 
 While any source is failing, the report is degraded (see `report`). When an
 API failure is recorded, `report` tries a small durable write in the store
@@ -42,7 +44,7 @@ from shell.store_format import format_instant
 
 __all__ = ["PROBE_BYTES", "HealthSource", "StoreHealth", "store_call"]
 
-HealthSource = Literal["api", "scheduler"]
+HealthSource = Literal["api", "scheduler", "store"]
 
 # Enough to need a fresh block on any filesystem, little enough to be free.
 PROBE_BYTES: Final = 4096

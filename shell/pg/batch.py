@@ -5,7 +5,9 @@ a `PgBatch`; `commit` runs them in one transaction, each kind of statement
 batched (`executemany`, which psycopg sends as one pipeline), in a fixed
 order of phases, after checking the ownership fence. Everything in it is
 durable when COMMIT returns (synchronous commit), all or nothing: a round
-acts on nothing before that. If the commit fails its outcome is unknown
+acts on nothing before that. The commit passes the fault points
+`before:commit` and `after:commit`, as a file batch does, so crash tests
+kill a process on either side of it. If the commit fails its outcome is unknown
 (the connection may have broken after the server committed): the stores
 drop what they staged and read the database again before their next use.
 """
@@ -16,6 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final, Literal
 
+from shell.durable import fault_point
 from shell.pg.database import Database
 
 __all__ = [
@@ -83,6 +86,7 @@ class PgBatch:
         """Run every statement in one fenced transaction; raises
         `StoreUnavailable` (or `StoreFenced`) after dropping the batch."""
         self._check_open()
+        fault_point("before:commit")
         try:
             if self._statements:
                 async with (
@@ -98,5 +102,6 @@ class PgBatch:
             raise
         self._state = "committed"
         self._statements.clear()
+        fault_point("after:commit")
         for callback in self._on_commit:
             callback()

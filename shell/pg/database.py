@@ -22,6 +22,7 @@ current one, so a deposed owner cannot commit a single row.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import socket
@@ -42,6 +43,7 @@ __all__ = [
     "Fence",
     "display_url",
     "is_store_url",
+    "raise_if_cancelled",
 ]
 
 _log = logging.getLogger("shell.pg")
@@ -54,6 +56,19 @@ _CONNECT_TIMEOUT_S: Final = 5.0
 _SCHEMES: Final = ("postgresql", "postgres")
 # Query parameters that hold secrets, never shown.
 _SECRET_PARAMETERS: Final = frozenset({"password", "sslpassword"})
+
+
+def raise_if_cancelled(exc: BaseException) -> None:
+    """Re-raise the cancellation of the current task that `exc` stands in for.
+
+    A task cancelled in the middle of a query leaves the connection busy; the
+    rollback on the way out then fails with a driver error, which replaces
+    the `CancelledError`. Turned into `StoreUnavailable`, it would be taken
+    for a failed round and the cancellation (a shutdown, a test killing the
+    "process") lost."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError from exc
 
 
 def is_store_url(text: str) -> bool:
@@ -163,6 +178,7 @@ class Database:
                 self._url, autocommit=autocommit, **self.connection_kwargs()
             )
         except psycopg.Error as exc:
+            raise_if_cancelled(exc)
             raise self.unavailable(exc, "connect") from None
 
     async def open(self, *, migrate: bool = True) -> None:
@@ -243,6 +259,7 @@ class Database:
                     await self.fence.check(conn)
                 yield conn
         except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise_if_cancelled(exc)
             raise self.unavailable(exc, operation) from None
 
     async def fetch_all(

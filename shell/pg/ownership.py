@@ -35,8 +35,8 @@ from psycopg import AsyncConnection
 from psycopg.rows import TupleRow
 from psycopg.types.json import Jsonb
 
-from core.errors import SchedulerUnavailable, StoreFenced
-from shell.pg.database import Database, Fence
+from core.errors import SchedulerUnavailable, StoreFenced, StoreUnavailable
+from shell.pg.database import Database, Fence, raise_if_cancelled
 from shell.pg.migrations import LOCK_NAMESPACE
 from shell.store_format import format_instant
 
@@ -116,6 +116,7 @@ class PgOwnership:
             )
             taken = await cursor.fetchone()
         except psycopg.OperationalError as exc:
+            raise_if_cancelled(exc)
             raise self._db.unavailable(exc, "take the scheduler's ownership") from None
         assert taken is not None
         self.holder, self.epoch = holder, int(taken[0])
@@ -138,18 +139,28 @@ class PgOwnership:
         )
 
     async def verify(self) -> bool:
-        """True while this process's session holds the lock; False once
-        another took it over; `StoreUnavailable` when the session broke
-        (see the module docstring)."""
+        """True while this process's session holds the lock at its epoch;
+        False once another took the store over; `StoreUnavailable` when the
+        session broke (see the module docstring)."""
         conn = self._conn
         if conn is None:
-            return False
+            if self.epoch is None:
+                return False  # never owned, or released
+            # Lost, not taken: the round fails, and the state is rebuilt once
+            # `ensure` owns the store again.
+            raise StoreUnavailable(
+                f"the scheduler's session on the {self.path} was lost; it is taken again"
+                " once the database answers",
+                data={"operation": "check the scheduler's ownership", "store": self._db.display},
+            )
         try:
-            await conn.execute("SELECT 1")
+            cursor = await conn.execute("SELECT epoch FROM wf_scheduler_owner")
+            row = await cursor.fetchone()
         except psycopg.OperationalError as exc:
+            raise_if_cancelled(exc)
             await self._drop()
             raise self._db.unavailable(exc, "check the scheduler's ownership") from None
-        return True
+        return row is not None and int(row[0]) == self.epoch
 
     async def ensure(self) -> None:
         """Own the store again if the session was lost and no one took it
