@@ -13,10 +13,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from shell.definition_rules import RecordRefused, check_snapshot, replay
+from shell.definition_rules import RecordRefused, replay
 from shell.pg import locations
 from shell.pg.batch import PgBatch
 from shell.pg.database import Database
@@ -36,6 +37,43 @@ def _utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+@dataclass(frozen=True, slots=True)
+class _SnapshotHead:
+    """What a start reads of a schedule's snapshot row."""
+
+    lifecycle_seq: int
+    snapshot_seq: Any
+    revision: Any
+    blocked: Any
+    kind: Any
+
+    def problem(self, schedule_id: str, records: list[dict[str, Any]]) -> StoreProblem | None:
+        """Why the snapshot does not reflect the log `records`, if it does not."""
+        if self.kind != "object":
+            return snapshot_problem(schedule_id, "unreadable snapshot: not a JSON object")
+        if self.blocked is not None and not (
+            isinstance(self.blocked, dict)
+            and all(isinstance(self.blocked.get(k), str) for k in ("file", "record", "reason"))
+        ):
+            return snapshot_problem(
+                schedule_id,
+                "unreadable snapshot: blocked must be null or an object with file, record"
+                " and reason",
+            )
+        last = records[-1]
+        if (
+            self.snapshot_seq != self.lifecycle_seq
+            or self.lifecycle_seq != len(records)
+            or self.revision != last["revision"]
+        ):
+            return snapshot_problem(
+                schedule_id,
+                f"snapshot is at lifecycle seq {self.snapshot_seq} (revision {self.revision})"
+                f" but the log ends at seq {len(records)} (revision {last['revision']})",
+            )
+        return None
+
+
 class _RecoveryReader:
     """One recovery's reads: everything at once, in one snapshot of the database."""
 
@@ -48,8 +86,14 @@ class _RecoveryReader:
         async with db.transaction("read the store at a start") as conn:
             # One consistent view of every table, as of the start.
             await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            # Of the snapshot, what a start checks against the log: the whole
+            # of it is checked where it is read (`PgDefinitions.get`), and the
+            # definition comes from the log (parsing it twice would cost a
+            # tenth of a start).
             cursor = await conn.execute(
-                "SELECT schedule_id, lifecycle_seq, snapshot FROM wf_schedules ORDER BY schedule_id"
+                "SELECT schedule_id, lifecycle_seq, snapshot->'lifecycle_seq',"
+                " snapshot->'revision', snapshot->'blocked', jsonb_typeof(snapshot)"
+                " FROM wf_schedules ORDER BY schedule_id"
             )
             schedules = await cursor.fetchall()
             cursor = await conn.execute(
@@ -76,23 +120,21 @@ class _RecoveryReader:
             opened: defaultdict[str, list[OccurrenceRow]] = defaultdict(list)
             for r in await cursor.fetchall():
                 opened[r[0]].append(OccurrenceRow(int(r[1]), r[2], r[3], r[4]))
-        for schedule_id, lifecycle_seq, snapshot in schedules:
+        for schedule_id, lifecycle_seq, snapshot_seq, revision, blocked, kind in schedules:
             self._inputs[schedule_id] = self._inputs_of(
                 schedule_id,
-                int(lifecycle_seq),
-                snapshot,
+                _SnapshotHead(int(lifecycle_seq), snapshot_seq, revision, blocked, kind),
                 lifecycle.get(schedule_id, []),
                 runtime.get(schedule_id),
                 last.get(schedule_id),
                 opened.get(schedule_id, []),
             )
-        return [schedule_id for schedule_id, _, _ in schedules]
+        return [row[0] for row in schedules]
 
     def _inputs_of(
         self,
         schedule_id: str,
-        lifecycle_seq: int,
-        stored_snapshot: Any,
+        head: _SnapshotHead,
         stored_records: list[Any],
         stored_runtime: Any,
         last: OccurrenceRow | None,
@@ -109,33 +151,14 @@ class _RecoveryReader:
             records = replay(stored_records, schedule_id)
         except RecordRefused as refused:
             return lifecycle_problem(schedule_id, refused)
-        load_problems: list[StoreProblem] = []
-        stored_block: dict[str, Any] | None = None
-        try:
-            snapshot = check_snapshot(stored_snapshot, schedule_id)
-        except ValueError as exc:
-            load_problems.append(snapshot_problem(schedule_id, f"unreadable snapshot: {exc}"))
-        else:
-            stored_block = snapshot.get("blocked")
-            if (
-                not (snapshot["lifecycle_seq"] == lifecycle_seq == len(records))
-                or snapshot["revision"] != records[-1]["revision"]
-            ):
-                load_problems.append(
-                    snapshot_problem(
-                        schedule_id,
-                        f"snapshot is at lifecycle seq {snapshot['lifecycle_seq']} (revision"
-                        f" {snapshot['revision']}) but the log ends at seq {len(records)}"
-                        f" (revision {records[-1]['revision']})",
-                    )
-                )
+        problem = head.problem(schedule_id, records)
         recovered = self._backend.history.adopt(schedule_id, last, open_rows)
         return ScheduleInputs(
             tuple(records),
             runtime_load(schedule_id, stored_runtime),
             recovered,
-            tuple(load_problems),
-            stored_block,
+            (problem,) if problem is not None else (),
+            head.blocked if problem is None else None,
         )
 
     async def read(self, schedule_id: str) -> ScheduleInputs | StoreProblem | None:
