@@ -1,6 +1,7 @@
 """`wf-rpc-server`: serve the workflow API (and, when enabled, the scheduler) over JSON-RPC.
 
     wf-rpc-server --store-root .wf_store --enable-scheduler
+    wf-rpc-server --store-url postgresql://wf@db.internal/wf --enable-scheduler
     wf-rpc-server --config server.json --port 9000
 
 Startup order: resolve settings (flags over config file; every problem named),
@@ -36,15 +37,21 @@ from pathlib import Path
 from typing import Any, Final
 
 from adapters.collector import freeze_startup_objects, tune_collector
-from adapters.host import build_local_static_workflow_server
+from adapters.host import (
+    LocalStaticWorkflowServer,
+    build_local_static_workflow_server,
+    build_postgres_workflow_server,
+)
 from adapters.host.records import StopCause
 from adapters.rpc.app import create_app, with_store_health
 from adapters.rpc.auth import InsecureBind, check_bind_security
-from adapters.rpc.config import ServerSettings, resolve_settings
+from adapters.rpc.config import ENV_STORE_URL, ServerSettings, resolve_settings
 from adapters.rpc.server import bind_socket, build_server
 from core.errors import InvalidInput, Problem, SchedulingError
 from shell import build_scheduler_service
 from shell.lock import SchedulerLock
+from shell.pg.database import Database, display_url
+from shell.pg.health import StoreWatch
 
 __all__ = ["ENV_HOST", "ENV_PORT", "main", "parse_args", "serve", "settings_from_args"]
 
@@ -73,7 +80,20 @@ def _build_parser() -> argparse.ArgumentParser:
         "1 runtime failure, 2 invalid settings or insecure bind.",
     )
     parser.add_argument("--version", action="version", version=f"wf-rpc-server {_version()}")
-    parser.add_argument("--store-root", type=Path, help="store directory (created if missing)")
+    store = parser.add_mutually_exclusive_group()
+    store.add_argument(
+        "--store-root", type=Path, help="store directory (created if missing; the default kind)"
+    )
+    store.add_argument(
+        "--store-url",
+        help=f"PostgreSQL store: postgresql://user[:password]@host[:port]/dbname"
+        f" (env {ENV_STORE_URL})",
+    )
+    parser.add_argument(
+        "--store-pool-size",
+        type=int,
+        help="most connections to a PostgreSQL store (default 10)",
+    )
     parser.add_argument("--config", type=Path, help='JSON config file ({"server": {...}})')
     parser.add_argument("--host", help=f"address to listen on (default 127.0.0.1; env {ENV_HOST})")
     parser.add_argument("--port", help=f"port to listen on (default 8765; env {ENV_PORT})")
@@ -119,9 +139,14 @@ def settings_from_args(
                     )
                 ],
             ) from None
+    store_url = args.store_url
+    if store_url is None and args.store_root is None:
+        store_url = environ.get(ENV_STORE_URL) or None
     return resolve_settings(
         config_path=args.config,
         store_root=args.store_root,
+        store_url=store_url,
+        store_pool_size=args.store_pool_size,
         host=host,
         port=port,
         enable_scheduler=bool(args.enable_scheduler),
@@ -164,11 +189,46 @@ def _refuse_if_owned(store_root: Path) -> None:
     probe.release()
 
 
+async def _open_server(settings: ServerSettings) -> LocalStaticWorkflowServer:
+    """The server on its store: the files under the store root, or the
+    PostgreSQL database (opened, its schema brought up to date)."""
+    if settings.store_url is None:
+        assert settings.store_root is not None
+        _refuse_if_owned(settings.store_root)
+        return build_local_static_workflow_server(
+            settings.store_root, schedules=settings.scheduler.enabled
+        )
+    database = Database(settings.store_url, pool_size=settings.store_pool_size)
+    await database.open()
+    try:
+        return await build_postgres_workflow_server(database, schedules=settings.scheduler.enabled)
+    except BaseException:
+        await database.close()
+        raise
+
+
 async def _serve_on(sock: socket.socket, settings: ServerSettings, *, exiting: bool) -> int:
-    _refuse_if_owned(settings.store_root)
-    server = build_local_static_workflow_server(
-        settings.store_root, schedules=settings.scheduler.enabled
-    )
+    server = await _open_server(settings)
+    database = getattr(server, "database", None)
+    # A database can go away on its own: health says so even while idle.
+    watch = StoreWatch(database, server.api.store_health) if database is not None else None
+    try:
+        if watch is not None:
+            watch.start()
+        return await _serve_server(sock, server, settings, exiting=exiting)
+    finally:
+        if watch is not None:
+            await watch.stop()
+        await server.close()
+
+
+async def _serve_server(
+    sock: socket.socket,
+    server: LocalStaticWorkflowServer,
+    settings: ServerSettings,
+    *,
+    exiting: bool,
+) -> int:
     for finding in server.recovery_report:
         logger.warning("store recovery: %s", finding)
     state = {"scheduler": "disabled"}
@@ -244,10 +304,16 @@ async def _serve_on(sock: socket.socket, settings: ServerSettings, *, exiting: b
         serving = loop.create_task(http.serve(sockets=[sock]))
         await http.wait_started(serving)
         where = f"http://{_url_host(settings.host)}:{settings.port}{settings.rpc_path}"
+        store = (
+            f"PostgreSQL {display_url(settings.store_url)}"
+            if settings.store_url is not None
+            else str(settings.store_root)
+        )
         print(
             f"wf-rpc-server: listening on {where} "
             f"(scheduler {'enabled' if service is not None else 'disabled'}, "
-            f"auth {'bearer token' if settings.token else 'none, loopback only'})",
+            f"auth {'bearer token' if settings.token else 'none, loopback only'}; "
+            f"store {store})",
             file=sys.stderr,
             flush=True,
         )

@@ -277,6 +277,7 @@ class SchedulerService:
         """Run rounds until nothing is left to do at the current instant (for tests
         on a manual clock): events answered, launched runs given a chance to report."""
         quiet = 0
+        activity: int | None = None
         for _ in range(max_rounds):
             if not self._running:
                 return
@@ -285,7 +286,12 @@ class SchedulerService:
             await self._idle.wait()
             for _ in range(10):
                 await asyncio.sleep(0)
-            busy = self._events or self._dirty or self._resync
+            # A store that answers over a network: what launched runs write is
+            # in flight, and their reports come after it. Quiet means nothing
+            # began since the last look either.
+            seen, activity = activity, await self._backend.quiesce()
+            began = seen is not None and activity != seen
+            busy = self._events or self._dirty or self._resync or began
             quiet = 0 if busy else quiet + 1
             if quiet >= 2:
                 return

@@ -291,6 +291,12 @@ class ScheduleBackend(Protocol):
         durable before anything acts on it."""
         ...
 
+    async def quiesce(self) -> int:
+        """Return once no store operation of this process is in flight (for
+        `SchedulerService.settle`, tests on a manual clock): how many were
+        begun so far, so that a caller can tell whether any began since."""
+        ...
+
     async def close_owned(self, *, owned: bool, consistent: bool) -> None:
         """Before `ownership.release`. `owned`: the store is still this
         process's (else nothing is written: it may be another's now);

@@ -2,7 +2,8 @@
 
 File shape (every section optional, unknown keys rejected):
 
-    {"server": {"store_root": ".wf_store",
+    {"server": {"store_root": ".wf_store",      (or "store_url": "postgresql://...")
+                "store_pool_size": 10,
                 "scheduler": {"enabled": true, "poll_interval_s": 1.0, ...},
                 "rpc": {"host": "127.0.0.1", "port": 8765, "path": "/rpc",
                         "max_body_bytes": 1048576},
@@ -11,6 +12,12 @@ File shape (every section optional, unknown keys rejected):
 Relative paths in the file resolve against the file's folder; relative paths
 given as flags resolve against the working directory. Flags override the
 file. Every problem is reported at once, each named by its dotted path.
+
+The store is a directory (`store_root`, the embedded default) or a
+PostgreSQL database (`store_url`), never both: given both at one level (two
+flags, or two keys of the file) is an error; a flag (or `WF_STORE_URL`, which
+stands in for `--store-url`) overrides what the file says, and an explicit
+`--store-root` overrides `WF_STORE_URL`.
 """
 
 from __future__ import annotations
@@ -27,11 +34,13 @@ from adapters.rpc.app import DEFAULT_MAX_BODY_BYTES, HEALTH_PATH
 from adapters.rpc.auth import load_token
 from core.errors import InvalidInput, Problem
 from shell.config import SchedulerServiceConfig, parse_scheduler_config
+from shell.pg.database import DEFAULT_POOL_SIZE, is_store_url
 
 __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
     "DEFAULT_RPC_PATH",
+    "ENV_STORE_URL",
     "ConfigFile",
     "ServerSettings",
     "load_config_file",
@@ -41,6 +50,8 @@ __all__ = [
 DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8765
 DEFAULT_RPC_PATH: Final = "/rpc"
+# Stands in for --store-url (as WF_RPC_HOST does for --host).
+ENV_STORE_URL: Final = "WF_STORE_URL"
 
 
 class _Section(BaseModel):
@@ -61,6 +72,8 @@ class AuthSection(_Section):
 
 class ServerSection(_Section):
     store_root: str | None = Field(default=None, min_length=1)
+    store_url: str | None = Field(default=None, min_length=1)
+    store_pool_size: int = Field(default=DEFAULT_POOL_SIZE, ge=1, le=1000)
     scheduler: dict[str, Any] = Field(default_factory=dict)
     rpc: RpcSection = Field(default_factory=RpcSection)
     auth: AuthSection = Field(default_factory=AuthSection)
@@ -72,9 +85,10 @@ class ConfigFile(_Section):
 
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
-    """Everything `wf-rpc-server` needs, resolved and validated."""
+    """Everything `wf-rpc-server` needs, resolved and validated. Exactly one
+    of `store_root` and `store_url` is set."""
 
-    store_root: Path
+    store_root: Path | None
     host: str
     port: int
     rpc_path: str
@@ -82,6 +96,10 @@ class ServerSettings:
     scheduler: SchedulerServiceConfig
     token: str | None
     config_path: Path | None = None
+    # The PostgreSQL store (credentials included: never log it, show
+    # `shell.pg.display_url` of it) and the most connections it may use.
+    store_url: str | None = None
+    store_pool_size: int = DEFAULT_POOL_SIZE
 
 
 def _problems(exc: ValidationError) -> list[Problem]:
@@ -152,10 +170,65 @@ def _anchored(raw: str | Path, base: Path) -> Path:
     return candidate if candidate.is_absolute() else base / candidate
 
 
+def _store(
+    *,
+    root_flag: Path | None,
+    url_flag: str | None,
+    section: ServerSection,
+    file_dir: Path,
+    cwd: Path,
+    problems: list[Problem],
+) -> tuple[Path | None, str | None]:
+    """The store the flags, or else the file, name (see the module docstring)."""
+    if root_flag is not None and url_flag is not None:
+        problems.append(
+            Problem(
+                field="store_url",
+                reason="--store-root and --store-url are mutually exclusive: give one",
+            )
+        )
+        return None, None
+    if root_flag is not None:
+        return _anchored(root_flag, cwd), None
+    url = url_flag
+    if url is None:
+        if section.store_root is not None and section.store_url is not None:
+            problems.append(
+                Problem(
+                    field="server.store_url",
+                    reason="server.store_root and server.store_url are mutually exclusive",
+                )
+            )
+            return None, None
+        if section.store_root is not None:
+            return _anchored(section.store_root, file_dir), None
+        url = section.store_url
+    if url is None:
+        problems.append(
+            Problem(
+                field="store_root",
+                reason="required: pass --store-root (a directory) or --store-url (PostgreSQL),"
+                " or set server.store_root or server.store_url",
+            )
+        )
+        return None, None
+    if not is_store_url(url):
+        problems.append(
+            Problem(
+                field="store_url",
+                reason="must be a PostgreSQL URL: postgresql://user[:password]@host[:port]/dbname",
+            )
+        )
+        return None, None
+    return None, url
+
+
 def resolve_settings(
     *,
     config_path: Path | None = None,
     store_root: Path | None = None,
+    store_url: str | None = None,
+    store_pool_size: int | None = None,
     host: str | None = None,
     port: int | None = None,
     enable_scheduler: bool = False,
@@ -167,7 +240,7 @@ def resolve_settings(
     """Combine the config file (if any) with flags; flags win.
 
     Raises `InvalidInput` naming each problem (unreadable file, bad values,
-    missing store root, unreadable token)."""
+    no store or two, unreadable token)."""
     file_cfg = ConfigFile()
     file_dir = cwd
     resolved_config: Path | None = None
@@ -178,15 +251,17 @@ def resolve_settings(
     section = file_cfg.server
     problems: list[Problem] = []
 
-    root: Path | None = None
-    if store_root is not None:
-        root = _anchored(store_root, cwd)
-    elif section.store_root is not None:
-        root = _anchored(section.store_root, file_dir)
-    else:
-        problems.append(
-            Problem(field="store_root", reason="required: pass --store-root or server.store_root")
-        )
+    root, url = _store(
+        root_flag=store_root,
+        url_flag=store_url,
+        section=section,
+        file_dir=file_dir,
+        cwd=cwd,
+        problems=problems,
+    )
+    pool_size = section.store_pool_size if store_pool_size is None else store_pool_size
+    if not 1 <= pool_size <= 1000:
+        problems.append(Problem(field="store_pool_size", reason="must be between 1 and 1000"))
 
     scheduler = parse_scheduler_config(section.scheduler)
     if enable_scheduler:
@@ -218,10 +293,12 @@ def resolve_settings(
     except InvalidInput as exc:
         problems.extend(exc.problems)
 
-    if problems or root is None:
+    if problems or (root is None and url is None):
         raise InvalidInput.from_problems("server settings", problems)
     return ServerSettings(
-        store_root=root.resolve(),
+        store_root=root.resolve() if root is not None else None,
+        store_url=url,
+        store_pool_size=pool_size,
         host=final_host,
         port=final_port,
         rpc_path=section.rpc.path,

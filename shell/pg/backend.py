@@ -198,6 +198,9 @@ class PgBackend:
         # After a lost session: own the store again before reading it.
         await self.ownership.ensure()
 
+    async def quiesce(self) -> int:
+        return await self.database.quiesce()
+
     def recovery_reader(self, *, at_start: bool) -> _RecoveryReader:
         return _RecoveryReader(self)
 

@@ -155,6 +155,11 @@ class Database:
         self._pool: AsyncConnectionPool[AsyncConnection[TupleRow]] | None = None
         # Set by the scheduler's ownership while it owns the store.
         self.fence: Fence | None = None
+        # Transactions in flight, and (made on first use, in the loop) the
+        # event set whenever there are none: see `quiesce`.
+        self._in_flight = 0
+        self._begun = 0
+        self._quiet: asyncio.Event | None = None
         self.host = socket.gethostname()
 
     def connection_kwargs(self) -> dict[str, Any]:
@@ -253,6 +258,7 @@ class Database:
                 f"the PostgreSQL store {self.display} is not open",
                 data={"operation": operation, "store": self.display},
             )
+        self._begin()
         try:
             async with self._pool.connection() as conn, conn.transaction():
                 if fenced and self.fence is not None:
@@ -261,6 +267,29 @@ class Database:
         except (psycopg.OperationalError, PoolTimeout) as exc:
             raise_if_cancelled(exc)
             raise self.unavailable(exc, operation) from None
+        finally:
+            self._end()
+
+    def _begin(self) -> None:
+        self._in_flight += 1
+        self._begun += 1
+        if self._quiet is not None:
+            self._quiet.clear()
+
+    def _end(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0 and self._quiet is not None:
+            self._quiet.set()
+
+    async def quiesce(self) -> int:
+        """Return once no transaction of this process is in flight (tests on
+        a manual clock wait for what runs write before they look), with how
+        many were begun so far."""
+        while self._in_flight:
+            if self._quiet is None:
+                self._quiet = asyncio.Event()
+            await self._quiet.wait()
+        return self._begun
 
     async def fetch_all(
         self, operation: str, query: str, params: tuple[Any, ...] | None = None

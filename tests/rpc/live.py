@@ -8,10 +8,22 @@ import socket
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from adapters.host import build_local_static_workflow_server
+from adapters.host import build_local_static_workflow_server, build_postgres_workflow_server
 from adapters.rpc.server import bind_socket, build_server
+from shell.pg.database import Database
 
-__all__ = ["SwitchableApi", "build_test_server", "free_port", "serving", "wait_until"]
+__all__ = [
+    "BACKENDS",
+    "SwitchableApi",
+    "build_test_server",
+    "free_port",
+    "server_on",
+    "serving",
+    "wait_until",
+]
+
+# The backends the live suites run on: files under a store root, PostgreSQL.
+BACKENDS = ("file", "pg")
 
 
 class SwitchableApi:
@@ -68,3 +80,22 @@ async def wait_until(
 def build_test_server(root: Any, *, schedules: bool = True) -> Any:
     """The real host, with the real schedules API when `schedules`."""
     return build_local_static_workflow_server(root, schedules=schedules)
+
+
+@contextlib.asynccontextmanager
+async def server_on(
+    backend: str, root: Any, pg_url: str | None, *, schedules: bool = True
+) -> AsyncIterator[Any]:
+    """The real host (and schedules API) on `backend`: the files under `root`,
+    or the PostgreSQL database at `pg_url`, closed afterwards."""
+    if backend == "file":
+        yield build_local_static_workflow_server(root, schedules=schedules)
+        return
+    assert pg_url is not None
+    database = Database(pg_url)
+    await database.open()
+    server = await build_postgres_workflow_server(database, schedules=schedules)
+    try:
+        yield server
+    finally:
+        await server.close()

@@ -11,10 +11,9 @@ import pytest
 import pytest_asyncio
 
 from adapters.client import App
-from adapters.host import build_local_static_workflow_server
 from adapters.rpc.app import create_app
 from core.errors import AlreadyExists, InvalidInput, InvalidState, NotFound
-from tests.rpc.live import SwitchableApi, serving, wait_until
+from tests.rpc.live import BACKENDS, SwitchableApi, server_on, serving, wait_until
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "docs" / "examples" / "quickstart"
 
@@ -51,12 +50,16 @@ async def live() -> AsyncIterator[tuple[str, SwitchableApi]]:
         yield base, switch
 
 
-@pytest_asyncio.fixture(loop_scope="module")
-async def app(tmp_path: Path, live: tuple[str, SwitchableApi]) -> AsyncIterator[App]:
+@pytest_asyncio.fixture(loop_scope="module", params=BACKENDS)
+async def app(
+    tmp_path: Path, live: tuple[str, SwitchableApi], request: pytest.FixtureRequest
+) -> AsyncIterator[App]:
     base, switch = live
-    switch.target = build_local_static_workflow_server(tmp_path / "store").api
-    async with App(base) as client:
-        yield client
+    pg_url = request.getfixturevalue("pg_url") if request.param == "pg" else None
+    async with server_on(request.param, tmp_path / "store", pg_url, schedules=False) as server:
+        switch.target = server.api
+        async with App(base) as client:
+            yield client
 
 
 async def status_of(app: App, run_id: str, wanted: str) -> dict[str, Any] | None:

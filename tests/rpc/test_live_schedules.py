@@ -33,7 +33,7 @@ from core.errors import (
     SchedulerUnavailable,
 )
 from shell import ManualClock, SchedulerService, SchedulerServiceConfig, build_scheduler_service
-from tests.rpc.live import serving, wait_until
+from tests.rpc.live import BACKENDS, server_on, serving, wait_until
 from tests.rpc.test_cli_subprocess import CLI_BIN, wf_schedule
 
 QUICKSTART = Path(__file__).resolve().parents[2] / "docs" / "examples" / "quickstart"
@@ -71,23 +71,24 @@ def quickstart(name: str) -> dict[str, Any]:
     return payload
 
 
-@pytest.fixture
-async def live(tmp_path: Path) -> AsyncIterator[Live]:
-    server = build_local_static_workflow_server(tmp_path / "store", schedules=True)
-    clock = ManualClock(MONDAY)
-    service = build_scheduler_service(
-        server,
-        SchedulerServiceConfig(enabled=True, poll_interval_s=60, max_concurrent_runs=4),
-        clock=clock,
-    )
-    await service.start()
-    try:
-        async with serving(create_app(server.api)) as base, App(base) as app:
-            await app.create_artifact_from_plan(**quickstart("artifact.json"))
-            await app.save_deployment(quickstart("deployment.json"))
-            yield Live(app=app, clock=clock, service=service)
-    finally:
-        await service.stop()
+@pytest.fixture(params=BACKENDS)
+async def live(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Live]:
+    pg_url = request.getfixturevalue("pg_url") if request.param == "pg" else None
+    async with server_on(request.param, tmp_path / "store", pg_url) as server:
+        clock = ManualClock(MONDAY)
+        service = build_scheduler_service(
+            server,
+            SchedulerServiceConfig(enabled=True, poll_interval_s=60, max_concurrent_runs=4),
+            clock=clock,
+        )
+        await service.start()
+        try:
+            async with serving(create_app(server.api)) as base, App(base) as app:
+                await app.create_artifact_from_plan(**quickstart("artifact.json"))
+                await app.save_deployment(quickstart("deployment.json"))
+                yield Live(app=app, clock=clock, service=service)
+        finally:
+            await service.stop()
 
 
 async def test_illustrative_week_over_rpc(live: Live) -> None:

@@ -16,12 +16,11 @@ from typing import Any
 import pytest
 
 from adapters import build_local_static_workflow_server
-from adapters.host import LocalStaticWorkflowServer
+from adapters.host import LocalStaticWorkflowServer, build_postgres_workflow_server
 from shell import ManualClock, SchedulerService, SchedulerServiceConfig, build_scheduler_service
 from shell.disk import OS_DISK, Disk
-from shell.pg.backend import PgBackend
 from shell.pg.database import Database
-from shell.schedules_api import SchedulesApi, build_schedules_api
+from shell.schedules_api import build_schedules_api
 
 START = datetime(2026, 3, 2, 9, 30, tzinfo=UTC)  # a Monday
 
@@ -136,16 +135,13 @@ class Harness:
         database = Database(url)
         await database.open()
         self.database = database
-        self.server = build_local_static_workflow_server(
-            self.root,
-            schedules=True,
-            clock=self.clock.now,
-            schedules_factory=lambda server: SchedulesApi(
-                backend=PgBackend(database, clock=self.clock.now),
-                host=server.api,
-                store_health=server.api.store_health,
-            ),
-        )
+        try:
+            self.server = await build_postgres_workflow_server(
+                database, schedules=True, clock=self.clock.now
+            )
+        except BaseException:
+            await self._close_database()
+            raise
         return self.server
 
     async def _close_database(self) -> None:
