@@ -12,7 +12,14 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from core.errors import SchedulingError
 
-__all__ = ["BatchRunHost", "HostApi", "HostServer", "RunListener", "StopNotingHost"]
+__all__ = [
+    "BatchRunHost",
+    "HostApi",
+    "HostServer",
+    "RunListener",
+    "StagingRunHost",
+    "StopNotingHost",
+]
 
 RunListener = Callable[[str, str, "Mapping[str, Any] | None", "str | None"], None]
 
@@ -64,6 +71,22 @@ class BatchRunHost(Protocol):
 
     async def launch_runs(self, run_ids: Sequence[str]) -> list[SchedulingError | None]:
         """Per run id: None once it executes, or the error `launch_run` would raise."""
+        ...
+
+
+@runtime_checkable
+class StagingRunHost(Protocol):
+    """Optional: a host whose run records can be written by the scheduler
+    round's own commit (a database where rows and runs commit in one
+    transaction), so that an admission and its run record are durable
+    together, with one commit instead of two."""
+
+    def stage_admit_runs(
+        self, batch: Any, requests: Sequence[Mapping[str, Any]]
+    ) -> list[str | SchedulingError] | None:
+        """`BatchRunHost.admit_runs` staged into `batch`: per request, the run
+        id (durable once the batch commits) or the error; None when the host
+        cannot write into that batch (nothing staged)."""
         ...
 
 

@@ -50,7 +50,7 @@ from core.events import (
 )
 from core.occurrences import RUN_STATUSES
 from shell.clock import Clock
-from shell.ports import BatchRunHost, HostApi
+from shell.ports import BatchRunHost, HostApi, StagingRunHost
 from shell.recovery import RuntimeMark
 from shell.schedules_api import RUN_NOT_CREATED, SchedulesApi
 from shell.store_format import format_instant
@@ -67,6 +67,9 @@ class CommittedRound:
     """What one round's commands produced for after the group commit."""
 
     launches: list[tuple[str, str, datetime, dict[str, Any]]] = field(default_factory=list)
+    # Per admitted run id, what the host made of its record staged in the
+    # round's own batch (`StagingRunHost`): the run id, or why not.
+    staged_runs: dict[str, str | SchedulingError] = field(default_factory=dict)
     creates: list[tuple[str, datetime]] = field(default_factory=list)
     starts: list[tuple[str, datetime, str]] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
@@ -153,6 +156,7 @@ class CommandExecutor:
             # The diagnostics of the round's blocks, each written on its own.
             for block in staging.blocks:
                 await self._persist_block(block, staging)
+            self._stage_runs(batch, after)
             await backend.commit(batch)
         except BaseException:
             if batch.state == "open":
@@ -163,10 +167,25 @@ class CommandExecutor:
             self._emit(event)
         return after
 
+    def _stage_runs(self, batch: BatchPort, after: CommittedRound) -> None:
+        """The admitted run records into the round's own batch, when the host
+        can write there: each admission and its run record then commit
+        together (`StagingRunHost`)."""
+        if not after.launches or not isinstance(self._host, StagingRunHost):
+            return
+        outcomes = self._host.stage_admit_runs(
+            batch, [_admission_request(*launch) for launch in after.launches]
+        )
+        if outcomes is None:
+            return
+        for (_, run_id, _, _), outcome in zip(after.launches, outcomes, strict=True):
+            after.staged_runs[run_id] = outcome
+
     async def launch(self, after: CommittedRound) -> None:
         """Create and start the runs of a committed round."""
         history = self._backend.history
-        creations = list(after.launches)
+        creations = [c for c in after.launches if c[1] not in after.staged_runs]
+        await self._launch_staged(after)
         for schedule_id, instant in after.creates:
             occurrence = history.open_occurrence(schedule_id, instant)
             if occurrence is None or occurrence.run_id is None or occurrence.snapshot is None:
@@ -178,8 +197,8 @@ class CommandExecutor:
                 continue
             creations.append((schedule_id, occurrence.run_id, instant, occurrence.snapshot))
         await self._create_and_launch_all(creations)
-        for schedule_id, instant, run_id in after.starts:
-            await self._launch(schedule_id, instant, run_id)
+        for schedule_id, _, run_id in after.starts:
+            await self._launch(schedule_id, run_id)
 
     # --- before the commit ------------------------------------------------------------
 
@@ -253,25 +272,13 @@ class CommandExecutor:
     async def _create_and_launch(
         self, schedule_id: str, instant: datetime, run_id: str, snapshot: Mapping[str, Any]
     ) -> None:
-        origin = {
-            "kind": "schedule",
-            "schedule_id": schedule_id,
-            "instant": format_instant(instant),
-            "revision": snapshot["revision"],
-        }
         try:
-            await self._host.admit_run(
-                snapshot["deployment_id"],
-                dict(snapshot["inputs"]),
-                max_steps=snapshot["max_steps"],
-                origin=origin,
-                run_id=run_id,
-            )
+            await self._host.admit_run(**_admission_request(schedule_id, run_id, instant, snapshot))
         except SchedulingError as exc:
             self._not_created(schedule_id, instant, run_id, exc)
             return
         self._emit(OccurrenceAdmitted(schedule_id=schedule_id, instant=instant, run_id=run_id))
-        await self._launch(schedule_id, instant, run_id)
+        await self._launch(schedule_id, run_id)
 
     def _not_created(
         self, schedule_id: str, instant: datetime, run_id: str, exc: SchedulingError
@@ -297,6 +304,34 @@ class CommandExecutor:
             )
         )
 
+    async def _launch_staged(self, after: CommittedRound) -> None:
+        """Launch the runs whose records the round's commit wrote."""
+        launching: list[tuple[str, str]] = []
+        for schedule_id, run_id, instant, _ in after.launches:
+            outcome = after.staged_runs.get(run_id)
+            if outcome is None:
+                continue
+            if isinstance(outcome, SchedulingError):
+                self._not_created(schedule_id, instant, run_id, outcome)
+                continue
+            self._emit(OccurrenceAdmitted(schedule_id=schedule_id, instant=instant, run_id=run_id))
+            launching.append((schedule_id, run_id))
+        await self._launch_all(launching)
+
+    async def _launch_all(self, launching: Sequence[tuple[str, str]]) -> None:
+        """Launch created runs ((schedule id, run id) each), in one batch when
+        the host takes batches."""
+        if not launching:
+            return
+        if len(launching) == 1 or not isinstance(self._host, BatchRunHost):
+            for schedule_id, run_id in launching:
+                await self._launch(schedule_id, run_id)
+            return
+        launched = await self._host.launch_runs([run_id for _, run_id in launching])
+        for (schedule_id, run_id), error in zip(launching, launched, strict=True):
+            if error is not None:
+                _log.error("run %s of %s could not be launched: %s", run_id, schedule_id, error)
+
     async def _create_and_launch_all(
         self, creations: Sequence[tuple[str, str, datetime, Mapping[str, Any]]]
     ) -> None:
@@ -308,22 +343,9 @@ class CommandExecutor:
             for schedule_id, run_id, instant, snapshot in creations:
                 await self._create_and_launch(schedule_id, instant, run_id, snapshot)
             return
-        requests = [
-            {
-                "deployment_id": snapshot["deployment_id"],
-                "inputs": dict(snapshot["inputs"]),
-                "max_steps": snapshot["max_steps"],
-                "origin": {
-                    "kind": "schedule",
-                    "schedule_id": schedule_id,
-                    "instant": format_instant(instant),
-                    "revision": snapshot["revision"],
-                },
-                "run_id": run_id,
-            }
-            for schedule_id, run_id, instant, snapshot in creations
-        ]
-        created = await self._host.admit_runs(requests)
+        created = await self._host.admit_runs(
+            [_admission_request(*creation) for creation in creations]
+        )
         launching: list[tuple[str, str]] = []
         for (schedule_id, run_id, instant, _), outcome in zip(creations, created, strict=True):
             if isinstance(outcome, SchedulingError):
@@ -331,18 +353,31 @@ class CommandExecutor:
                 continue
             self._emit(OccurrenceAdmitted(schedule_id=schedule_id, instant=instant, run_id=run_id))
             launching.append((schedule_id, run_id))
-        if not launching:
-            return
-        launched = await self._host.launch_runs([run_id for _, run_id in launching])
-        for (schedule_id, run_id), error in zip(launching, launched, strict=True):
-            if error is not None:
-                _log.error("run %s of %s could not be launched: %s", run_id, schedule_id, error)
+        await self._launch_all(launching)
 
-    async def _launch(self, schedule_id: str, instant: datetime, run_id: str) -> None:
+    async def _launch(self, schedule_id: str, run_id: str) -> None:
         try:
             await self._host.launch_run(run_id)
         except SchedulingError as exc:
             _log.error("run %s of %s could not be launched: %s", run_id, schedule_id, exc)
+
+
+def _admission_request(
+    schedule_id: str, run_id: str, instant: datetime, snapshot: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The host's admission of the run of an admitted occurrence."""
+    return {
+        "deployment_id": snapshot["deployment_id"],
+        "inputs": dict(snapshot["inputs"]),
+        "max_steps": snapshot["max_steps"],
+        "origin": {
+            "kind": "schedule",
+            "schedule_id": schedule_id,
+            "instant": format_instant(instant),
+            "revision": snapshot["revision"],
+        },
+        "run_id": run_id,
+    }
 
 
 class _Staging:

@@ -18,7 +18,7 @@ never build those names themselves.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -67,6 +67,14 @@ class BatchPort(Protocol):
 
     def abort(self) -> None:
         """Drop what was staged (the stores forget it); the batch is closed."""
+        ...
+
+    def on_commit(self, callback: Callable[[], None]) -> None:
+        """Run `callback` once everything staged is durable."""
+        ...
+
+    def on_abort(self, callback: Callable[[], None]) -> None:
+        """Run `callback` if the batch is dropped or its commit fails."""
         ...
 
 

@@ -29,6 +29,7 @@ from core.errors import (
 )
 from core.limits import MAX_STEPS
 from shell.store_health import StoreHealth, store_call
+from shell.store_ports import BatchPort
 
 from .artifacts import ArtifactStore
 from .counter import RunIdCounter
@@ -248,6 +249,58 @@ class WorkflowApi:
         An error of the write itself (`OSError` on files, `StoreUnavailable` on
         PostgreSQL) is raised for the whole batch.
         """
+        results, staged = self._admissions(requests)
+        if not staged:
+            return results
+        # Under the locks of the runs, as `admit_run` writes. Taking a lock no
+        # one holds does not suspend, so on files nothing can interleave from
+        # the existence checks to the write. A lock someone held (an
+        # `admit_run` of the same reserved id) may have let that write happen
+        # first: check again once they are ours. On PostgreSQL, whose write
+        # awaits the database, the locks keep every other admission of these
+        # ids out until the records are cached, and the primary key of
+        # `wf_runs` refuses a run written behind the cache's back.
+        async with self._runs.locked(record.run_id for record in staged.values()):
+            for number, record in list(staged.items()):
+                if self._runs.exists(number):
+                    del staged[number]
+                    index = results.index(record.run_id)
+                    results[index] = AlreadyExists(
+                        f"run {record.run_id} already exists", data={"run_id": record.run_id}
+                    )
+            if staged:
+                await self._runs.put_many(list(staged.values()))
+        return results
+
+    def stage_admit_runs(
+        self, batch: BatchPort, requests: Sequence[Mapping[str, Any]]
+    ) -> list[str | SchedulingError] | None:
+        """`admit_runs` into a scheduler round's `batch`: the run records
+        are written by the round's own commit, together with the admissions
+        that name them (one transaction on PostgreSQL), and cached once it
+        committed. Per request, the run id (durable once the batch commits)
+        or the error `admit_run` would have raised (nothing staged for it).
+        None when this store cannot write into `batch` (on files: the
+        scheduler calls `admit_runs` after its commit instead); nothing is
+        checked then."""
+        if not self._runs.stages_into(batch):
+            return None
+        results, staged = self._admissions(requests)
+        for number, record in list(staged.items()):
+            if self._runs.exists(number):
+                del staged[number]
+                results[results.index(record.run_id)] = AlreadyExists(
+                    f"run {record.run_id} already exists", data={"run_id": record.run_id}
+                )
+        if staged:
+            self._runs.stage_created(batch, list(staged.values()))
+        return results
+
+    def _admissions(
+        self, requests: Sequence[Mapping[str, Any]]
+    ) -> tuple[list[str | SchedulingError], dict[int, RunRecord]]:
+        """The records a batch of admissions makes (by run number) and, per
+        request in order, its run id or the error `admit_run` would raise."""
         results: list[str | SchedulingError] = []
         staged: dict[int, RunRecord] = {}
         for request in requests:
@@ -275,27 +328,7 @@ class WorkflowApi:
                 run_id, deployment, merged, request.get("max_steps"), stored_origin
             )
             results.append(run_id)
-        if not staged:
-            return results
-        # Under the locks of the runs, as `admit_run` writes. Taking a lock no
-        # one holds does not suspend, so on files nothing can interleave from
-        # the existence checks to the write. A lock someone held (an
-        # `admit_run` of the same reserved id) may have let that write happen
-        # first: check again once they are ours. On PostgreSQL, whose write
-        # awaits the database, the locks keep every other admission of these
-        # ids out until the records are cached, and the primary key of
-        # `wf_runs` refuses a run written behind the cache's back.
-        async with self._runs.locked(record.run_id for record in staged.values()):
-            for number, record in list(staged.items()):
-                if self._runs.exists(number):
-                    del staged[number]
-                    index = results.index(record.run_id)
-                    results[index] = AlreadyExists(
-                        f"run {record.run_id} already exists", data={"run_id": record.run_id}
-                    )
-            if staged:
-                await self._runs.put_many(list(staged.values()))
-        return results
+        return results, staged
 
     def _admission(
         self,

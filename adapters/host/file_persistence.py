@@ -150,6 +150,14 @@ class FileRuns:
             spares=self.spares,
         )
 
+    def stages_into(self, batch: object) -> bool:
+        # A run is a file of its own, outside the schedules' journal: the
+        # scheduler creates its runs after its round's commit.
+        return False
+
+    def stage_created(self, batch: object, records: Sequence[RunRecord]) -> None:
+        raise RuntimeError("run records on files are not staged into a scheduler's batch")
+
 
 class FileRunCounter:
     """`<root>/counters/run_id`, holding `{"last_issued": N}`."""

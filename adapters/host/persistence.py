@@ -147,6 +147,15 @@ class RunPersistence(Protocol):
         (group commit). `created`: the run ids among them that are new."""
         ...
 
+    def stages_into(self, batch: object) -> bool:
+        """Whether new records can be staged into `batch`, a scheduler round's
+        batch, to commit with it (a batch of the same store)."""
+        ...
+
+    def stage_created(self, batch: object, records: Sequence[RunRecord]) -> None:
+        """Stage new records into `batch` (`stages_into` said it can)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class CounterRead:

@@ -36,6 +36,7 @@ from psycopg.rows import TupleRow
 from psycopg.types.json import Jsonb
 
 from core.errors import AlreadyExists, InvalidInput, Problem
+from shell.pg.batch import PHASE_RUNS, PgBatch
 from shell.pg.database import Database
 
 from .identifiers import format_run_id, parse_run_id
@@ -276,6 +277,16 @@ class PgRuns:
                     await cursor.executemany(_UPSERT_RUN, changed)
         except psycopg.errors.UniqueViolation:
             raise _taken([r.run_id for r in records if r.run_id in created]) from None
+
+    def stages_into(self, batch: object) -> bool:
+        # A round's transaction (`shell.pg.batch`) on this database: the
+        # admission and its run record commit together.
+        return isinstance(batch, PgBatch) and batch.database is self._db
+
+    def stage_created(self, batch: object, records: Sequence[RunRecord]) -> None:
+        assert isinstance(batch, PgBatch)
+        for record in records:
+            batch.add(PHASE_RUNS, _INSERT_RUN, _run_row(record))
 
 
 class PgRunCounter:

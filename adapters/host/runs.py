@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from core.errors import InvalidInput, InvalidState, NotFound, Problem
 from core.occurrences import RUN_STATUSES
 from shell.durable import fault_point
+from shell.store_ports import BatchPort
 
 from .identifiers import RUN_ID_PATTERN, format_run_id, parse_run_id
 from .persistence import RunPersistence, Stored
@@ -235,6 +236,35 @@ class RunStore:
             self._remember(number, record)
         for _, _, what in staged:
             fault_point(f"after:run:{what}")
+
+    def stages_into(self, batch: BatchPort) -> bool:
+        """Whether new records can be staged into a scheduler round's `batch`
+        (`stage_created`): on a store whose rows and runs commit together."""
+        return self._persistence.stages_into(batch)
+
+    def stage_created(self, batch: BatchPort, records: Sequence[RunRecord]) -> None:
+        """Stage new `records` into a scheduler round's `batch` (`stages_into`
+        said it can): its rows and these records commit together, and they
+        are cached once it did. Each record passes `before:run:admitted` when
+        staged and `after:run:admitted` once committed and cached."""
+        numbers: list[int] = []
+        for record in records:
+            number = parse_run_id(record.run_id)
+            assert number is not None and RUN_ID_PATTERN.match(record.run_id)
+            if number in numbers or number in self._records:
+                raise ValueError(f"run {record.run_id} is not new, or appears twice")
+            numbers.append(number)
+        for _ in records:
+            fault_point("before:run:admitted")
+        self._persistence.stage_created(batch, records)
+
+        def committed() -> None:
+            for number, record in zip(numbers, records, strict=True):
+                self._remember(number, record)
+            for _ in records:
+                fault_point("after:run:admitted")
+
+        batch.on_commit(committed)
 
     async def commit(self, record: RunRecord) -> None:
         """`put`, group-committed with every other record committed in the same

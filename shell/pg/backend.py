@@ -179,11 +179,11 @@ class PgBackend:
         self.ownership = PgOwnership(database, clock=clock)
 
     def new_batch(self) -> PgBatch:
-        return PgBatch()
+        return PgBatch(self.database)
 
     async def commit(self, batch: BatchPort) -> None:
         pg_batch: PgBatch = batch  # type: ignore[assignment]
-        await pg_batch.commit(self.database)
+        await pg_batch.commit()
 
     def locate(self, schedule_id: str, part: RecordPart) -> str:
         return locations.table(part)

@@ -42,7 +42,10 @@ PHASE_RUNS: Final = 40
 class PgBatch:
     """Statements for one transaction (see the module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, database: Database) -> None:
+        # The store the batch commits to: a store of another can tell it is
+        # not its own (the host stages run records only into its database's).
+        self.database = database
         self._state: Literal["open", "committed", "aborted"] = "open"
         # (phase, statement) -> parameter rows, in staging order.
         self._statements: dict[tuple[int, str], list[tuple[Any, ...]]] = {}
@@ -82,7 +85,7 @@ class PgBatch:
         for callback in self._on_abort:
             callback()
 
-    async def commit(self, database: Database, *, operation: str = "commit a round") -> None:
+    async def commit(self, *, operation: str = "commit a round") -> None:
         """Run every statement in one fenced transaction; raises
         `StoreUnavailable` (or `StoreFenced`) after dropping the batch."""
         self._check_open()
@@ -90,7 +93,7 @@ class PgBatch:
         try:
             if self._statements:
                 async with (
-                    database.transaction(operation, fenced=True) as conn,
+                    self.database.transaction(operation, fenced=True) as conn,
                     conn.cursor() as cursor,
                 ):
                     for (_, statement), rows in sorted(

@@ -4,6 +4,7 @@ launched through the host's batch calls."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import pytest
@@ -42,12 +43,29 @@ class Calls:
 
     def _spy(self, api: Any, name: str) -> None:
         real = getattr(api, name)
+        # What a call is about: its requests, staged into a batch or not.
+        position = 1 if name == "stage_admit_runs" else 0
 
-        async def spy(*args: Any, **kwargs: Any) -> Any:
-            self.seen[name].append(args[0] if args else kwargs)
-            return await real(*args, **kwargs)
+        if inspect.iscoroutinefunction(real):
 
-        setattr(api, name, spy)
+            async def spy(*args: Any, **kwargs: Any) -> Any:
+                self.seen[name].append(args[position] if args else kwargs)
+                return await real(*args, **kwargs)
+
+            setattr(api, name, spy)
+            return
+
+        def sync_spy(*args: Any, **kwargs: Any) -> Any:
+            self.seen[name].append(args[position] if args else kwargs)
+            return real(*args, **kwargs)
+
+        setattr(api, name, sync_spy)
+
+
+def creating(harness: Harness) -> str:
+    """The host call that creates a round's runs: after the round's commit on
+    files, inside it (staged into its transaction) on PostgreSQL."""
+    return "stage_admit_runs" if harness.backend == "pg" else "admit_runs"
 
 
 async def test_a_herd_is_created_and_launched_in_batches(harness: Harness) -> None:
@@ -56,11 +74,11 @@ async def test_a_herd_is_created_and_launched_in_batches(harness: Harness) -> No
     host: object = harness.api
     assert isinstance(host, BatchRunHost)
     ids = await _herd(harness, [{"when": "a"}] * 3 + [{"when": "b"}] * 2)
-    calls = Calls(harness, "preflight", "admit_runs", "launch_runs", "admit_run", "launch_run")
+    calls = Calls(harness, "preflight", creating(harness), "launch_runs", "admit_run", "launch_run")
     await harness.at(NOON)
     # Same deployment and inputs: one host check for each distinct pair.
     assert len(calls.seen["preflight"]) == 2
-    [requests] = calls.seen["admit_runs"]
+    [requests] = calls.seen[creating(harness)]
     assert [r["origin"]["schedule_id"] for r in requests] == ids
     [launched] = calls.seen["launch_runs"]
     assert launched == [r["run_id"] for r in requests]
@@ -91,14 +109,15 @@ async def test_a_run_the_batch_cannot_create_fails_its_occurrence(harness: Harne
     await harness.boot(max_concurrent_runs=10)
     await harness.deploy("report.default", CONSTANT_PLAN)
     ids = await _herd(harness, [{"when": "x"}] * 2)
-    real = harness.api.admit_runs
+    real = harness.api.preflight
 
-    async def deployment_gone(requests: Any) -> Any:
+    async def deployment_gone(*args: Any) -> Any:
         # Deleted between the preflight and the run's creation.
+        checked = await real(*args)
         await harness.api.delete_deployment("report.default", force=True)
-        return await real(requests)
+        return checked
 
-    harness.api.admit_runs = deployment_gone
+    harness.api.preflight = deployment_gone
     await harness.at(NOON)
     for schedule_id in ids:
         [row] = await harness.occurrences(schedule_id)

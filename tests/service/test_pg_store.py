@@ -23,6 +23,7 @@ import pytest
 
 from core.errors import SchedulerUnavailable, StoreFenced, StoreUnavailable
 from shell import ManualClock, SchedulerServiceConfig, build_scheduler_service
+from shell.durable import CrashAt, SimulatedCrash, set_fault_injector
 from shell.pg.database import Database
 from shell.pg.health import StoreWatch
 from shell.pg.migrations import LATEST_VERSION
@@ -302,3 +303,32 @@ async def test_a_service_built_on_a_database_is_one_per_store(pg: Harness) -> No
     )
     with pytest.raises(SchedulerUnavailable, match="owned by pid"):
         await second.start()
+
+
+async def test_an_admission_and_its_run_record_commit_together(pg: Harness, sql: Sql) -> None:
+    await pg.boot()
+    await _hourly(pg)
+    assert pg.service is not None
+    await pg.service.settle()  # its creation consumed, its runtime record written
+    asyncio.get_running_loop().set_exception_handler(lambda loop, context: None)
+    previous = set_fault_injector(CrashAt("after:commit", occurrence=1))
+    try:
+        # The process dies the moment the round's transaction committed:
+        # before any run is created or launched after it.
+        task = pg.service._task
+        assert task is not None
+        await pg.clock.set(hour(10))
+        with pytest.raises(SimulatedCrash):
+            await asyncio.wait_for(task, timeout=30)
+    finally:
+        set_fault_injector(previous)
+    await World.abandon(pg)  # type: ignore[arg-type]
+    [(status, record_status)] = sql.rows(
+        "SELECT o.status, r.status FROM wf_occurrences o"
+        " JOIN wf_runs r ON r.record->>'run_id' = o.decision->>'run_id'"
+    )
+    assert (status, record_status) == ("admitted", "admitted")
+    # The next start launches the admitted run: nothing happened before it.
+    await pg.boot()
+    await pg.at(hour(10, 1))
+    assert await pg.statuses("hourly") == [("10:00", "completed")]
