@@ -7,7 +7,8 @@ order of phases, after checking the ownership fence. Everything in it is
 durable when COMMIT returns (synchronous commit), all or nothing: a round
 acts on nothing before that. The commit passes the fault points
 `before:commit` and `after:commit`, as a file batch does, so crash tests
-kill a process on either side of it. If the commit fails its outcome is unknown
+kill a process on either side of it, and `commit:in-transaction` between
+its last statement and its COMMIT. If the commit fails its outcome is unknown
 (the connection may have broken after the server committed): the stores
 drop what they staged and read the database again before their next use.
 """
@@ -100,6 +101,9 @@ class PgBatch:
                         self._statements.items(), key=lambda item: item[0][0]
                     ):
                         await cursor.executemany(statement, rows)
+                    # Everything sent, the COMMIT not yet: where a session
+                    # lost mid-commit loses the whole round.
+                    fault_point("commit:in-transaction")
         except BaseException:
             self.abort()
             raise

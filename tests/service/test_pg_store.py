@@ -332,3 +332,38 @@ async def test_an_admission_and_its_run_record_commit_together(pg: Harness, sql:
     await pg.boot()
     await pg.at(hour(10, 1))
     assert await pg.statuses("hourly") == [("10:00", "completed")]
+
+
+class _TerminateAt:
+    """A fault injector that terminates the database's sessions once, at `point`."""
+
+    def __init__(self, server: PostgresServer, dbname: str, point: str) -> None:
+        self.server, self.dbname, self.point = server, dbname, point
+        self.done = False
+
+    def __call__(self, point: str) -> None:
+        if point == self.point and not self.done:
+            self.done = True
+            self.server.terminate_backends(dbname=self.dbname)
+
+
+@pytest.mark.expected_errors
+async def test_sessions_terminated_mid_commit_lose_the_round_and_nothing_else(
+    pg: Harness, pg_server: PostgresServer, sql: Sql
+) -> None:
+    await pg.boot()
+    await _hourly(pg)
+    assert pg.service is not None
+    await pg.service.settle()
+    injector = _TerminateAt(pg_server, sql.dbname, "commit:in-transaction")
+    previous = set_fault_injector(injector)
+    try:
+        await pg.at(hour(10))
+    finally:
+        set_fault_injector(previous)
+    assert injector.done
+    await pg.at(hour(10).replace(second=30))
+    # The round's transaction never committed; the rebuilt scheduler decided
+    # 10:00 again, once, on time.
+    assert await pg.statuses("hourly") == [("10:00", "completed")]
+    assert sql.rows("SELECT count(*) FROM wf_runs") == [(1,)]
