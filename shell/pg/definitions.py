@@ -87,6 +87,7 @@ class PgDefinitions:
         self._db = database
 
     async def exists(self, schedule_id: str) -> bool:
+        check_schedule_id(schedule_id)
         row = await self._db.fetch_one(
             "read a schedule", "SELECT 1 FROM wf_schedules WHERE schedule_id = %s", (schedule_id,)
         )
@@ -101,6 +102,7 @@ class PgDefinitions:
     async def get(self, schedule_id: str) -> dict[str, Any]:
         """The current snapshot; `NotFound`, or `StoreDamaged` naming the row
         when the stored snapshot is not one."""
+        check_schedule_id(schedule_id)
         row = await self._db.fetch_one(
             "read a schedule",
             "SELECT snapshot, lifecycle_seq FROM wf_schedules WHERE schedule_id = %s",
@@ -114,6 +116,7 @@ class PgDefinitions:
         """Lifecycle records with seq greater than `seq`, oldest first; every
         record of the log is checked against the ones before it
         (`StoreDamaged` naming the first that does not follow)."""
+        check_schedule_id(schedule_id)
         if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
             raise InvalidInput.from_problems(
                 "lifecycle query", [Problem(field="seq", reason="must be >= 0")]
@@ -158,6 +161,7 @@ class PgDefinitions:
         expected_revision: int | None = None,
     ) -> LifecycleResult:
         """Record one lifecycle change (see `DefinitionStore.apply_change`)."""
+        check_schedule_id(schedule_id)
         async with self._db.transaction("change a schedule", fenced=True) as conn:
             current, lifecycle_seq = await _locked_snapshot(conn, schedule_id)
             await _check_log_end(conn, schedule_id, current, lifecycle_seq)
@@ -187,6 +191,7 @@ class PgDefinitions:
     ) -> dict[str, Any]:
         """Persist (or clear) the diagnostic that blocks a schedule; not a
         lifecycle change, and nothing is written when it is unchanged."""
+        check_schedule_id(schedule_id)
         value = blocked_value(blocked, at)
         async with self._db.transaction("record a schedule's block", fenced=True) as conn:
             current, _ = await _locked_snapshot(conn, schedule_id)

@@ -41,6 +41,7 @@ from shell.store_format import (
     StoreDamaged,
     StoreProblem,
     canonical_instant,
+    check_schedule_id,
     format_instant,
     parse_instant,
 )
@@ -174,6 +175,7 @@ class PgHistory:
 
     async def recover(self, schedule_id: str) -> HistoryRecovery:
         """Own one schedule's history, read now."""
+        check_schedule_id(schedule_id)
         async with self._db.transaction("read a schedule's history") as conn:
             cursor = await conn.execute(
                 "SELECT seq, status, decision, latest FROM wf_occurrences"
@@ -383,6 +385,7 @@ class PgHistory:
     ) -> tuple[list[dict[str, Any]], str | None]:
         """One page of occurrences, oldest first (see `HistoryStore.page`):
         a keyset scan of at most `limit + 1` rows and the decision before them."""
+        check_schedule_id(schedule_id)
         problems: list[Problem] = []
         if not is_int(limit) or not 1 <= limit <= MAX_PAGE_LIMIT:
             problems.append(
@@ -458,6 +461,7 @@ class PgHistory:
     async def occurrence_at(self, schedule_id: str, instant: Instant) -> dict[str, Any] | None:
         """The page entry of the occurrence decided at `instant` (the unique
         key finds it), or None."""
+        check_schedule_id(schedule_id)
         try:
             target = parse_instant(canonical_instant(instant))
         except (TypeError, ValueError) as exc:

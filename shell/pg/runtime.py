@@ -16,7 +16,7 @@ from shell.pg import locations
 from shell.pg.batch import PHASE_RUNTIME, PgBatch
 from shell.pg.database import Database
 from shell.runtime_store import RuntimeLoad, build_runtime_record, check_runtime_record
-from shell.store_format import Instant, StoreProblem
+from shell.store_format import Instant, StoreProblem, check_schedule_id
 
 __all__ = ["UPSERT_RUNTIME", "PgRuntime", "runtime_load"]
 
@@ -53,6 +53,7 @@ class PgRuntime:
         self._db = database
 
     async def load(self, schedule_id: str) -> RuntimeLoad:
+        check_schedule_id(schedule_id)
         row = await self._db.fetch_one(
             "read a runtime record",
             "SELECT record FROM wf_schedule_runtime WHERE schedule_id = %s",

@@ -5,11 +5,15 @@ strings, deep nesting, unicode, path-traversal ids, naive datetimes, unknown
 zones, 6-field cron, limits 0 and 101, negative and stale revisions, unknown
 params), plus malformed envelopes and raw bodies. Each is posted to the ASGI
 app in process (the bulk) or to a real uvicorn server (a sample); the
-scheduler service runs on the same store. For every input:
+scheduler service runs on the same store. Every input is tried on both
+backends: the files under a store root, and a PostgreSQL database. For
+every input:
 
 - the answer is a JSON-RPC error object (HTTP 200, or 413 for an oversized
   body), never an HTTP 500 and never an internal error (-32603);
-- not a byte under the store root changed (the whole tree is compared).
+- nothing in the store changed: not a byte under the store root (the whole
+  tree is compared), not a row of any table (a digest of every table and the
+  run-id sequence are compared).
 """
 
 from __future__ import annotations
@@ -19,21 +23,24 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from adapters.host import build_local_static_workflow_server
+from adapters.host import build_local_static_workflow_server, build_postgres_workflow_server
 from adapters.rpc.app import create_app
 from adapters.rpc.protocol import INTERNAL_ERROR
 from shell import ManualClock, SchedulerServiceConfig, build_scheduler_service
+from shell.pg.database import Database
+from tests.pgserver import PostgresServer
 from tests.reliability import bad_inputs as bad
 from tests.reliability.figures import record
 from tests.rpc.live import serving
@@ -63,6 +70,36 @@ def tree(root: Path) -> dict[str, bytes | None]:
     return found
 
 
+# Every table of a PostgreSQL store, with the key that orders its rows.
+TABLES = {
+    "wf_artifacts": "artifact_id, version",
+    "wf_deployments": "deployment_id",
+    "wf_runs": "run_number",
+    "wf_schedules": "schedule_id",
+    "wf_schedule_lifecycle": "schedule_id, seq",
+    "wf_schedule_runtime": "schedule_id",
+    "wf_occurrences": "schedule_id, seq",
+    "wf_scheduler_owner": "singleton",
+    "wf_schema_version": "version",
+}
+
+
+_DIGESTS = (
+    " UNION ALL ".join(
+        f"SELECT '{table}', count(*)::text || ' ' ||"
+        f" md5(coalesce(string_agg(t::text, E'\\n' ORDER BY {key}), '')) FROM {table} t"
+        for table, key in TABLES.items()
+    )
+    + " UNION ALL SELECT 'wf_run_number', last_value || ' ' || is_called FROM wf_run_number"
+)
+
+
+def digests(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """Per table, its row count and the md5 of its rows in key order; and the
+    run-id sequence's state (one query, on a connection of the test's)."""
+    return dict(conn.execute(_DIGESTS).fetchall())
+
+
 @dataclass
 class Rig:
     """One store with a scheduler, served in process and over a socket."""
@@ -71,7 +108,8 @@ class Rig:
     loop: asyncio.AbstractEventLoop
     local: httpx.AsyncClient
     live: httpx.AsyncClient
-    before: dict[str, bytes | None]
+    snapshot: Callable[[], dict[str, Any]]
+    before: dict[str, Any]
     tried: dict[str, int] = field(default_factory=dict)
 
     def post(self, body: bytes, *, over_socket: bool = False) -> httpx.Response:
@@ -91,7 +129,7 @@ class Rig:
             assert "error" in item and "result" not in item, (item, shown)
             assert item["error"]["code"] != INTERNAL_ERROR, (item, shown)
             assert isinstance(item["error"]["message"], str) and item["error"]["message"]
-        after = tree(self.root)
+        after = self.snapshot()
         if after != self.before:
             changed = sorted(
                 k for k in set(after) | set(self.before) if after.get(k) != self.before.get(k)
@@ -107,9 +145,17 @@ def _call_body(method: str, params: Any) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
-async def _build(root: Path, stack: contextlib.AsyncExitStack) -> tuple[Any, Any]:
+async def _build(
+    root: Path, pg_url: str | None, stack: contextlib.AsyncExitStack
+) -> tuple[Any, Any]:
     clock = ManualClock(NOW)
-    server = build_local_static_workflow_server(root, schedules=True, clock=clock.now)
+    if pg_url is None:
+        server = build_local_static_workflow_server(root, schedules=True, clock=clock.now)
+    else:
+        database = Database(pg_url)
+        await database.open()
+        server = await build_postgres_workflow_server(database, schedules=True, clock=clock.now)
+        stack.push_async_callback(server.close)
     api = server.api
     await api.create_artifact_from_plan("report", 1, CONSTANT_PLAN)
     await api.create_artifact_from_plan("gate", 1, GATE_PLAN)
@@ -144,24 +190,37 @@ async def _build(root: Path, stack: contextlib.AsyncExitStack) -> tuple[Any, Any
     return local, live
 
 
-@pytest.fixture(scope="module")
-def rig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rig]:
+@pytest.fixture(scope="module", params=["file", "pg"])
+def rig(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Rig]:
     root = tmp_path_factory.mktemp("bad-input") / "store"
+    pg_url: str | None = None
+    snapshot: Callable[[], dict[str, Any]] = lambda: tree(root)  # noqa: E731
+    if request.param == "pg":
+        server: PostgresServer = request.getfixturevalue("pg_server")
+        pg_url = server.create_database("bad_input", template="template0")
+        reader = server.connect("bad_input")
+        snapshot = lambda: digests(reader)  # noqa: E731
     loop = asyncio.new_event_loop()
     stack = contextlib.AsyncExitStack()
     try:
-        local, live = loop.run_until_complete(_build(root, stack))
-        rig = Rig(root=root, loop=loop, local=local, live=live, before=tree(root))
+        local, live = loop.run_until_complete(_build(root, pg_url, stack))
+        rig = Rig(
+            root=root, loop=loop, local=local, live=live, snapshot=snapshot, before=snapshot()
+        )
         yield rig
         total = sum(rig.tried.values())
+        changed = "0 bytes changed" if pg_url is None else "0 rows of 9 tables changed"
         record(
-            "bad input",
+            f"bad input ({'files' if pg_url is None else 'PostgreSQL'})",
             f"{total} inputs refused over {len(bad.METHOD_PARAMS)} methods"
-            f" ({rig.tried.get('live', 0)} of them over a real socket), 0 bytes changed",
+            f" ({rig.tried.get('live', 0)} of them over a real socket), {changed}",
         )
     finally:
         loop.run_until_complete(stack.aclose())
         loop.close()
+        if pg_url is not None:
+            reader.close()
+            request.getfixturevalue("pg_server").drop_database("bad_input")
 
 
 @pytest.fixture(autouse=True)
