@@ -28,9 +28,11 @@ from shell.durable import GroupCommit  # noqa: E402
 
 __all__ = [
     "DEPLOYMENT",
+    "STORES",
     "TRIVIAL_PLAN",
     "AdmissionProbe",
     "Timers",
+    "add_store_option",
     "build_server",
     "cpu_seconds",
     "create_cron_schedules",
@@ -46,6 +48,8 @@ __all__ = [
 ]
 
 DEPLOYMENT = "bench.default"
+# Where a bench's server keeps its records: `--store` (see bench/pgstore.py).
+STORES = ("file", "postgres")
 
 # One step that returns a constant: the cheapest run the host can execute.
 TRIVIAL_PLAN: dict[str, Any] = {
@@ -58,6 +62,17 @@ TRIVIAL_PLAN: dict[str, Any] = {
     "edges": {"emit": {"ok": "__end__"}},
     "output": {"result": "state.emit"},
 }
+
+
+def add_store_option(parser: Any) -> None:
+    """`--store {file,postgres}` on an argparse parser."""
+    parser.add_argument(
+        "--store",
+        choices=STORES,
+        default="file",
+        help="files under a temp store root (default), or a fresh database of a"
+        " PostgreSQL server the bench starts (durable settings; bench/pgstore.py)",
+    )
 
 
 def build_server(
@@ -135,6 +150,13 @@ class AdmissionProbe:
     journal), i.e. at the instant the row is durable. Lateness = that
     wall-clock instant - the occurrence instant.
     Rows of any other status are counted as decided too (the herd measure).
+
+    On PostgreSQL (`shell.pg.history.PgHistory`) the batch is a `PgBatch`,
+    whose `commit` runs its `on_commit` callbacks right after the COMMIT of
+    the round's transaction returned (synchronous commit: the WAL is
+    flushed); the probe registers there, in the batch's first staged row, so
+    it runs after one history callback at most. `PgHistory.stage_admitted`
+    stages through `append_decision`, so only that one is wrapped there.
     """
 
     def __init__(self, history: Any, on_durable: Callable[[], None] | None = None) -> None:
@@ -151,7 +173,11 @@ class AdmissionProbe:
         # Per open batch: (occurrence instant or None for a non-admission, instants).
         self._pending: dict[int, list[tuple[float | None, int]]] = {}
         history.append_decision = self._append_decision
-        history.stage_admitted = self._stage_admitted
+        # Not imported here: the file benches never load the PostgreSQL driver.
+        pg_history = sys.modules.get("shell.pg.history")
+        self._wraps_admitted = pg_history is None or not isinstance(history, pg_history.PgHistory)
+        if self._wraps_admitted:
+            history.stage_admitted = self._stage_admitted
 
     def _stage_admitted(self, schedule_id: str, **kwargs: Any) -> Any:
         result = self._original_admitted(schedule_id, **kwargs)
@@ -165,9 +191,7 @@ class AdmissionProbe:
         self._note(kwargs.get("batch"), kwargs["instant"], count, admitted=admitted)
         return result
 
-    def _note(
-        self, batch: GroupCommit | None, instant: datetime, count: int, *, admitted: bool
-    ) -> None:
+    def _note(self, batch: Any, instant: datetime, count: int, *, admitted: bool) -> None:
         row = (instant.timestamp() if admitted else None, count)
         if batch is None:
             self._durable([row])
@@ -177,7 +201,9 @@ class AdmissionProbe:
         if pending is None:
             pending = self._pending[key] = []
             # A closure over the list: every row of this batch is durable at once.
-            batch.on_durable(lambda: self._commit(key))
+            # A file group commit says so by `on_durable`, a PgBatch by `on_commit`.
+            durable = getattr(batch, "on_durable", None) or batch.on_commit
+            durable(lambda: self._commit(key))
             batch.on_abort(lambda: self._pending.pop(key, None))
         pending.append(row)
 
@@ -202,7 +228,8 @@ class AdmissionProbe:
 
     def restore(self) -> None:
         self._history.append_decision = self._original
-        self._history.stage_admitted = self._original_admitted
+        if self._wraps_admitted:
+            self._history.stage_admitted = self._original_admitted
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -16,8 +16,16 @@ time to "decided" goes. For comparison, APScheduler 3.x (AsyncIOScheduler,
 MemoryJobStore, a trivial async job) fires N jobs sharing one DateTrigger
 instant, in a child process: time from the instant until the last job starts.
 
+`--store postgres`: the same on a fresh database of a PostgreSQL server the
+bench starts (`bench/pgstore.py`: durable settings, data on the same disk).
+Durable = the COMMIT of the round's transaction returned (`PgBatch.commit`
+runs its `on_commit` callbacks then; see AdmissionProbe); the first firing
+inserts every history and runtime row, the next one inserts and upserts
+them again. CPU is this process's plus the PostgreSQL server's.
+
     uv run --frozen --group bench python bench/herd.py
     uv run --frozen --group bench python bench/herd.py --schedules 1000 --no-apscheduler
+    uv run --frozen --group bench python bench/herd.py --store postgres
 
 Not a test: it prints figures and asserts nothing. Target: <= 1 s at 10,000.
 """
@@ -37,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import harness
+import pgstore
 
 import shell.durable
 import shell.journal
@@ -49,17 +58,36 @@ FIRST = datetime(2026, 3, 2, 9, 31, tzinfo=UTC)
 NEXT = FIRST + timedelta(minutes=1)
 
 
-def _timers(api: Any) -> harness.Timers:
+def _timers(api: Any, postgres: bool) -> harness.Timers:
     timers = harness.Timers()
     timers.wrap(shell.service, "decide", "decide (core)")
     timers.wrap(api, "preflight", "host preflight")
     timers.wrap(api, "reserve_run_ids", "host reserve_run_ids")
-    timers.wrap(api.schedules.history, "append_decision", "history append_decision")
-    timers.wrap(api.schedules.history, "stage_admitted", "history stage_admitted")
+    if postgres:
+        # PgHistory.stage_admitted stages through append_decision.
+        timers.wrap(api.schedules.history, "stage_admitted", "history stage_admitted")
+        timers.wrap(api.schedules.history, "append_decision", "  of which append_decision")
+    else:
+        timers.wrap(api.schedules.history, "append_decision", "history append_decision")
+        timers.wrap(api.schedules.history, "stage_admitted", "history stage_admitted")
     timers.wrap(api.schedules.history, "append_transition", "history append_transition")
     timers.wrap(api.schedules.runtime, "stage", "runtime stage")
-    timers.wrap(shell.durable.GroupCommit, "commit", "group commit (whole)")
-    timers.wrap(shell.journal.CommitJournal, "write", "  of which journal append + fsync")
+    if postgres:
+        import psycopg
+
+        from shell.pg.batch import PgBatch
+        from shell.pg.database import Fence
+
+        timers.wrap(PgBatch, "commit", "round transaction (PgBatch.commit)")
+        timers.wrap(Fence, "check", "  ownership fence check, every transaction")
+        timers.wrap(psycopg.AsyncCursor, "executemany", "  executemany, every transaction")
+        timers.wrap(psycopg.AsyncTransaction, "__aexit__", "  COMMIT, every transaction")
+        if hasattr(api, "stage_admit_runs"):
+            # The host's new run records, staged into the round's transaction.
+            timers.wrap(api, "stage_admit_runs", "host stage_admit_runs")
+    else:
+        timers.wrap(shell.durable.GroupCommit, "commit", "group commit (whole)")
+        timers.wrap(shell.journal.CommitJournal, "write", "  of which journal append + fsync")
     for name in ("admit_run", "launch_run", "admit_runs", "launch_runs"):
         if hasattr(api, name):
             timers.wrap(api, name, f"host {name}")
@@ -74,17 +102,21 @@ async def _herd(
     schedules: int,
     profile: str | None,
     launched: list[float],
+    postgres_pid: int | None = None,
 ) -> dict[str, Any]:
     """Move the clock to `instant` and wait for every decision and launch."""
     profiler = cProfile.Profile() if profile else None
     decided_cpu: list[float] = []
     breakdown: dict[str, tuple[float, int]] = {}
     cpu = harness.cpu_seconds()
+    server_cpu = pgstore.server_cpu_seconds(postgres_pid) if postgres_pid else 0.0
 
     def on_durable() -> None:
         # Runs inside the commit that made the last row durable: the cut-off.
         if probe.decided >= schedules and not decided_cpu:
             decided_cpu.append(harness.cpu_seconds() - cpu)
+            if postgres_pid:
+                decided_cpu.append(pgstore.server_cpu_seconds(postgres_pid) - server_cpu)
             breakdown.update(timers.report())
             if profiler is not None and profile is not None:
                 profiler.disable()
@@ -92,7 +124,7 @@ async def _herd(
 
     probe = harness.AdmissionProbe(api.schedules.history, on_durable)
     launched.clear()
-    timers = _timers(api)
+    timers = _timers(api, postgres_pid is not None)
     if profiler is not None:
         profiler.enable()
     began_wall = time.time()
@@ -110,7 +142,11 @@ async def _herd(
     timers.restore()
     probe.restore()
     assert probe.last_durable is not None
+    figures: dict[str, Any] = {}
+    if postgres_pid:
+        figures["decided_server_cpu_s"] = decided_cpu[1] if decided_cpu else float("nan")
     return {
+        **figures,
         "decided_s": probe.last_durable - began_wall,
         "decided_cpu_s": decided_cpu[0] if decided_cpu else float("nan"),
         "launched_s": (max(launched) - began) if launched else float("nan"),
@@ -122,9 +158,19 @@ async def _herd(
     }
 
 
-async def measure(schedules: int, root: Path, profile: str | None = None) -> dict[str, Any]:
+async def measure(
+    schedules: int,
+    root: Path,
+    profile: str | None = None,
+    postgres: pgstore.BenchPostgres | None = None,
+) -> dict[str, Any]:
+    """On the files under `root`, or on a fresh database of `postgres`."""
     clock = ManualClock(START)
-    server = harness.build_server(root, clock=clock.now)
+    if postgres is None:
+        server = harness.build_server(root, clock=clock.now)
+    else:
+        server = await pgstore.open_server(postgres.database("herd"), clock=clock.now)
+    pid = postgres.pid if postgres is not None else None
     api = server.api
     # Built first: it hands its clock to the schedules API, so creation reads it too.
     service = build_scheduler_service(
@@ -151,14 +197,15 @@ async def measure(schedules: int, root: Path, profile: str | None = None) -> dic
     await service.start()
     freeze_startup_objects()
     await service.settle()
-    first = await _herd(service, api, clock, FIRST, schedules, None, launched)
+    first = await _herd(service, api, clock, FIRST, schedules, None, launched, pid)
     # Let every run of the first herd finish and be recorded before the next.
     while api.executing_runs():
         await asyncio.sleep(0.05)
     await service.settle()
-    second = await _herd(service, api, clock, NEXT, schedules, profile, launched)
+    second = await _herd(service, api, clock, NEXT, schedules, profile, launched, pid)
     await service.stop()
     await api.cancel_executing()
+    await server.close()
     return {"schedules": schedules, "first": first, "next": second}
 
 
@@ -212,25 +259,45 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--profile", metavar="FILE", help="cProfile stats of the next herd")
     parser.add_argument("--no-apscheduler", action="store_true", help="skip the comparison")
+    harness.add_store_option(parser)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(asyncio.run(apscheduler_herd(args.schedules))))
         return
-    with tempfile.TemporaryDirectory(prefix="wf-bench-herd-") as tmp:
-        result = asyncio.run(measure(args.schedules, Path(tmp) / "store", args.profile))
+    with (
+        tempfile.TemporaryDirectory(prefix="wf-bench-herd-") as tmp,
+        pgstore.maybe_postgres(args.store) as postgres,
+    ):
+        settings = postgres.settings() if postgres is not None else None
+        result = asyncio.run(measure(args.schedules, Path(tmp) / "store", args.profile, postgres))
+    result["store"] = args.store
+    result["machine"] = harness.machine()
+    if settings is not None:
+        result["postgres"] = settings
     if not args.no_apscheduler:
         result["apscheduler"] = _apscheduler_child(args.schedules)
+    result["loadavg"] = harness.loadavg()
     if args.json:
         print(json.dumps(result))
         return
     count = result["schedules"]
-    print(f"herd of {count:,} schedules due at one instant (load {harness.loadavg()})")
-    for key, title in (("first", "first firing (files created)"), ("next", "next minute")):
+    print(
+        f"herd of {count:,} schedules due at one instant, store {args.store}"
+        f" (load {result['loadavg']})"
+    )
+    machine = result["machine"]
+    print(f"  {machine['cpus']} CPUs, {machine['cpu_model']}, Python {machine['python']}")
+    if settings is not None:
+        print(f"  {pgstore.describe(settings)}")
+    first_title = "first firing (files created)" if settings is None else "first firing"
+    for key, title in (("first", first_title), ("next", "next minute")):
         herd = result[key]
         print(f"  {title}")
         print(f"    all durably decided  {herd['decided_s']:8.3f} s  (target <= 1 s)")
         print(f"    CPU until decided    {herd['decided_cpu_s']:8.3f} s")
+        if "decided_server_cpu_s" in herd:
+            print(f"      and PostgreSQL's   {herd['decided_server_cpu_s']:8.3f} s")
         print(f"    all runs launched    {herd['launched_s']:8.3f} s")
         print(f"    admitted {herd['admitted']:,} in {herd['commits']} group commit(s)")
         _print_breakdown("until decided:", herd["breakdown"])

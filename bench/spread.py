@@ -26,7 +26,15 @@ seconds), so "spread evenly" is what a minute-resolution calendar allows:
 
 APScheduler gets the very same triggers (second 0 of the same minutes).
 
+`--store postgres`: ours runs on a fresh database (one per size) of a
+PostgreSQL server the bench starts (`bench/pgstore.py`: durable settings,
+data on the same disk). Lateness = the instant the COMMIT of the round's
+transaction holding the `admitted` row returned. CPU per minute is our
+process's plus the PostgreSQL server's (both shown); peak RSS is our
+process's only.
+
     uv run --frozen --group bench python bench/spread.py                  # 1,000 and 10,000, 2 min
+    uv run --frozen --group bench python bench/spread.py --store postgres
     uv run --frozen --group bench python bench/spread.py --schedules 1000 --minutes 1
     uv run --frozen --group bench python bench/spread.py --pattern hour --schedules 10000
 
@@ -48,6 +56,7 @@ from pathlib import Path
 from typing import Any
 
 import harness
+import pgstore
 
 from adapters.collector import freeze_startup_objects, tune_collector
 
@@ -107,11 +116,22 @@ def _figures(
 # --- ours ---------------------------------------------------------------------------
 
 
-async def run_ours(schedules: int, minutes: int, pattern: str) -> dict[str, Any]:
+async def run_ours(
+    schedules: int,
+    minutes: int,
+    pattern: str,
+    pg_url: str | None = None,
+    pg_pid: int | None = None,
+) -> dict[str, Any]:
+    """On files in a temp dir, or on the PostgreSQL database at `pg_url`
+    (whose server's postmaster is `pg_pid`)."""
     from shell import SchedulerServiceConfig, SystemClock, build_scheduler_service
 
     with tempfile.TemporaryDirectory(prefix="wf-bench-spread-") as tmp:
-        server = harness.build_server(Path(tmp) / "store")
+        if pg_url is None:
+            server = harness.build_server(Path(tmp) / "store")
+        else:
+            server = await pgstore.open_server(pg_url)
         api = server.api
         service = build_scheduler_service(
             server,
@@ -141,9 +161,11 @@ async def run_ours(schedules: int, minutes: int, pattern: str) -> dict[str, Any]
         await _sleep_until(begin)
         completed[0] = 0
         probe = harness.AdmissionProbe(api.schedules.history)
+        server_cpu = pgstore.server_cpu_seconds(pg_pid) if pg_pid else 0.0
         cpu = harness.cpu_seconds()
         await _sleep_until(end)
         cpu = harness.cpu_seconds() - cpu
+        server_cpu = pgstore.server_cpu_seconds(pg_pid) - server_cpu if pg_pid else 0.0
         commits = probe.commits
         completed_in_window = completed[0]
         # Occurrences of the window still undecided at its end count too: wait
@@ -154,19 +176,18 @@ async def run_ours(schedules: int, minutes: int, pattern: str) -> dict[str, Any]
             await asyncio.sleep(0.05)
         probe.restore()
         lateness = probe.lateness(begin, end)
-        result = _figures(
-            lateness,
-            cpu,
-            minutes,
-            len(lateness),
-            {
-                "expected": expected,
-                "completed_runs": completed_in_window,
-                "group_commits": commits,
-            },
-        )
+        extra: dict[str, Any] = {
+            "expected": expected,
+            "completed_runs": completed_in_window,
+            "group_commits": commits,
+        }
+        if pg_pid:
+            extra["process_cpu_per_min_s"] = cpu / minutes
+            extra["server_cpu_per_min_s"] = server_cpu / minutes
+        result = _figures(lateness, cpu + server_cpu, minutes, len(lateness), extra)
         await service.stop()
         await api.cancel_executing()
+        await server.close()
         return result
 
 
@@ -231,8 +252,15 @@ async def run_apscheduler(schedules: int, minutes: int, pattern: str) -> dict[st
 # --- driver ---------------------------------------------------------------------------
 
 
-def child(system: str, schedules: int, minutes: int, pattern: str) -> dict[str, Any]:
-    """One configuration in a fresh process: its own CPU time and peak RSS."""
+def child(
+    system: str,
+    schedules: int,
+    minutes: int,
+    pattern: str,
+    postgres: pgstore.BenchPostgres | None = None,
+) -> dict[str, Any]:
+    """One configuration in a fresh process: its own CPU time and peak RSS
+    (ours on a fresh database of `postgres`, if given)."""
     command = [
         sys.executable,
         str(Path(__file__)),
@@ -245,6 +273,8 @@ def child(system: str, schedules: int, minutes: int, pattern: str) -> dict[str, 
         "--pattern",
         pattern,
     ]
+    if postgres is not None and system == "ours":
+        command += ["--pg-url", postgres.database("spread"), "--pg-pid", str(postgres.pid)]
     done = subprocess.run(command, check=True, capture_output=True, text=True)
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
@@ -261,6 +291,9 @@ def table(rows: list[dict[str, Any]]) -> str:
         ours, theirs = row["ours"], row["theirs"]
         target = row.get("target", "")
         met = row.get("met")
+        if theirs is None:  # a part of ours that APScheduler has no counterpart of
+            lines.append(f"{row['metric']:34} {ours:10.3f} {'-':>12} {'-':>8}")
+            continue
         lines.append(
             f"{row['metric']:34} {ours:10.3f} {theirs:12.3f} {ratio(ours, theirs):8.2f}"
             f" {target:>14} {'' if met is None else ('yes' if met else 'NO'):>5}"
@@ -270,6 +303,15 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def compare(schedules: int, ours: dict[str, Any], theirs: dict[str, Any]) -> list[dict[str, Any]]:
     label = f"{schedules:,}"
+    parts = []
+    if "server_cpu_per_min_s" in ours:
+        # On PostgreSQL "CPU per minute" is the process's and the server's.
+        parts = [
+            {"metric": "  of which our process", "ours": ours["process_cpu_per_min_s"],
+             "theirs": None},
+            {"metric": "  of which PostgreSQL", "ours": ours["server_cpu_per_min_s"],
+             "theirs": None},
+        ]  # fmt: skip
     return [
         {"metric": f"spread {label}: lateness p50 s", "ours": ours["p50_s"],
          "theirs": theirs["p50_s"]},
@@ -280,6 +322,7 @@ def compare(schedules: int, ours: dict[str, Any], theirs: dict[str, Any]) -> lis
         {"metric": f"spread {label}: CPU s per minute", "ours": ours["cpu_per_min_s"],
          "theirs": theirs["cpu_per_min_s"], "target": "<= APS",
          "met": ours["cpu_per_min_s"] <= theirs["cpu_per_min_s"]},
+        *parts,
         {"metric": f"spread {label}: peak RSS MiB", "ours": ours["peak_rss_mib"],
          "theirs": theirs["peak_rss_mib"]},
     ]  # fmt: skip
@@ -294,27 +337,51 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--minutes", type=int, default=2, help="measured minutes per run")
     parser.add_argument("--pattern", choices=PATTERNS, default="minute")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    harness.add_store_option(parser)
     parser.add_argument("--child", choices=("ours", "apscheduler"), help=argparse.SUPPRESS)
+    parser.add_argument("--pg-url", help=argparse.SUPPRESS)
+    parser.add_argument("--pg-pid", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     sizes = args.schedules or [1000, 10_000]
     if args.child is not None:
-        runner = run_ours if args.child == "ours" else run_apscheduler
-        result = asyncio.run(runner(sizes[0], args.minutes, args.pattern))
-        print(json.dumps(result))
+        if args.child == "ours":
+            coroutine = run_ours(sizes[0], args.minutes, args.pattern, args.pg_url, args.pg_pid)
+        else:
+            coroutine = run_apscheduler(sizes[0], args.minutes, args.pattern)
+        print(json.dumps(asyncio.run(coroutine)))
         return
     results: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []
-    for size in sizes:
-        ours = child("ours", size, args.minutes, args.pattern)
-        theirs = child("apscheduler", size, args.minutes, args.pattern)
-        results.append({"schedules": size, "ours": ours, "apscheduler": theirs})
-        rows.extend(compare(size, ours, theirs))
+    with pgstore.maybe_postgres(args.store) as postgres:
+        settings = postgres.settings() if postgres is not None else None
+        for size in sizes:
+            ours = child("ours", size, args.minutes, args.pattern, postgres)
+            theirs = child("apscheduler", size, args.minutes, args.pattern)
+            results.append({"schedules": size, "ours": ours, "apscheduler": theirs})
+            rows.extend(compare(size, ours, theirs))
+    summary: dict[str, Any] = {
+        "pattern": args.pattern,
+        "minutes": args.minutes,
+        "store": args.store,
+        "machine": harness.machine(),
+        "loadavg": harness.loadavg(),
+        "results": results,
+    }
+    if settings is not None:
+        summary["postgres"] = settings
     if args.json:
-        print(json.dumps({"pattern": args.pattern, "minutes": args.minutes, "results": results}))
+        print(json.dumps(summary))
         return
     stamp = datetime.now(UTC).isoformat(timespec="seconds")
-    print(f"spread load, pattern {args.pattern}, {args.minutes} measured minute(s), {stamp}")
-    print(f"load average at the end: {harness.loadavg()}")
+    print(
+        f"spread load, pattern {args.pattern}, {args.minutes} measured minute(s),"
+        f" store {args.store}, {stamp}"
+    )
+    machine = summary["machine"]
+    print(f"{machine['cpus']} CPUs, {machine['cpu_model']}, Python {machine['python']}")
+    if settings is not None:
+        print(pgstore.describe(settings))
+    print(f"load average at the end: {summary['loadavg']}")
     print(table(rows))
     for entry in results:
         ours = entry["ours"]
