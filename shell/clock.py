@@ -7,10 +7,11 @@ time with a `ManualClock` instead of sleeping.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-__all__ = ["Clock", "ManualClock", "SystemClock"]
+__all__ = ["Clock", "ManualClock", "ReadClock", "SystemClock"]
 
 
 class Clock(Protocol):
@@ -37,6 +38,17 @@ class SystemClock:
             await asyncio.wait_for(wake.wait(), timeout=delay)
         except TimeoutError:
             return
+
+
+class ReadClock(SystemClock):
+    """The system clock's sleeps, with another source for the time: a
+    server's `clock` callable (aware datetimes)."""
+
+    def __init__(self, read: Callable[[], datetime]) -> None:
+        self._read = read
+
+    def now(self) -> datetime:
+        return self._read()
 
 
 class ManualClock:

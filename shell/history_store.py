@@ -62,6 +62,7 @@ Not thread-safe; one owner process (the scheduler lock holder) writes.
 from __future__ import annotations
 
 import bisect
+import json
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -96,6 +97,7 @@ from shell.history_rows import (
     is_int,
     unknown,
 )
+from shell.jsonlog import read_lines
 from shell.store_format import (
     Instant,
     ScheduleFiles,
@@ -360,6 +362,42 @@ class HistoryStore:
         return tuple(
             self._index.load(files, repair=False, full_open=False, force_rebuild=True).problems
         )
+
+    def rows(self, schedule_id: str) -> list[tuple[int, dict[str, Any], dict[str, Any] | None]]:
+        """Every occurrence of the log, read whole and checked by the row rules
+        (read-only): (seq, decision row, latest transition row or None), in
+        seq order. A torn final line is left out, as a load drops it; damage
+        raises `StoreDamaged` naming its line. O(log): for moving a store."""
+        files = self._files(schedule_id)
+        if not is_directory(self.disk, files.directory):
+            raise NotFound(
+                f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
+            )
+        read = read_lines(files.history, disk=self.disk)
+        lines = read[0] if read is not None else []
+        state = State()
+        decisions: list[dict[str, Any]] = []
+        latest: dict[int, dict[str, Any]] = {}
+        for number, line in enumerate(lines, start=1):
+            try:
+                row = json.loads(line)
+                apply_row(state, row, state.size, len(line), unknown)
+            except (ValueError, Bad) as exc:
+                reason = exc.reason if isinstance(exc, Bad) else "unparseable record"
+                raise StoreDamaged(
+                    StoreProblem(
+                        schedule_id=schedule_id,
+                        file=files.relative(files.history),
+                        record=f"line {number}",
+                        reason=reason,
+                    )
+                ) from None
+            state.size += len(line)
+            if "update" in row:
+                latest[row["seq"]] = row
+            else:
+                decisions.append(row)
+        return [(seq, row, latest.get(seq)) for seq, row in enumerate(decisions)]
 
     # --- publishing index checkpoints -------------------------------------------------------
 

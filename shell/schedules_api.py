@@ -41,7 +41,7 @@ from core.errors import (
 )
 from core.occurrences import TERMINAL_RUN_STATUSES
 from core.schedule_state import lifecycle_state, oneshot_finished
-from shell.clock import Clock, SystemClock
+from shell.clock import Clock, ReadClock, SystemClock
 from shell.disk import OS_DISK, Disk
 from shell.file_backend import FileBackend
 from shell.ports import HostApi
@@ -708,7 +708,11 @@ def build_schedules_api(
 ) -> SchedulesApi:
     """The schedules API for a host server (used by `schedules=True`), its
     file stores under the server's store root on `disk` (the operating
-    system's unless a test passes a simulated one, `shell.sim.disk`)."""
+    system's unless a test passes a simulated one, `shell.sim.disk`). Its
+    time is the server's own `clock` unless `clock` is given."""
+    read = getattr(server, "clock", None)
+    if clock is None and callable(read):
+        clock = ReadClock(read)
     return SchedulesApi(
         backend=FileBackend(server.store_root, disk=disk),
         host=server.api,

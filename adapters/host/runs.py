@@ -91,8 +91,11 @@ class RunStore:
         # The flushes under way (the loop keeps only weak references to tasks).
         self._flushes: set[asyncio.Task[None]] = set()
 
-    async def load(self, now: Callable[[], str]) -> list[dict[str, Any]]:
-        """Startup recovery of every record (see recovery.py). Returns the findings."""
+    async def load(self, now: Callable[[], str], *, recover: bool = True) -> list[dict[str, Any]]:
+        """Startup recovery of every record (see recovery.py). Returns the findings.
+        Without `recover`, records are read and checked only: nothing is
+        written, and an attempt that was executing stays as it is (moving a
+        store copies what it holds; the server that opens the copy recovers)."""
         findings: list[dict[str, Any]] = []
         async for stored in self._persistence.load():
             if stored.key is None:
@@ -105,13 +108,13 @@ class RunStore:
                     }
                 )
                 continue
-            findings.extend(await self._load_one(stored.key, stored, now))
+            findings.extend(await self._load_one(stored.key, stored, now, recover=recover))
         for finding in findings:
             _log.warning("run store recovery: %s", finding)
         return findings
 
     async def _load_one(
-        self, number: int, stored: Stored[int | None], now: Callable[[], str]
+        self, number: int, stored: Stored[int | None], now: Callable[[], str], *, recover: bool
     ) -> list[dict[str, Any]]:
         run_id = format_run_id(number)
 
@@ -143,7 +146,7 @@ class RunStore:
             contradiction = _columns_contradiction(record, stored.columns)
         if contradiction is not None:
             return broken("contradictory", contradiction)
-        if record.status != "running":
+        if record.status != "running" or not recover:
             self._remember(number, record)
             return []
         recovered = recover_record(record, now())
@@ -155,6 +158,10 @@ class RunStore:
         self._remember(number, record)
         await self.put(failed)
         return [{**finding, "file": stored.location}]
+
+    def records(self) -> list[RunRecord]:
+        """Every readable record, by run number."""
+        return [self._records[n] for n in self._order]
 
     def highest_number(self) -> int:
         """The highest run number with a record in the store (readable or not), or 0."""

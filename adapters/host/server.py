@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from core.errors import SchedulerUnavailable
-from shell.clock import SystemClock
+from shell.clock import ReadClock
 from shell.journal import replay_journal
 from shell.lock import SchedulerLock
 from shell.store_health import StoreHealth
@@ -211,16 +211,6 @@ def build_local_static_workflow_server(
     return server
 
 
-class _ReadClock(SystemClock):
-    """The system clock's sleeps, with the server's `clock` for the time."""
-
-    def __init__(self, read: Callable[[], datetime]) -> None:
-        self._read = read
-
-    def now(self) -> datetime:
-        return self._read()
-
-
 async def _refuse_if_pg_owned(database: Database) -> None:
     """Raise SchedulerUnavailable naming the holder when a scheduler in
     another process owns the database (its session holds the scheduler's
@@ -308,7 +298,7 @@ def _pg_schedules_factory(
         return SchedulesApi(
             backend=PgBackend(database, clock=read_clock),
             host=server.api,
-            clock=_ReadClock(read_clock),
+            clock=ReadClock(read_clock),
             store_health=server.api.store_health,
         )
 

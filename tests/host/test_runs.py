@@ -712,7 +712,11 @@ async def test_run_deployment_reports_a_run_cancelled_under_it(
 ) -> None:
     await deploy(server, sleep_plan(60), "nap.default")
     waiting = asyncio.create_task(server.api.run_deployment("nap.default", {}))
-    await asyncio.sleep(0.01)
+    # Executing (its mark written), however long the store takes to write it.
+    for _ in range(1000):
+        if server.api.executing_runs():
+            break
+        await asyncio.sleep(0.005)
     await server.api.cancel_executing()
     run = await waiting
     assert (run["status"], run["executing"]["kind"]) == ("running", "start")
