@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final
 
+from core.errors import InvalidInput, Problem
 from shell.history_rows import Bad, BadLatest, Entry, check_decision, check_transition
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "page_entry",
     "page_json",
     "page_row",
+    "page_start",
 ]
 
 # Format tag, schedule tag, seq: a cursor is opaque to clients but not secret.
@@ -61,6 +63,28 @@ def decode_cursor(schedule_id: str, cursor: object) -> int | None:
     if tag != _CURSOR_TAG or owner != _cursor_tag(schedule_id):
         return None
     return int(seq)
+
+
+def page_start(schedule_id: str, limit: object, cursor: object, *, max_limit: int) -> int:
+    """The seq a page of `schedule_id`'s history starts at, after checking
+    the page's arguments; `InvalidInput` names `limit` (not 1..`max_limit`)
+    and `cursor` (not one issued for this history). Whether the cursor is
+    past the end is the store's to check."""
+    problems: list[Problem] = []
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= max_limit:
+        problems.append(Problem(field="limit", reason=f"must be an integer from 1 to {max_limit}"))
+    start = 0
+    if cursor is not None:
+        decoded = decode_cursor(schedule_id, cursor)
+        if decoded is None:
+            problems.append(
+                Problem(field="cursor", reason="is not a cursor of this schedule's history")
+            )
+        else:
+            start = decoded
+    if problems:
+        raise InvalidInput.from_problems("history page", problems)
+    return start
 
 
 # --- page entries --------------------------------------------------------------------

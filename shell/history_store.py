@@ -75,7 +75,7 @@ from core.errors import InvalidInput, InvalidState, NotFound, Problem
 from shell.disk import OS_DISK, Disk, DiskFile, is_directory
 from shell.durable import GroupCommit, sync_paths
 from shell.history_appends import SNAPSHOT_PROBLEM, DecisionAppend, TransitionAppend
-from shell.history_cursor import decode_cursor, encode_cursor, page_json, page_row
+from shell.history_cursor import encode_cursor, page_json, page_row, page_start
 from shell.history_index import (
     ENTRY_SIZE,
     Checkpoint,
@@ -705,22 +705,7 @@ class HistoryStore:
         `limit` (not 1..100) or `cursor` (not issued for this history),
         `NotFound`, or `StoreDamaged` when a row it reads is damaged.
         """
-        problems: list[Problem] = []
-        if not is_int(limit) or not 1 <= limit <= MAX_PAGE_LIMIT:
-            problems.append(
-                Problem(field="limit", reason=f"must be an integer from 1 to {MAX_PAGE_LIMIT}")
-            )
-        start = 0
-        if cursor is not None:
-            decoded = decode_cursor(schedule_id, cursor)
-            if decoded is None:
-                problems.append(
-                    Problem(field="cursor", reason="is not a cursor of this schedule's history")
-                )
-            else:
-                start = decoded
-        if problems:
-            raise InvalidInput.from_problems("history page", problems)
+        start = page_start(schedule_id, limit, cursor, max_limit=MAX_PAGE_LIMIT)
         files = self._files(schedule_id)
         state, overlay, _ = self._reading_state(files)
         if start > state.count:

@@ -30,7 +30,7 @@ from typing import Any, Final
 from core.errors import InvalidInput, InvalidState, NotFound, Problem
 from core.occurrences import TERMINAL_STATUSES
 from shell.history_appends import SNAPSHOT_PROBLEM, DecisionAppend, TransitionAppend
-from shell.history_cursor import checked_row, decode_cursor, encode_cursor, page_entry
+from shell.history_cursor import checked_row, encode_cursor, page_entry, page_start
 from shell.history_rows import Bad, Open, OpenOccurrence, State, apply_row, is_int, unknown
 from shell.history_store import MAX_PAGE_LIMIT, HistoryRecovery
 from shell.pg import locations
@@ -386,22 +386,7 @@ class PgHistory:
         """One page of occurrences, oldest first (see `HistoryStore.page`):
         a keyset scan of at most `limit + 1` rows and the decision before them."""
         check_schedule_id(schedule_id)
-        problems: list[Problem] = []
-        if not is_int(limit) or not 1 <= limit <= MAX_PAGE_LIMIT:
-            problems.append(
-                Problem(field="limit", reason=f"must be an integer from 1 to {MAX_PAGE_LIMIT}")
-            )
-        start = 0
-        if cursor is not None:
-            decoded = decode_cursor(schedule_id, cursor)
-            if decoded is None:
-                problems.append(
-                    Problem(field="cursor", reason="is not a cursor of this schedule's history")
-                )
-            else:
-                start = decoded
-        if problems:
-            raise InvalidInput.from_problems("history page", problems)
+        start = page_start(schedule_id, limit, cursor, max_limit=MAX_PAGE_LIMIT)
         async with self._db.transaction("read a schedule's history") as conn:
             found = await conn.execute(
                 "SELECT 1 FROM wf_schedules WHERE schedule_id = %s", (schedule_id,)
