@@ -3,10 +3,11 @@
 Theory of operation
 -------------------
 `start()` takes ownership of the store (`<store_root>/scheduler.lock` on the
-file backend), recovers every schedule from its stores (lifecycle log,
-runtime record, history) into events (see `shell/recovery.py`), and starts
-the loop. The stores are its backend's (`shell.store_ports`), reached
-through the schedules API: files or a database, the loop is the same. Each round of the loop:
+file backend, an advisory lock on PostgreSQL), recovers every schedule from
+its stores (lifecycle log, runtime record, history) into events (see
+`shell/recovery.py`), and starts the loop. The stores are its backend's
+(`shell.store_ports`), reached through the schedules API: files or a
+database, the loop is the same. Each round of the loop:
 
 1. collects events: lifecycle records the API appended (the API wakes the
    loop; the log is the truth, so a change is consumed exactly once, in
@@ -118,7 +119,7 @@ def _reraise_swallowed_cancel() -> None:
 
 
 class SchedulerService:
-    """The one scheduler of a store root. See the module docstring."""
+    """The one scheduler of a store. See the module docstring."""
 
     def __init__(
         self,
