@@ -69,6 +69,8 @@ _UPSERT_DEPLOYMENT: Final = (
 _INSERT_RUN: Final = (
     "INSERT INTO wf_runs (run_number, status, schedule_id, record) VALUES (%s, %s, %s, %s)"
 )
+# New runs staged into a scheduler round's batch are copied in with its rows.
+_COPY_RUNS: Final = "COPY wf_runs (run_number, status, schedule_id, record) FROM STDIN"
 _UPSERT_RUN: Final = (
     _INSERT_RUN + " ON CONFLICT (run_number) DO UPDATE SET status = EXCLUDED.status,"
     " schedule_id = EXCLUDED.schedule_id, record = EXCLUDED.record"
@@ -286,7 +288,7 @@ class PgRuns:
     def stage_created(self, batch: object, records: Sequence[RunRecord]) -> None:
         assert isinstance(batch, PgBatch)
         for record in records:
-            batch.add(PHASE_RUNS, _INSERT_RUN, _run_row(record))
+            batch.add(PHASE_RUNS, _COPY_RUNS, _run_row(record))
 
 
 class PgRunCounter:

@@ -48,12 +48,10 @@ from shell.store_format import (
 
 __all__ = ["OccurrenceRow", "PgHistory", "recovered_state"]
 
-# Rows go as JSON text cast by the server: encoded once, when staged (which
-# also proves the row is JSON before anything is staged).
-_INSERT: Final = (
-    "INSERT INTO wf_occurrences (schedule_id, seq, instant, status, decision)"
-    " VALUES (%s, %s, %s, %s, %s::jsonb)"
-)
+# New rows are copied in (`shell.pg.batch`); rows go as JSON text the server
+# parses: encoded once, when staged (which also proves the row is JSON before
+# anything is staged).
+_INSERT: Final = "COPY wf_occurrences (schedule_id, seq, instant, status, decision) FROM STDIN"
 _UPDATE: Final = (
     "UPDATE wf_occurrences SET status = %s, latest = %s::jsonb WHERE schedule_id = %s AND seq = %s"
 )
@@ -442,6 +440,25 @@ class PgHistory:
         if owned is not None and not owned.problems:
             owned.problems = (problem,)
         raise StoreDamaged(problem)
+
+    async def length(self, schedule_id: str) -> int:
+        """How many occurrences the history holds: one index probe for the
+        newest seq (seqs are dense from 0)."""
+        check_schedule_id(schedule_id)
+        async with self._db.transaction("read a schedule's history") as conn:
+            found = await conn.execute(
+                "SELECT 1 FROM wf_schedules WHERE schedule_id = %s", (schedule_id,)
+            )
+            if await found.fetchone() is None:
+                raise NotFound(
+                    f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
+                )
+            cursor = await conn.execute(
+                "SELECT seq FROM wf_occurrences WHERE schedule_id = %s ORDER BY seq DESC LIMIT 1",
+                (schedule_id,),
+            )
+            newest = await cursor.fetchone()
+        return 0 if newest is None else int(newest[0]) + 1
 
     async def occurrence_at(self, schedule_id: str, instant: Instant) -> dict[str, Any] | None:
         """The page entry of the occurrence decided at `instant` (the unique
