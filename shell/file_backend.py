@@ -141,6 +141,9 @@ class _History:
     async def occurrence_at(self, schedule_id: str, instant: Instant) -> dict[str, Any] | None:
         return self.store.occurrence_at(schedule_id, instant)
 
+    async def length(self, schedule_id: str) -> int:
+        return self.store.length(schedule_id)
+
 
 class FileOwnership:
     """`OwnershipPort` over the OS lock of `<store_root>/scheduler.lock`."""

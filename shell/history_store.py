@@ -691,6 +691,12 @@ class HistoryStore:
         """The damage that froze an owned schedule's history (empty if none)."""
         return self._owned(schedule_id).problems
 
+    def length(self, schedule_id: str) -> int:
+        """How many occurrences the history holds (owned or read from its
+        index without writing). NotFound if the schedule has no history."""
+        state, _, _ = self._reading_state(self._files(schedule_id))
+        return int(state.count)
+
     def page(
         self, schedule_id: str, *, limit: int, cursor: str | None = None
     ) -> tuple[list[dict[str, Any]], str | None]:

@@ -44,6 +44,7 @@ from core.schedule_state import lifecycle_state, oneshot_finished
 from shell.clock import Clock, ReadClock, SystemClock
 from shell.disk import OS_DISK, Disk
 from shell.file_backend import FileBackend
+from shell.history_cursor import decode_cursor, encode_cursor
 from shell.ports import HostApi
 from shell.store_format import (
     StoreDamaged,
@@ -74,6 +75,9 @@ _log = logging.getLogger(__name__)
 # not be created (the deployment vanished): the one finished occurrence
 # whose run has no record, truthfully (`shell/service_commands.py`).
 RUN_NOT_CREATED = "the run could not be created"
+
+# Marks a newest-first page cursor (not base64url, so never an oldest-first one).
+_NEWEST = "~"
 
 # Set while the scheduler reads run records itself (recovery, the checks
 # below): `check_inspected_run` is then not asked again for each of them.
@@ -391,17 +395,26 @@ class SchedulesApi:
 
     @store_call(writes=False)
     async def list_schedule_occurrences(
-        self, *, schedule_id: str, limit: int = 50, cursor: str | None = None
+        self,
+        *,
+        schedule_id: str,
+        limit: int = 50,
+        cursor: str | None = None,
+        newest_first: bool = False,
     ) -> dict[str, Any]:
-        """One page of the schedule's occurrence history, oldest first.
+        """One page of the schedule's occurrence history, oldest first (with
+        `newest_first`, newest first: the operator console's ledger).
 
         On the first page (no cursor) a held or waiting candidate is shown as a
         synthesized `pending` row at the top, so that page may hold `limit + 1`
-        rows. Raises InvalidInput for a limit outside 1-100 or a bad cursor.
+        rows. Raises InvalidInput for a limit outside 1-100 or a bad cursor (a
+        cursor is good only in the order that issued it).
         """
         problems = [p for p in (_int_problem("limit", limit, low=1, high=100),) if p]
         if cursor is not None and not isinstance(cursor, str):
             problems.append(Problem(field="cursor", reason="must be a string or null"))
+        if not isinstance(newest_first, bool):
+            problems.append(Problem(field="newest_first", reason="must be a boolean"))
         if problems:
             raise InvalidInput.from_problems("occurrence query", problems)
         if not await self.definitions.exists(schedule_id):
@@ -409,7 +422,10 @@ class SchedulesApi:
                 f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
             )
         try:
-            rows, next_cursor = await self.history.page(schedule_id, limit=limit, cursor=cursor)
+            if newest_first:
+                rows, next_cursor = await self._newest_page(schedule_id, limit, cursor)
+            else:
+                rows, next_cursor = await self.history.page(schedule_id, limit=limit, cursor=cursor)
             problem = await self._run_disagreement(schedule_id, rows)
             if problem is not None:
                 raise StoreDamaged(problem)
@@ -436,6 +452,36 @@ class SchedulesApi:
             ]
             occurrences = pending + occurrences
         return {"occurrences": occurrences, "next_cursor": next_cursor}
+
+    async def _newest_page(
+        self, schedule_id: str, limit: int, cursor: str | None
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        """A page newest first: the oldest-first page that ends where the
+        cursor says (the history's end without one), reversed. Its cursor is
+        the seq the page ends before, marked so that neither order's cursor
+        is taken for the other's."""
+        if cursor is None:
+            end = await self.history.length(schedule_id)
+        else:
+            decoded = decode_cursor(schedule_id, cursor[1:]) if cursor.startswith(_NEWEST) else None
+            if decoded is None or decoded < 1:
+                raise InvalidInput.from_problems(
+                    "occurrence query",
+                    [
+                        Problem(
+                            field="cursor", reason="is not a newest-first cursor of this history"
+                        )
+                    ],
+                )
+            end = decoded
+        start = max(0, end - limit)
+        if end == 0:
+            return [], None
+        rows, _ = await self.history.page(
+            schedule_id, limit=end - start, cursor=encode_cursor(schedule_id, start)
+        )
+        rows.reverse()
+        return rows, (_NEWEST + encode_cursor(schedule_id, start) if start > 0 else None)
 
     # --- history against run records ------------------------------------------------
 

@@ -185,6 +185,11 @@ class HistoryPort(Protocol):
         """The page row of the occurrence decided at `instant` (None: none)."""
         ...
 
+    async def length(self, schedule_id: str) -> int:
+        """How many occurrences the history holds (the seq the next one gets),
+        so a reader can page it newest first. NotFound if there is no schedule."""
+        ...
+
     def locate(self, schedule_id: str, seq: int) -> str:
         """How a diagnostic names the row of occurrence `seq`."""
         ...

@@ -503,15 +503,20 @@ class WorkflowApi:
 
     @store_call(writes=False)
     async def list_runs(
-        self, status: str | None = None, cursor: str | None = None, limit: int = 50
+        self,
+        status: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+        newest_first: bool = False,
     ) -> dict[str, Any]:
-        """A page of runs, oldest first by id: {"runs": [...], "next_cursor": str | None}.
+        """A page of runs, oldest first by id (newest first with `newest_first`:
+        the operator console's list): {"runs": [...], "next_cursor": str | None}.
 
         Rows are inspected runs without the trace. `limit` is 1..100; `cursor`
         is a `next_cursor` from a previous page. Unreadable records are not
         listed (they are in `recovery_report`).
         """
-        records, next_cursor = self._runs.page(status, cursor, limit)
+        records, next_cursor = self._runs.page(status, cursor, limit, newest_first)
         return {
             "runs": [self._view(record, trace=False) for record in records],
             "next_cursor": next_cursor,

@@ -53,12 +53,12 @@ def check_run_id(run_id: Any) -> int:
     return number
 
 
-def _encode_cursor(after: int) -> str:
-    raw = json.dumps({"after": after}, separators=(",", ":")).encode()
+def _encode_cursor(after: int, key: str = "after") -> str:
+    raw = json.dumps({key: after}, separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: Any) -> int:
+def _decode_cursor(cursor: Any, key: str = "after") -> int:
     bad = InvalidInput.from_problems(
         "cursor", [Problem(field="cursor", reason="is not a cursor returned by list_runs")]
     )
@@ -69,7 +69,9 @@ def _decode_cursor(cursor: Any) -> int:
         data = json.loads(raw)
     except (binascii.Error, ValueError):
         raise bad from None
-    after = data.get("after") if isinstance(data, dict) else None
+    # A newest-first page's cursor says "before", an oldest-first one "after":
+    # neither is taken for the other.
+    after = data.get(key) if isinstance(data, dict) else None
     if isinstance(after, bool) or not isinstance(after, int) or after < 0:
         raise bad
     return after
@@ -345,8 +347,11 @@ class RunStore:
             for lock in reversed(held):
                 lock.release()
 
-    def page(self, status: Any, cursor: Any, limit: Any) -> tuple[list[RunRecord], str | None]:
-        """Records oldest first (by id), optionally of one status, after `cursor`."""
+    def page(
+        self, status: Any, cursor: Any, limit: Any, newest_first: Any = False
+    ) -> tuple[list[RunRecord], str | None]:
+        """Records oldest first (by id), optionally of one status, after `cursor`;
+        with `newest_first`, newest first, before `cursor`."""
         problems: list[Problem] = []
         if status is not None and status not in RUN_STATUSES:
             problems.append(
@@ -359,8 +364,12 @@ class RunStore:
             problems.append(
                 Problem(field="limit", reason=f"must be an integer from 1 to {MAX_PAGE}")
             )
+        if not isinstance(newest_first, bool):
+            problems.append(Problem(field="newest_first", reason="must be a boolean"))
         if problems:
             raise InvalidInput.from_problems("list_runs arguments", problems)
+        if newest_first:
+            return self._page_newest(status, cursor, limit)
         after = 0 if cursor is None else _decode_cursor(cursor)
         chosen: list[int] = []
         more = False
@@ -372,6 +381,24 @@ class RunStore:
                 break
             chosen.append(n)
         return [self._records[n] for n in chosen], _encode_cursor(chosen[-1]) if more else None
+
+    def _page_newest(
+        self, status: str | None, cursor: Any, limit: int
+    ) -> tuple[list[RunRecord], str | None]:
+        before = None if cursor is None else _decode_cursor(cursor, "before")
+        end = len(self._order) if before is None else bisect.bisect_left(self._order, before)
+        chosen: list[int] = []
+        more = False
+        for index in range(end - 1, -1, -1):
+            n = self._order[index]
+            if status is not None and self._records[n].status != status:
+                continue
+            if len(chosen) == limit:
+                more = True
+                break
+            chosen.append(n)
+        records = [self._records[n] for n in chosen]
+        return records, _encode_cursor(chosen[-1], "before") if more else None
 
     def _remember(self, number: int, record: RunRecord) -> None:
         if number not in self._records:
