@@ -48,6 +48,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import time
 from collections.abc import Iterator, Mapping
 from datetime import timedelta
 from types import TracebackType
@@ -72,6 +73,7 @@ from core.occurrences import RUN_STATUSES
 from core.state import SchedulerState, initial_state, schedule_view
 from shell.clock import Clock, SystemClock
 from shell.config import SchedulerServiceConfig
+from shell.observer import NullObserver, SchedulerObserver
 from shell.ports import HostApi, StopNotingHost
 from shell.recovery import Recovered, RuntimeMark, StartupRecovery, lifecycle_event
 from shell.schedules_api import LiveScheduleView, SchedulesApi
@@ -128,9 +130,12 @@ class SchedulerService:
         schedules: SchedulesApi,
         config: SchedulerServiceConfig,
         clock: Clock,
+        observer: SchedulerObserver | None = None,
     ) -> None:
         self._host = host
         self._api = schedules
+        # Told of recoveries, commits, decisions and rounds (metrics).
+        self._observer: SchedulerObserver = observer or NullObserver()
         # The stores, their batches and the store's ownership.
         self._backend = schedules.backend
         self._config = config
@@ -167,6 +172,7 @@ class SchedulerService:
             reserve_chunk=_RESERVE_CHUNK,
             emit=self._emit,
             refused=self._refused,
+            observer=self._observer,
         )
         self._housekeeping = Housekeeping(clock=clock, config=config)
 
@@ -364,6 +370,7 @@ class SchedulerService:
     async def _loop(self) -> None:
         while self._running:
             self._wake.clear()
+            began = time.perf_counter()
             try:
                 if self._resync and not self._fenced:
                     await self._resynchronize()
@@ -379,6 +386,7 @@ class SchedulerService:
                 self._resync = True
             else:
                 self._api.store_health.succeeded("scheduler")
+            self._observer.round_finished(time.perf_counter() - began)
             _reraise_swallowed_cancel()
             if self._events or self._dirty:
                 continue
@@ -592,6 +600,7 @@ class SchedulerService:
             self._keep_recovered(recovery.found)
             raise
         self._keep_recovered(found)
+        self._observer.recovered(found.events)
         await self._seed_runtimes()
         self._backend.after_recovery()
         return list(found.events)
@@ -669,13 +678,15 @@ def build_scheduler_service(
     config: SchedulerServiceConfig | None = None,
     *,
     clock: Clock | None = None,
+    observer: SchedulerObserver | None = None,
 ) -> SchedulerService:
     """The scheduler service for a server built with `schedules=True`, on the
     stores of its schedules API (`SchedulesApi.backend`).
 
     `clock` (default: the system clock) is shared with the server's schedules
     API so lifecycle instants and decisions read the same time. Raises
-    SchedulerUnavailable when the server has no schedules API.
+    SchedulerUnavailable when the server has no schedules API. `observer`
+    (`shell.observer`) is told of recoveries, decisions, commits and rounds.
     """
     schedules = getattr(server.api, "schedules", None)
     if not isinstance(schedules, SchedulesApi):
@@ -690,4 +701,5 @@ def build_scheduler_service(
         schedules=schedules,
         config=config or SchedulerServiceConfig(enabled=True),
         clock=chosen,
+        observer=observer,
     )

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -50,6 +51,7 @@ from core.events import (
 )
 from core.occurrences import RUN_STATUSES
 from shell.clock import Clock
+from shell.observer import Decision, NullObserver, SchedulerObserver
 from shell.ports import BatchRunHost, HostApi, StagingRunHost
 from shell.recovery import RuntimeMark
 from shell.schedules_api import RUN_NOT_CREATED, SchedulesApi
@@ -77,6 +79,8 @@ class CommittedRound:
     decided: dict[str, datetime] = field(default_factory=dict)
     # Runtime records staged in the batch: durable once it commits.
     runtime_marks: dict[str, RuntimeMark] = field(default_factory=dict)
+    # The decision rows staged in the batch, for the observer once it commits.
+    decisions: list[Decision] = field(default_factory=list)
 
 
 class CommandExecutor:
@@ -91,7 +95,9 @@ class CommandExecutor:
         reserve_chunk: int,
         emit: Callable[[Event], None],
         refused: Callable[[str, SchedulingError], Awaitable[None]],
+        observer: SchedulerObserver | None = None,
     ) -> None:
+        self._observer: SchedulerObserver = observer or NullObserver()
         self._host = host
         self._api = schedules
         self._backend = schedules.backend
@@ -157,12 +163,16 @@ class CommandExecutor:
             for block in staging.blocks:
                 await self._persist_block(block, staging)
             self._stage_runs(batch, after)
+            began = time.perf_counter()
             await backend.commit(batch)
+            self._observer.committed(time.perf_counter() - began)
         except BaseException:
             if batch.state == "open":
                 batch.abort()
             raise
         runtime_marks.update(after.runtime_marks)
+        # Only rows of schedules whose writes were not refused reached the batch.
+        self._observer.decided([d for d in after.decisions if d.schedule_id not in refused], now)
         for event in after.events:
             self._emit(event)
         return after
@@ -435,6 +445,14 @@ class _Staging:
         self._stage_row(command)
         if command.status not in RUN_STATUSES:
             self.after.decided[command.schedule_id] = command.instant
+            self.after.decisions.append(
+                Decision(
+                    schedule_id=command.schedule_id,
+                    instant=command.instant,
+                    status=command.status,
+                    count=command.count,
+                )
+            )
 
     def on_admit(self, command: AdmitOccurrence) -> None:
         history = self._backend.history
@@ -449,6 +467,13 @@ class _Staging:
                 revision=command.revision,
                 recorded_at=self.now,
                 batch=self.batch,
+            )
+            self.after.decisions.append(
+                Decision(
+                    schedule_id=command.schedule_id,
+                    instant=command.instant,
+                    status="preflight-rejected",
+                )
             )
             self.after.events.append(
                 PreflightFailed(
@@ -474,6 +499,9 @@ class _Staging:
             batch=self.batch,
         )
         self.after.launches.append((command.schedule_id, run_id, command.instant, snapshot))
+        self.after.decisions.append(
+            Decision(schedule_id=command.schedule_id, instant=command.instant, status="admitted")
+        )
 
     def on_persist_runtime(self, command: PersistRuntime) -> None:
         lifecycle_seq = self._consumed.get(command.schedule_id, 0)

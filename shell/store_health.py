@@ -85,6 +85,15 @@ class StoreHealth:
         self.probe_interval_s = probe_interval_s
         self._probed_at: float | None = None
         self._failing: dict[HealthSource, _Failing] = {}
+        # Told of every failure as it is recorded (the store-error metric).
+        self._listeners: list[Callable[[HealthSource, StoreUnavailable], None]] = []
+
+    def add_failure_listener(
+        self, listener: Callable[[HealthSource, StoreUnavailable], None]
+    ) -> None:
+        """Call `listener(source, error)` for every store failure recorded from
+        now on (it must not raise)."""
+        self._listeners.append(listener)
 
     @property
     def degraded(self) -> bool:
@@ -97,6 +106,8 @@ class StoreHealth:
 
     def failed(self, source: HealthSource, error: StoreUnavailable) -> None:
         """`source`'s store operation just failed with `error`."""
+        for listener in self._listeners:
+            listener(source, error)
         now = self._now()
         current = self._failing.get(source)
         if current is None:
