@@ -37,18 +37,22 @@ from pathlib import Path
 from typing import Any, Final
 
 from adapters.collector import freeze_startup_objects, tune_collector
+from adapters.console import Console
 from adapters.host import (
     LocalStaticWorkflowServer,
     build_local_static_workflow_server,
     build_postgres_workflow_server,
 )
 from adapters.host.records import StopCause
+from adapters.logs import configure_logging
+from adapters.metrics import SchedulerMetrics
 from adapters.rpc.app import create_app, with_store_health
 from adapters.rpc.auth import InsecureBind, check_bind_security
 from adapters.rpc.config import ENV_STORE_URL, ServerSettings, resolve_settings
 from adapters.rpc.server import bind_socket, build_server
 from core.errors import InvalidInput, Problem, SchedulingError
 from shell import build_scheduler_service
+from shell.journal import JOURNAL_FILE
 from shell.lock import SchedulerLock
 from shell.pg.database import Database, display_url
 from shell.pg.health import StoreWatch
@@ -111,6 +115,18 @@ def _build_parser() -> argparse.ArgumentParser:
         choices=["debug", "info", "warning", "error"],
         help="log verbosity (default info)",
     )
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="log lines as readable text (default) or one JSON object a line, each with a"
+        " stable event name (docs/operations.md)",
+    )
+    parser.add_argument(
+        "--access-log",
+        action="store_true",
+        help="log every HTTP request (event http.access)",
+    )
     return parser
 
 
@@ -157,7 +173,9 @@ def settings_from_args(
     )
 
 
-async def serve(settings: ServerSettings, *, exiting: bool = False) -> int:
+async def serve(
+    settings: ServerSettings, *, exiting: bool = False, access_log: bool = False
+) -> int:
     """Run until SIGTERM/SIGINT; return the exit status.
 
     `exiting`: the process exits once this returns (the CLI). Signals are then
@@ -171,7 +189,7 @@ async def serve(settings: ServerSettings, *, exiting: bool = False) -> int:
         logger.error("cannot listen on %s:%s: %s", settings.host, settings.port, exc)
         return EXIT_RUNTIME
     try:
-        return await _serve_on(sock, settings, exiting=exiting)
+        return await _serve_on(sock, settings, exiting=exiting, access_log=access_log)
     finally:
         sock.close()
 
@@ -207,7 +225,9 @@ async def _open_server(settings: ServerSettings) -> LocalStaticWorkflowServer:
         raise
 
 
-async def _serve_on(sock: socket.socket, settings: ServerSettings, *, exiting: bool) -> int:
+async def _serve_on(
+    sock: socket.socket, settings: ServerSettings, *, exiting: bool, access_log: bool = False
+) -> int:
     server = await _open_server(settings)
     database = getattr(server, "database", None)
     # A database can go away on its own: health says so even while idle.
@@ -215,7 +235,7 @@ async def _serve_on(sock: socket.socket, settings: ServerSettings, *, exiting: b
     try:
         if watch is not None:
             watch.start()
-        return await _serve_server(sock, server, settings, exiting=exiting)
+        return await _serve_server(sock, server, settings, exiting=exiting, access_log=access_log)
     finally:
         if watch is not None:
             await watch.stop()
@@ -228,6 +248,7 @@ async def _serve_server(
     settings: ServerSettings,
     *,
     exiting: bool,
+    access_log: bool = False,
 ) -> int:
     for finding in server.recovery_report:
         logger.warning("store recovery: %s", finding)
@@ -243,17 +264,42 @@ async def _serve_server(
             server.api.store_health,
         )
 
+    # The console and /metrics read the same API and health as JSON-RPC.
+    console = Console(server.api, health=health, token=settings.token, now=lambda: server.clock())
+    metrics = SchedulerMetrics()
+    metrics.watch_host(server.api, server.recovery_report)
+    metrics.set_schedule_counts(console.schedule_counts)
+    metrics.decision_listeners.append(console.decided)
+    console.watch(server.api)
+    if server.store_root is not None:
+        metrics.set_journal(server.store_root / JOURNAL_FILE)
     app = create_app(
         server.api,
         rpc_path=settings.rpc_path,
         token=settings.token,
         max_body_bytes=settings.max_body_bytes,
         health=health,
+        console=console,
+        metrics=metrics,
     )
-    http = build_server(app, host=settings.host, port=settings.port, log_level="warning")
+    http = build_server(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        access_log=access_log,
+    )
+    if access_log:
+        # uvicorn set its access logger to the server's level; it is asked for.
+        logging.getLogger("uvicorn.access").setLevel(logging.INFO)
     service = (
-        build_scheduler_service(server, settings.scheduler) if settings.scheduler.enabled else None
+        build_scheduler_service(server, settings.scheduler, observer=metrics)
+        if settings.scheduler.enabled
+        else None
     )
+    if service is not None:
+        console.attach_service(service)
+        metrics.attach_service(service)
     loop = asyncio.get_running_loop()
     grace_s = settings.scheduler.drain_grace_s
     stopping: asyncio.Task[None] | None = None
@@ -350,6 +396,7 @@ async def _serve_server(
             loop.remove_signal_handler(signum)
             if exiting:
                 signal.signal(signum, signal.SIG_IGN)
+        await console.close()
     logger.info("stopped")
     return 0
 
@@ -393,14 +440,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     except InsecureBind as exc:
         print(f"wf-rpc-server: {exc}", file=sys.stderr)
         sys.exit(EXIT_SETTINGS)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    configure_logging(args.log_level, args.log_format, access_log=args.access_log)
     tune_collector()
     try:
-        status = asyncio.run(serve(settings, exiting=True))
+        status = asyncio.run(serve(settings, exiting=True, access_log=args.access_log))
     except SchedulingError as exc:
         _report(exc)
         status = EXIT_RUNTIME

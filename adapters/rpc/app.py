@@ -1,4 +1,6 @@
-"""The Starlette application: `POST <rpc_path>` (JSON-RPC 2.0) and `GET /healthz`.
+"""The Starlette application: `POST <rpc_path>` (JSON-RPC 2.0), `GET /healthz`,
+and, when given, `GET /metrics` (Prometheus) and the operator console at `/`
+(`adapters/console`).
 
 Request handling, in order: authenticate (bearer token when one is
 configured; otherwise only a loopback `Host` is accepted, which stops
@@ -18,7 +20,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -47,6 +49,10 @@ from adapters.rpc.protocol import (
 from core.errors import SchedulingError
 from shell.store_health import StoreHealth
 
+if TYPE_CHECKING:
+    from adapters.console.app import Console
+    from adapters.metrics import SchedulerMetrics
+
 __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "HEALTH_PATH",
@@ -57,6 +63,9 @@ __all__ = [
 
 DEFAULT_MAX_BODY_BYTES: Final = 1_048_576
 HEALTH_PATH: Final = "/healthz"
+METRICS_PATH: Final = "/metrics"
+# Paths of the console: the JSON-RPC path may not take one of them.
+_CONSOLE_PATHS: Final = ("/", "/schedules", "/runs", "/login", "/logout", "/static")
 _JSON: Final = "application/json"
 
 logger = logging.getLogger("adapters.rpc")
@@ -228,6 +237,37 @@ class _RpcEndpoint:
         return Response(encode_json(report), status_code=status, media_type=_JSON)
 
 
+class _MetricsEndpoint:
+    """`GET /metrics`: the same gate as `/healthz` (the bearer token when the
+    server has one; a loopback `Host` when not), then the text format. The
+    schedule catalog is renewed first when it is stale and cheap to renew
+    (`adapters/console/catalog.py`), so `wf_schedules` is current."""
+
+    def __init__(
+        self, rpc: _RpcEndpoint, metrics: SchedulerMetrics, console: Console | None
+    ) -> None:
+        self._rpc = rpc
+        self._metrics = metrics
+        self._console = console
+
+    async def get(self, request: Request) -> Response:
+        from adapters.metrics import CONTENT_TYPE
+
+        refused = self._rpc.refuse(request)
+        if refused is not None:
+            return refused
+        if self._console is not None and self._console.catalog is not None:
+            try:
+                await self._console.catalog.snapshot()
+            except SchedulingError as exc:
+                logger.warning(
+                    "metrics: the schedule catalog could not be read: %s",
+                    exc.message,
+                    extra={"event": "metrics.catalog_failed"},
+                )
+        return Response(self._metrics.render(), media_type=CONTENT_TYPE)
+
+
 def create_app(
     api: Any,
     *,
@@ -236,20 +276,31 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     health: Callable[[], Mapping[str, Any]] | None = None,
     registry: Mapping[str, Method] = METHODS,
+    console: Console | None = None,
+    metrics: SchedulerMetrics | None = None,
 ) -> Starlette:
-    """The ASGI app serving `api` over JSON-RPC at `rpc_path` plus `/healthz`.
+    """The ASGI app serving `api` over JSON-RPC at `rpc_path` plus `/healthz`;
+    with `metrics`, `/metrics`; with `console`, the operator console's pages.
 
     `token`, when given, is required on every request. `health` reports the
     `workflow.health` / `/healthz` payload (`{"status": "ok", ...}`)."""
-    if not rpc_path.startswith("/") or rpc_path == HEALTH_PATH:
-        raise ValueError(f"rpc_path must start with '/' and differ from {HEALTH_PATH}")
+    reserved = (HEALTH_PATH, METRICS_PATH, *_CONSOLE_PATHS)
+    if not rpc_path.startswith("/") or any(
+        rpc_path == path or (path != "/" and rpc_path.startswith(path + "/")) for path in reserved
+    ):
+        raise ValueError(f"rpc_path must start with '/' and differ from {', '.join(reserved)}")
     if max_body_bytes < 1:
         raise ValueError("max_body_bytes must be positive")
     ctx = RpcContext(api=api, health=health or default_health(api))
     endpoint = _RpcEndpoint(ctx, registry, token, max_body_bytes)
-    return Starlette(
-        routes=[
-            Route(rpc_path, endpoint.rpc, methods=["POST"]),
-            Route(HEALTH_PATH, endpoint.healthz, methods=["GET"]),
-        ]
-    )
+    routes: list[Any] = [
+        Route(rpc_path, endpoint.rpc, methods=["POST"]),
+        Route(HEALTH_PATH, endpoint.healthz, methods=["GET"]),
+    ]
+    if metrics is not None:
+        routes.append(
+            Route(METRICS_PATH, _MetricsEndpoint(endpoint, metrics, console).get, methods=["GET"])
+        )
+    if console is not None:
+        routes.extend(console.routes())
+    return Starlette(routes=routes)
