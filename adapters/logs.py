@@ -168,6 +168,9 @@ EVENTS: Final[Mapping[tuple[str, str], Named]] = {
     ("shell.definition_store", "could not remove %s after a failed create: %s"): Named(
         "corruption.incomplete_create_kept"
     ),
+    ("shell.definition_store", "ignoring a torn final line of %s"): Named(
+        "corruption.torn_line_ignored"
+    ),
     ("shell.definition_store", "ignoring %s: not a schedule id"): Named(
         "corruption.stray_directory"
     ),
