@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from core.errors import InvalidInput, Problem
 
@@ -25,6 +25,20 @@ class SchedulerServiceConfig(BaseModel):
     # start after a crash reads only the schedules changed since; 0 leaves it
     # to the clean stop alone (see `shell.startup_checkpoint`).
     checkpoint_interval_s: float = Field(default=300.0, ge=0, le=86_400, allow_inf_nan=False)
+    # Start without leading when another server leads the store, and take
+    # over when it is gone (a store several servers share: PostgreSQL).
+    standby: bool = False
+    # The leadership lease on a shared store (the database's clock): how
+    # long one renewal keeps it, and how often the leader renews it. A
+    # crashed leader is replaced within `lease_s` plus a standby's poll.
+    lease_s: float = Field(default=6.0, gt=0, le=3600, allow_inf_nan=False)
+    renew_interval_s: float = Field(default=2.0, gt=0, le=3600, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _renewed_within_the_lease(self) -> SchedulerServiceConfig:
+        if self.renew_interval_s >= self.lease_s:
+            raise ValueError("renew_interval_s must be shorter than lease_s")
+        return self
 
 
 def parse_scheduler_config(

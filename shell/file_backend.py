@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from core.errors import NotFound
@@ -36,6 +36,7 @@ from shell.store_ports import (
     OwnershipPort,
     RecordPart,
     ScheduleInputs,
+    StoreWatcher,
 )
 
 __all__ = ["FileBackend", "FileOwnership"]
@@ -166,6 +167,18 @@ class FileOwnership:
 
     async def release(self) -> None:
         self.lock.release()
+
+    # One process owns a store root: losing the lock fences it for good.
+    stands_by = False
+
+    async def campaign(self) -> bool:
+        return False
+
+    async def step_down(self) -> None:
+        return None
+
+    async def leader(self) -> dict[str, Any] | None:
+        return self.lock.read_holder()
 
 
 class _RecoveryReader:
@@ -343,6 +356,10 @@ class FileBackend:
     async def quiesce(self) -> int:
         # Every file operation completes before the call that made it returns.
         return 0
+
+    async def watch(self, watcher: StoreWatcher) -> Callable[[], None]:
+        # One process owns a file store: no one else changes it.
+        return lambda: None
 
     def recovery_reader(self, *, at_start: bool) -> _RecoveryReader:
         # A start (not a rebuild after a failed round) takes the last

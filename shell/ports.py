@@ -19,6 +19,7 @@ __all__ = [
     "RunListener",
     "StagingRunHost",
     "StopNotingHost",
+    "SweepingHost",
 ]
 
 RunListener = Callable[[str, str, "Mapping[str, Any] | None", "str | None"], None]
@@ -102,6 +103,18 @@ class StopNotingHost(Protocol):
     ) -> list[str]:
         """`cause` "drain-expired" (the grace of `grace_s` s ran out) or
         "drain-cut"; the ids of the runs noted."""
+        ...
+
+
+@runtime_checkable
+class SweepingHost(Protocol):
+    """Optional: a host on a store several servers share, whose leading
+    scheduler fails the runs of servers found dead (abandoned, never
+    retried) and tells its run listeners."""
+
+    async def sweep_abandoned(self, loop_time: float) -> list[dict[str, Any]]:
+        """Sweep if a heartbeat passed since the last (`loop_time`: the
+        event loop's clock); the findings."""
         ...
 
 

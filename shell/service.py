@@ -49,10 +49,10 @@ import contextlib
 import gc
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import timedelta
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from core.commands import Command, PersistRuntime
 from core.decide import decide, next_wakeup
@@ -74,7 +74,7 @@ from core.state import SchedulerState, initial_state, schedule_view
 from shell.clock import Clock, SystemClock
 from shell.config import SchedulerServiceConfig
 from shell.observer import NullObserver, SchedulerObserver
-from shell.ports import HostApi, StopNotingHost
+from shell.ports import HostApi, StopNotingHost, SweepingHost
 from shell.recovery import Recovered, RuntimeMark, StartupRecovery, lifecycle_event
 from shell.schedules_api import LiveScheduleView, SchedulesApi
 from shell.service_commands import CommandExecutor, CommittedRound
@@ -84,6 +84,9 @@ from shell.store_format import StoreDamaged, StoreProblem, parse_instant
 __all__ = ["SchedulerService", "build_scheduler_service"]
 
 _log = logging.getLogger(__name__)
+
+_AFTER_A_FAILED_ROUND = "after a failed round"
+_T = TypeVar("_T")
 
 # Run ids reserved per host call (the host accepts 1 to 1000); the command
 # executor reserves a round's ids in chunks of this size.
@@ -149,6 +152,15 @@ class SchedulerService:
         self._task: asyncio.Task[None] | None = None
         self._running = False
         self._fenced = False
+        # Whether this service leads (admits). A standby, or a leader whose
+        # lease was lost, does not: it campaigns at every poll to take over.
+        self._leading = False
+        # Who leads the store, as this service last knew it (health).
+        self.leadership: dict[str, Any] = {}
+        # Stops hearing what other servers of the store change.
+        self._unwatch: Callable[[], None] | None = None
+        # Why the next resynchronization rebuilds the state (its log line).
+        self._resync_why = _AFTER_A_FAILED_ROUND
         # Schedules whose lifecycle records this round feeds to decide: their
         # runtime record is rewritten so the consumed seq is durable.
         self._consumed_now: set[str] = set()
@@ -191,30 +203,91 @@ class SchedulerService:
         """Take ownership of the store, recover, and start the loop.
 
         Raises SchedulerUnavailable naming the holder when another process owns
-        the store.
+        the store. With `standby` (a backend whose ownership can stand by, a
+        database), a store someone else leads is no refusal: the service
+        starts standing by and takes over when the leader is gone.
         """
         if self._running:
             return
         ownership = self._backend.ownership
-        await ownership.acquire()
-        try:
-            self._housekeeping.started()
-            # Recovery builds every schedule's events and state at once: no
-            # collection inside it either (see `_collector_paused`).
-            with _collector_paused():
-                recovery = await self._recover()
-        except BaseException:
+        # Hear other servers' changes from before the recovery reads the
+        # stores, so that nothing between the two goes unheard.
+        self._unwatch = await self._backend.watch(self)
+        if self._config.standby:
+            if not ownership.stands_by:
+                self._stop_watching()
+                raise SchedulerUnavailable(
+                    f"a standby scheduler needs a store several servers share (a PostgreSQL"
+                    f" store); {ownership.path} is owned by one process",
+                    data={"store": str(ownership.path)},
+                )
+            self._leading = await self._guarded(ownership.campaign())
+        else:
+            await self._guarded(ownership.acquire())
+            self._leading = True
+        self._housekeeping.started()
+        if self._leading:
             try:
-                await self._backend.close_owned(owned=False, consistent=False)
-            finally:
-                await ownership.release()
-            raise
-        self._events = recovery + self._events
+                # Recovery builds every schedule's events and state at once: no
+                # collection inside it either (see `_collector_paused`).
+                with _collector_paused():
+                    recovery = await self._recover()
+            except BaseException:
+                self._stop_watching()
+                try:
+                    await self._backend.close_owned(owned=False, consistent=False)
+                finally:
+                    await ownership.release()
+                raise
+            self._events = recovery + self._events
+        await self._know_leadership()
         self._host.add_run_listener(self._on_run_status)
         self._api.attach_service(self)
         self._running = True
         self._task = asyncio.create_task(self._loop(), name="wf-scheduler-loop")
-        _log.info("scheduler started on %s", self._backend.ownership.path)
+        _log.info(
+            "scheduler started on %s (%s)",
+            ownership.path,
+            "leading" if self._leading else "standing by",
+        )
+
+    async def _guarded(self, taking: Awaitable[_T]) -> _T:
+        """`taking` (the ownership's), watching no more if it raises."""
+        try:
+            return await taking
+        except BaseException:
+            self._stop_watching()
+            raise
+
+    def _stop_watching(self) -> None:
+        unwatch, self._unwatch = self._unwatch, None
+        if unwatch is not None:
+            unwatch()
+
+    # --- what other servers of the store change (`StoreWatcher`) ------------------------
+
+    def leadership_released(self) -> None:
+        if self._running and not self._leading:
+            self._wake.set()
+
+    def changes_lost(self) -> None:
+        if self._running and self._leading:
+            self._resync = True
+            self._resync_why = "after the store's change notices were lost"
+            self._wake.set()
+
+    @property
+    def role(self) -> str:
+        """ "leader" (it admits), "standby" (it waits to), or "off" (stopped)."""
+        if not self._running:
+            return "off"
+        return "leader" if self._leading and not self._fenced else "standby"
+
+    async def _know_leadership(self) -> None:
+        """Note who leads the store (for health): this service, or the one
+        the store names."""
+        with contextlib.suppress(StoreUnavailable):
+            self.leadership = dict(await self._backend.ownership.leader() or {})
 
     async def stop(self) -> list[str]:
         """Stop admitting, drain executing runs for up to `drain_grace_s`, release
@@ -230,8 +303,14 @@ class SchedulerService:
             finally:
                 self._task = None
         self._api.detach_service(self)
+        self._stop_watching()
         still = await self._host.drain(self._config.drain_grace_s)
         ownership = self._backend.ownership
+        if not self._leading:
+            # A standby owns nothing: nothing to close or give up.
+            await ownership.release()
+            _log.info("scheduler stopped (standing by)")
+            return still
         owned = await ownership.verify()
         if still and owned and isinstance(self._host, StopNotingHost):
             # While this process still owns the store: no other start can be
@@ -312,6 +391,9 @@ class SchedulerService:
     # --- called by the API and the host ----------------------------------------------
 
     def schedule_changed(self, schedule_id: str) -> None:
+        if self._running and not self._leading:
+            # A standby decides nothing: it reads every schedule when it takes over.
+            return
         self._dirty.add(schedule_id)
         self._wake.set()
 
@@ -319,6 +401,10 @@ class SchedulerService:
         """Raise SchedulerUnavailable unless this service still owns its store:
         the schedules API asks before every change."""
         ownership = self._backend.ownership
+        if ownership.stands_by:
+            # Every server of a shared store takes changes; each transaction
+            # is its own, and a leader's is fenced inside it.
+            return
         if not await ownership.verify():
             raise SchedulerUnavailable(
                 f"{ownership.loss()} (or released): it no longer owns the store, so"
@@ -327,7 +413,7 @@ class SchedulerService:
             )
 
     def live_view(self, schedule_id: str) -> LiveScheduleView | None:
-        if schedule_id not in self._state.schedules:
+        if not self._leading or schedule_id not in self._state.schedules:
             return None
         view = schedule_view(self._state, schedule_id)
         pending = tuple(sorted({*view.waiting, *((view.held,) if view.held else ())}))
@@ -352,6 +438,9 @@ class SchedulerService:
     ) -> None:
         if not self._running or origin is None or origin.get("kind") != "schedule":
             return
+        if not self._leading:
+            # A standby decides nothing; taking over reads every run anew.
+            return
         if status not in RUN_STATUSES or status == "admitted":
             return
         self._events.append(
@@ -372,15 +461,20 @@ class SchedulerService:
             self._wake.clear()
             began = time.perf_counter()
             try:
-                if self._resync and not self._fenced:
+                if not self._leading:
+                    await self._campaign()
+                if self._leading and self._resync and not self._fenced:
                     await self._resynchronize()
-                await self._round()
+                if self._leading:
+                    await self._round()
+                if self._leading:
+                    await self._sweep()
                 if not (self._events or self._dirty):
                     self._housekeeping_if_quiet()
             except StoreFenced:
                 # Another process owns the store now: deciding again from the
                 # stores would only be refused again.
-                self._fence()
+                await self._lose_leadership()
             except Exception as exc:
                 self._round_failed(exc)
                 self._resync = True
@@ -394,8 +488,9 @@ class SchedulerService:
             now = self._clock.now()
             deadline = now + timedelta(seconds=self._config.poll_interval_s)
             # A fenced service decides nothing, so what is due stays due: waking
-            # for it would spin. It only looks at its lock again now and then.
-            due = None if self._fenced else next_wakeup(self._state)
+            # for it would spin. It only looks at its lock again now and then;
+            # a standby, at the lease, as often.
+            due = None if self._fenced or not self._leading else next_wakeup(self._state)
             if due is not None and due < deadline:
                 deadline = due
             if self._running:
@@ -451,9 +546,63 @@ class SchedulerService:
         self._events.clear()
         self._dirty.clear()
 
-    async def _round(self) -> None:
-        if self._fenced or not await self._backend.ownership.verify():
+    async def _lose_leadership(self) -> None:
+        """Leadership lost (a lease not renewed in time, a takeover): a
+        backend whose ownership stands by steps down and campaigns again;
+        the others are fenced for good."""
+        ownership = self._backend.ownership
+        if not ownership.stands_by:
             self._fence()
+            return
+        _log.error("%s: admissions are stopped; standing by to lead again", ownership.loss())
+        await ownership.step_down()
+        self._leading = False
+        # What it knew is the old leadership's: the next leader, this one
+        # again or another, rebuilds from the store.
+        self._state = initial_state(max_concurrent_runs=self._state.max_concurrent_runs)
+        self._events = [e for e in self._events if isinstance(e, CapacityChanged)]
+        self._dirty.clear()
+        self._consumed, self._consumed_now, self._unseeded = {}, set(), []
+        self._resync = False
+        await self._know_leadership()
+
+    async def _campaign(self) -> None:
+        """Standing by: take over if no one leads; then rebuild from the
+        store, as a start does (instants missed meanwhile are decided by each
+        schedule's misfire policy)."""
+        if not await self._backend.ownership.campaign():
+            # Heard while starting: the store is read whole on taking over.
+            self._dirty.clear()
+            self._events = [e for e in self._events if isinstance(e, CapacityChanged)]
+            await self._know_leadership()
+            return
+        await self._know_leadership()
+        self._leading = True
+        self._resync = True
+        self._resync_why = "on taking over the leadership"
+        _log.warning(
+            "took over the leadership of %s at epoch %s",
+            self._backend.ownership.path,
+            self.leadership.get("epoch"),
+        )
+
+    async def _sweep(self) -> None:
+        """Leading a store several servers share: fail the runs of servers
+        found dead (the host tells the service of each, as of its own runs).
+        The database away is logged: the next loop sweeps again."""
+        host = self._host
+        if not isinstance(host, SweepingHost):
+            return
+        try:
+            await host.sweep_abandoned(asyncio.get_running_loop().time())
+        except StoreUnavailable as exc:
+            _log.warning("could not sweep the runs of dead servers: %s", exc.message)
+
+    async def _round(self) -> None:
+        if self._fenced:
+            return
+        if not await self._backend.ownership.verify():
+            await self._lose_leadership()
             return
         with _collector_paused():
             after = await self._decide_and_commit()
@@ -512,7 +661,8 @@ class SchedulerService:
         # Run reports that arrived during the recovery are newer than it.
         self._events = [*recovery, *pending, *self._events]
         self._resync = False
-        _log.warning("scheduler state rebuilt from the stores after a failed round")
+        _log.warning("scheduler state rebuilt from the stores %s", self._resync_why)
+        self._resync_why = _AFTER_A_FAILED_ROUND
 
     async def _take_events(self) -> list[Event]:
         events, self._events = self._events, []

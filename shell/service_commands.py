@@ -41,7 +41,7 @@ from core.commands import (
     RecordOccurrence,
     StartRun,
 )
-from core.errors import SchedulingError
+from core.errors import SchedulingError, StoreUnavailable
 from core.events import (
     Event,
     OccurrenceAdmitted,
@@ -251,6 +251,10 @@ class CommandExecutor:
     async def _preflight(self, admit: AdmitOccurrence) -> str | None:
         try:
             await self._host.preflight(admit.deployment_id, admit.inputs)
+        except StoreUnavailable:
+            # No verdict on the occurrence: the round fails and is decided
+            # again once the store answers.
+            raise
         except SchedulingError as exc:
             return exc.message
         return None

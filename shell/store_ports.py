@@ -38,6 +38,7 @@ __all__ = [
     "ScheduleBackend",
     "ScheduleInputs",
     "StoreUpkeepPort",
+    "StoreWatcher",
 ]
 
 # The parts of a schedule's records a diagnostic can name.
@@ -196,11 +197,19 @@ class HistoryPort(Protocol):
 
 
 class OwnershipPort(Protocol):
-    """Exclusive ownership of a store by one scheduler (see `SchedulerLock`)."""
+    """Exclusive ownership of a store by one scheduler: a lock one process
+    holds (`SchedulerLock`, files), or a leadership several servers of one
+    store take in turn (`shell.pg.ownership`, a database)."""
 
     @property
     def path(self) -> str:
         """What the ownership is, for log messages (a lock file, a database)."""
+        ...
+
+    @property
+    def stands_by(self) -> bool:
+        """Whether losing it means standing by to take it again (several
+        servers share the store), not being fenced for good."""
         ...
 
     def loss(self) -> str:
@@ -216,6 +225,19 @@ class OwnershipPort(Protocol):
         ...
 
     async def release(self) -> None: ...
+
+    async def campaign(self) -> bool:
+        """Take it if no one holds it now; True if taken (a standby's poll)."""
+        ...
+
+    async def step_down(self) -> None:
+        """Stop holding it at once, writing nothing (it was lost)."""
+        ...
+
+    async def leader(self) -> dict[str, Any] | None:
+        """Who holds it, as the store says (holder fields; `epoch` where the
+        store keeps one); None when no one ever did."""
+        ...
 
 
 class RecoveryReader(Protocol):
@@ -246,6 +268,24 @@ class StoreUpkeepPort(Protocol):
 
     def sweep_temp_files(self, *, older_than_ns: int) -> None:
         """Remove what interrupted writes left before `older_than_ns`."""
+        ...
+
+
+class StoreWatcher(Protocol):
+    """What a scheduler hears of a store several servers share
+    (`ScheduleBackend.watch`)."""
+
+    def schedule_changed(self, schedule_id: str) -> None:
+        """Another server changed the schedule (read its lifecycle records)."""
+        ...
+
+    def leadership_released(self) -> None:
+        """A leader gave its lease up: a standby campaigns now."""
+        ...
+
+    def changes_lost(self) -> None:
+        """What others changed meanwhile may have gone unheard (the
+        connection that hears it broke): read everything again."""
         ...
 
 
@@ -308,6 +348,12 @@ class ScheduleBackend(Protocol):
         """Return once no store operation of this process is in flight (for
         `SchedulerService.settle`, tests on a manual clock): how many were
         begun so far, so that a caller can tell whether any began since."""
+        ...
+
+    async def watch(self, watcher: StoreWatcher) -> Callable[[], None]:
+        """Tell `watcher` what other servers of the store change, from now
+        on (once this returns, nothing is missed); returns what stops it.
+        A store no other server writes has nothing to tell."""
         ...
 
     async def close_owned(self, *, owned: bool, consistent: bool) -> None:

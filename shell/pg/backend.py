@@ -23,10 +23,11 @@ from shell.pg.batch import PgBatch
 from shell.pg.database import Database
 from shell.pg.definitions import PgDefinitions, lifecycle_problem, snapshot_problem
 from shell.pg.history import OccurrenceRow, PgHistory
-from shell.pg.ownership import PgOwnership
+from shell.pg.listener import LEADERSHIP, SCHEDULES, Listener
+from shell.pg.ownership import DEFAULT_LEASE_S, DEFAULT_RENEW_S, PgOwnership
 from shell.pg.runtime import PgRuntime, runtime_load
 from shell.store_format import StoreProblem
-from shell.store_ports import BatchPort, RecordPart, ScheduleInputs
+from shell.store_ports import BatchPort, RecordPart, ScheduleInputs, StoreWatcher
 
 __all__ = ["PgBackend"]
 
@@ -171,12 +172,19 @@ class PgBackend:
 
     upkeep: None = None
 
-    def __init__(self, database: Database, *, clock: Callable[[], datetime] = _utc_now) -> None:
+    def __init__(
+        self,
+        database: Database,
+        *,
+        clock: Callable[[], datetime] = _utc_now,
+        lease_s: float = DEFAULT_LEASE_S,
+        renew_s: float = DEFAULT_RENEW_S,
+    ) -> None:
         self.database = database
         self.definitions = PgDefinitions(database)
         self.runtime = PgRuntime(database)
         self.history = PgHistory(database)
-        self.ownership = PgOwnership(database, clock=clock)
+        self.ownership = PgOwnership(database, clock=clock, lease_s=lease_s, renew_s=renew_s)
 
     def new_batch(self) -> PgBatch:
         return PgBatch(self.database)
@@ -200,6 +208,33 @@ class PgBackend:
 
     async def quiesce(self) -> int:
         return await self.database.quiesce()
+
+    async def watch(self, watcher: StoreWatcher) -> Callable[[], None]:
+        """Hear the other servers' schedule changes and leadership (see
+        `shell.pg.listener`), once the listener listens."""
+        listener = Listener.of(self.database)
+
+        def on_schedule(notice: dict[str, Any]) -> None:
+            schedule_id = notice.get("schedule_id")
+            if notice.get("more"):
+                watcher.changes_lost()
+            elif isinstance(schedule_id, str):
+                watcher.schedule_changed(schedule_id)
+
+        def on_leadership(notice: dict[str, Any]) -> None:
+            watcher.leadership_released()
+
+        listener.subscribe(SCHEDULES, on_schedule)
+        listener.subscribe(LEADERSHIP, on_leadership)
+        listener.on_connect(watcher.changes_lost)
+        await listener.wait_connected()
+
+        def stop() -> None:
+            listener.unsubscribe(SCHEDULES, on_schedule)
+            listener.unsubscribe(LEADERSHIP, on_leadership)
+            listener.remove_on_connect(watcher.changes_lost)
+
+        return stop
 
     def recovery_reader(self, *, at_start: bool) -> _RecoveryReader:
         return _RecoveryReader(self)

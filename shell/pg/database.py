@@ -14,10 +14,18 @@ a driver exception; the pool replaces broken connections, so calls work again
 once the server is back. Credentials never appear in logs or errors: the URL
 is shown as `display`.
 
-Fencing: a scheduler that owns the store (`shell.pg.ownership`) sets `fence`
-here; from then on every write transaction of this process that asks for it
-checks, inside the transaction, that the ownership's epoch is still the
-current one, so a deposed owner cannot commit a single row.
+Fencing: a scheduler that leads the store (`shell.pg.ownership`) sets
+`fence` here; from then on every write transaction of this process that asks
+for it (`fenced=True`: the scheduler's rounds) checks, inside the
+transaction, that the leadership's epoch is still the current one and its
+lease has not lapsed (on the database's clock), so a deposed leader cannot
+commit a single row. A server registered on the store (`shell.pg.servers`)
+sets `server_fence`: the writes of the runs it executes (`as_server=True`)
+check that it was not declared gone, after which its runs belong to the
+recovery that failed them.
+
+`server_id` names this server process on the store: the leadership's holder,
+its row of `wf_servers`, and the executing marks of the runs it executes.
 """
 
 from __future__ import annotations
@@ -26,8 +34,9 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import AsyncIterator, Callable
-from typing import Any, Final
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Final, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
@@ -41,8 +50,11 @@ __all__ = [
     "DEFAULT_POOL_SIZE",
     "Database",
     "Fence",
+    "TransactionFence",
     "display_url",
     "is_store_url",
+    "new_server_id",
+    "notify",
     "raise_if_cancelled",
 ]
 
@@ -91,6 +103,17 @@ def display_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
 
 
+def new_server_id() -> str:
+    """An identity for one server process (each start is a new server)."""
+    return uuid.uuid4().hex[:12]
+
+
+async def notify(conn: AsyncConnection[TupleRow], channel: str, payload: str) -> None:
+    """Inside a transaction: tell the store's other servers (`LISTEN`) once it
+    commits; nothing is sent if it rolls back."""
+    await conn.execute("SELECT pg_notify(%s, %s)", (channel, payload))
+
+
 def _check_url(url: object) -> str:
     if not isinstance(url, str) or not is_store_url(url):
         raise InvalidInput.from_problems(
@@ -105,24 +128,39 @@ def _check_url(url: object) -> str:
     return url
 
 
+class TransactionFence(Protocol):
+    """A check that runs first inside a write transaction, raising
+    `StoreFenced` when the writer may no longer write."""
+
+    async def check(self, conn: AsyncConnection[TupleRow]) -> None: ...
+
+
 class Fence:
-    """The ownership epoch a process's write transactions must still hold."""
+    """The leadership epoch a process's write transactions must still hold."""
 
     def __init__(self, epoch: int, *, describe: Callable[[], str]) -> None:
         self.epoch = epoch
         self._describe = describe
 
     async def check(self, conn: AsyncConnection[TupleRow]) -> None:
-        """Inside a transaction: lock the owner row against a takeover until
-        the transaction ends, and refuse when another owner took over."""
-        cursor = await conn.execute("SELECT epoch FROM wf_scheduler_owner FOR SHARE")
+        """Inside a transaction: lock the leader's row against a takeover
+        until the transaction ends, and refuse when another scheduler took
+        over or the lease lapsed (on the database's clock)."""
+        cursor = await conn.execute(
+            "SELECT epoch, lease_until IS NOT NULL AND lease_until > now()"
+            " FROM wf_scheduler_owner FOR SHARE"
+        )
         row = await cursor.fetchone()
         current = int(row[0]) if row is not None else None
-        if current != self.epoch:
+        if current != self.epoch or row is None or not row[1]:
+            why = (
+                f"another scheduler took over (epoch {self.epoch}, now {current})"
+                if current != self.epoch
+                else f"its lease (epoch {self.epoch}) lapsed"
+            )
             raise StoreFenced(
-                f"this process no longer owns the store {self._describe()} (ownership epoch"
-                f" {self.epoch}, now {current}): another scheduler took it over; nothing is"
-                " written; restart the scheduler",
+                f"this process no longer leads the store {self._describe()}: {why}; nothing"
+                " is written",
                 data={"epoch": self.epoch, "current_epoch": current},
             )
 
@@ -141,7 +179,8 @@ class Database:
         *,
         pool_size: int = DEFAULT_POOL_SIZE,
         connect_timeout_s: float = _CONNECT_TIMEOUT_S,
-        application_name: str = "wf-scheduler",
+        application_name: str | None = None,
+        server_id: str | None = None,
     ) -> None:
         self._url = _check_url(url)
         self.display = display_url(url)
@@ -151,10 +190,15 @@ class Database:
             )
         self.pool_size = pool_size
         self.connect_timeout_s = connect_timeout_s
-        self.application_name = application_name
+        self.server_id = server_id or new_server_id()
+        # Which server a session belongs to, in `pg_stat_activity`.
+        self.application_name = application_name or f"wf-scheduler {self.server_id}"
         self._pool: AsyncConnectionPool[AsyncConnection[TupleRow]] | None = None
-        # Set by the scheduler's ownership while it owns the store.
-        self.fence: Fence | None = None
+        # Set by the scheduler's ownership while it leads the store.
+        self.fence: TransactionFence | None = None
+        # Set once this server registered on the store (`shell.pg.servers`).
+        self.server_fence: TransactionFence | None = None
+        self._close_hooks: list[Callable[[], Awaitable[None]]] = []
         # Transactions in flight, and (made on first use, in the loop) the
         # event set whenever there are none: see `quiesce`.
         self._in_flight = 0
@@ -222,7 +266,15 @@ class Database:
         self._pool = pool
         _log.info("store: PostgreSQL %s (pool of %d)", self.display, self.pool_size)
 
+    def add_close_hook(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Await `hook` when the database closes (what holds a connection of
+        its own, such as the listener)."""
+        self._close_hooks.append(hook)
+
     async def close(self) -> None:
+        hooks, self._close_hooks = self._close_hooks, []
+        for hook in hooks:
+            await hook()
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.close()
@@ -247,22 +299,32 @@ class Database:
 
     @contextlib.asynccontextmanager
     async def transaction(
-        self, operation: str, *, fenced: bool = False
+        self,
+        operation: str,
+        *,
+        fenced: bool = False,
+        as_server: bool = False,
+        background: bool = False,
     ) -> AsyncIterator[AsyncConnection[TupleRow]]:
         """A connection in a transaction committed when the block ends (rolled
-        back if it raises). `fenced`: the ownership fence is checked first, if
-        this process owns the store. Driver errors leave as `StoreUnavailable`
-        (a failed COMMIT included: its outcome is then unknown)."""
+        back if it raises). `fenced`: the leadership fence is checked first, if
+        this process leads the store; `as_server`: the server's (see the
+        module docstring). `background`: the upkeep of leadership and
+        liveness, which `quiesce` does not count as activity. Driver errors
+        leave as `StoreUnavailable` (a failed COMMIT included: its outcome is
+        then unknown)."""
         if self._pool is None:
             raise StoreUnavailable(
                 f"the PostgreSQL store {self.display} is not open",
                 data={"operation": operation, "store": self.display},
             )
-        self._begin()
+        self._begin(counted=not background)
         try:
             async with self._pool.connection() as conn, conn.transaction():
                 if fenced and self.fence is not None:
                     await self.fence.check(conn)
+                if as_server and self.server_fence is not None:
+                    await self.server_fence.check(conn)
                 yield conn
         except (psycopg.OperationalError, PoolTimeout) as exc:
             raise_if_cancelled(exc)
@@ -270,9 +332,9 @@ class Database:
         finally:
             self._end()
 
-    def _begin(self) -> None:
+    def _begin(self, *, counted: bool) -> None:
         self._in_flight += 1
-        self._begun += 1
+        self._begun += counted
         if self._quiet is not None:
             self._quiet.clear()
 
@@ -292,16 +354,26 @@ class Database:
         return self._begun
 
     async def fetch_all(
-        self, operation: str, query: str, params: tuple[Any, ...] | None = None
+        self,
+        operation: str,
+        query: str,
+        params: tuple[Any, ...] | None = None,
+        *,
+        background: bool = False,
     ) -> list[TupleRow]:
-        """The rows of one read-only query."""
-        async with self.transaction(operation) as conn:
+        """The rows of one query, in a transaction of its own."""
+        async with self.transaction(operation, background=background) as conn:
             cursor = await conn.execute(query, params)
             return await cursor.fetchall()
 
     async def fetch_one(
-        self, operation: str, query: str, params: tuple[Any, ...] | None = None
+        self,
+        operation: str,
+        query: str,
+        params: tuple[Any, ...] | None = None,
+        *,
+        background: bool = False,
     ) -> TupleRow | None:
-        async with self.transaction(operation) as conn:
+        async with self.transaction(operation, background=background) as conn:
             cursor = await conn.execute(query, params)
             return await cursor.fetchone()

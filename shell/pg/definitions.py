@@ -4,7 +4,9 @@
 1) and is the truth; `wf_schedules` holds the snapshot of it. A create inserts
 both in one transaction; a change locks the schedule's row (`FOR UPDATE`),
 checks the change by `shell.definition_rules` (the file store's rules),
-appends its record and rewrites the snapshot in one transaction: the two
+appends its record and rewrites the snapshot in one transaction (any server
+of the store may: the row lock orders them, and the transaction tells the
+leader, `shell.pg.listener`): the two
 can never disagree unless someone edits the tables by hand, which the reads
 below find and report as damage naming the table and row.
 
@@ -35,6 +37,7 @@ from shell.definition_rules import (
 )
 from shell.pg import locations
 from shell.pg.database import Database
+from shell.pg.listener import SCHEDULES, send
 from shell.store_format import Instant, StoreDamaged, StoreProblem, check_schedule_id
 
 __all__ = ["PgDefinitions", "snapshot_problem"]
@@ -134,7 +137,9 @@ class PgDefinitions:
         used. Everything is checked before the transaction begins."""
         check_schedule_id(schedule_id)
         record, snapshot = creation(schedule_id, definition, at)
-        async with self._db.transaction("create a schedule", fenced=True) as conn:
+        # Any server of the store takes changes (the row locks order them);
+        # the leader hears of each (`shell.pg.listener`).
+        async with self._db.transaction("create a schedule") as conn:
             cursor = await conn.execute(
                 "INSERT INTO wf_schedules (schedule_id, lifecycle_seq, snapshot)"
                 " VALUES (%s, 1, %s) ON CONFLICT (schedule_id) DO NOTHING RETURNING 1",
@@ -149,6 +154,7 @@ class PgDefinitions:
                 "INSERT INTO wf_schedule_lifecycle (schedule_id, seq, record) VALUES (%s, 1, %s)",
                 (schedule_id, Jsonb(record)),
             )
+            await send(conn, self._db, SCHEDULES, {"schedule_id": schedule_id})
         return LifecycleResult(snapshot=snapshot, record=record)
 
     async def apply_change(
@@ -162,7 +168,7 @@ class PgDefinitions:
     ) -> LifecycleResult:
         """Record one lifecycle change (see `DefinitionStore.apply_change`)."""
         check_schedule_id(schedule_id)
-        async with self._db.transaction("change a schedule", fenced=True) as conn:
+        async with self._db.transaction("change a schedule") as conn:
             current, lifecycle_seq = await _locked_snapshot(conn, schedule_id)
             await _check_log_end(conn, schedule_id, current, lifecycle_seq)
             result = change(
@@ -184,6 +190,7 @@ class PgDefinitions:
                 "UPDATE wf_schedules SET snapshot = %s, lifecycle_seq = %s WHERE schedule_id = %s",
                 (Jsonb(result.snapshot), result.record["seq"], schedule_id),
             )
+            await send(conn, self._db, SCHEDULES, {"schedule_id": schedule_id})
         return result
 
     async def set_blocked(
@@ -202,6 +209,7 @@ class PgDefinitions:
                 "UPDATE wf_schedules SET snapshot = %s WHERE schedule_id = %s",
                 (Jsonb(snapshot), schedule_id),
             )
+            await send(conn, self._db, SCHEDULES, {"schedule_id": schedule_id})
         return snapshot
 
 

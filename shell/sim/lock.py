@@ -57,6 +57,19 @@ class MemoryLock:
         holder = self._disk.lock_holder
         return self._held and holder is not None and holder.get("owner") == self.owner
 
+    # As the file lock: one process owns the store.
+    stands_by = False
+
+    async def campaign(self) -> bool:
+        return False
+
+    async def step_down(self) -> None:
+        return None
+
+    async def leader(self) -> dict[str, Any] | None:
+        holder = self._disk.lock_holder
+        return dict(holder) if holder is not None else None
+
     async def release(self) -> None:
         if self._held:
             self._held = False
