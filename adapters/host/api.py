@@ -14,6 +14,7 @@ the round.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -75,6 +76,9 @@ class WorkflowApi:
         self.recovery_report = recovery_report
         # Attached by the scheduler when the server is built with schedules=True.
         self.schedules: Any = None
+        # This server's part in a store several servers share
+        # (`adapters.host.shared_store.SharedStore`), None otherwise.
+        self.shared: Any = None
 
     # -- artifacts -----------------------------------------------------------
 
@@ -94,6 +98,7 @@ class WorkflowApi:
         (identical content is idempotent).
         """
         async with self._store_lock:
+            await self._artifacts.refresh(artifact_id)
             return await self._artifacts.create(
                 artifact_id, version, plan, title, description, self._now()
             )
@@ -101,11 +106,13 @@ class WorkflowApi:
     @store_call(writes=False)
     async def get_artifact(self, artifact_id: str, version: int | None = None) -> dict[str, Any]:
         """One artifact version, the latest if `version` is None. NotFound if absent."""
+        await self._artifacts.refresh(artifact_id)
         return self._artifacts.get(artifact_id, version)
 
     @store_call(writes=False)
     async def list_artifacts(self) -> list[dict[str, Any]]:
         """Every artifact version, ordered by artifact id then version."""
+        await self._artifacts.reload()
         return self._artifacts.list()
 
     # -- deployments ---------------------------------------------------------
@@ -119,16 +126,21 @@ class WorkflowApi:
         NotFound if the artifact version does not exist.
         """
         async with self._store_lock:
+            if isinstance(payload, Mapping):
+                await self._deployments.refresh(payload.get("deployment_id"))
+                await self._artifacts.refresh(payload.get("artifact_id"))
             return await self._deployments.save(payload, self._artifacts, self._now())
 
     @store_call(writes=False)
     async def get_deployment(self, deployment_id: str) -> dict[str, Any]:
         """The deployment. NotFound if absent."""
+        await self._deployments.refresh(deployment_id)
         return self._deployments.get(deployment_id)
 
     @store_call(writes=False)
     async def list_deployments(self) -> list[dict[str, Any]]:
         """Every deployment, ordered by id."""
+        await self._deployments.reload()
         return self._deployments.list()
 
     @store_call(writes=True)
@@ -143,6 +155,7 @@ class WorkflowApi:
                 "deployment delete", [Problem(field="force", reason="must be a boolean")]
             )
         async with self._store_lock:
+            await self._deployments.refresh(deployment_id)
             self._deployments.get(deployment_id)  # NotFound first, before any schedule check
             if not force and self.schedules is not None:
                 using = sorted(
@@ -180,6 +193,18 @@ class WorkflowApi:
         merged = {**deployment["inputs"], **inputs}
         return deployment, merged, validate_instance("inputs", plan.input_schema, merged)
 
+    async def _refresh_deployment(self, deployment_id: Any) -> None:
+        """On a store several servers share: read the deployment and its
+        artifact version before a call resolves them, if not cached (another
+        server saved them a moment ago). What is cached is kept fresh by the
+        store's notices (`adapters.host.shared_store`)."""
+        if not self._deployments.has(deployment_id):
+            await self._deployments.refresh(deployment_id)
+        with contextlib.suppress(SchedulingError):
+            deployment = self._deployments.peek(deployment_id)
+            if not self._artifacts.has(deployment["artifact_id"], deployment["artifact_version"]):
+                await self._artifacts.refresh(deployment["artifact_id"])
+
     async def preflight(
         self, deployment_id: str, inputs: Mapping[str, Any] | None
     ) -> dict[str, Any]:
@@ -190,6 +215,7 @@ class WorkflowApi:
         merged inputs fail the plan's input schema (fields `inputs.<path>`).
         Writes nothing.
         """
+        await self._refresh_deployment(deployment_id)
         _, merged, problems = self._resolve(deployment_id, inputs)
         if problems:
             raise InvalidInput.from_problems("inputs", problems)
@@ -221,6 +247,7 @@ class WorkflowApi:
         NotFound (deployment/artifact), InvalidInput (inputs, max_steps,
         origin, run_id), AlreadyExists (run_id used).
         """
+        await self._refresh_deployment(deployment_id)
         deployment, merged, stored_origin, number = self._admission(
             deployment_id, inputs, max_steps, origin, run_id
         )
@@ -495,7 +522,7 @@ class WorkflowApi:
         unreadable (see recovery_report), or if it is a finished run of a
         schedule whose history disagrees with it (the schedule is then
         blocked: `SchedulesApi.check_inspected_run`)."""
-        view = self._view(self._runs.get(run_id), trace=True)
+        view = self._view(await self._runs.fetch(run_id), trace=True)
         check = getattr(self.schedules, "check_inspected_run", None)
         if check is not None:
             await check(view)
@@ -516,13 +543,26 @@ class WorkflowApi:
         is a `next_cursor` from a previous page. Unreadable records are not
         listed (they are in `recovery_report`).
         """
-        records, next_cursor = self._runs.page(status, cursor, limit, newest_first)
+        records, next_cursor = await self._runs.fetch_page(status, cursor, limit, newest_first)
         return {
             "runs": [self._view(record, trace=False) for record in records],
             "next_cursor": next_cursor,
         }
 
     # -- execution control ---------------------------------------------------
+
+    def announce_run(self, record: RunRecord) -> None:
+        """Tell the run listeners of a status another server wrote."""
+        self._executor.announce(record)
+
+    async def sweep_abandoned(self, loop_time: float) -> list[dict[str, Any]]:
+        """On a store several servers share, fail the runs of dead servers
+        (`SharedStore.sweep`: the leading scheduler calls it every loop); the
+        findings. Nothing to do on a store only this server writes."""
+        if self.shared is None:
+            return []
+        findings: list[dict[str, Any]] = await self.shared.sweep(loop_time)
+        return findings
 
     def add_run_listener(self, callback: RunListener) -> None:
         """Call `callback(run_id, status, origin, message)` after every durable status

@@ -12,12 +12,17 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from core.errors import AlreadyExists, InvalidInput, NotFound, Problem
+from core.errors import AlreadyExists, InvalidInput, NotFound, Problem, StoreUnavailable
 from core.limits import MAX_VERSION
 from shell.durable import fault_point
 
 from .identifiers import ID_PATTERN, check_identifier, check_positive_int
-from .persistence import ArtifactPersistence
+from .persistence import (
+    ArtifactPersistence,
+    SharedArtifactPersistence,
+    Stored,
+    answer_from_cache,
+)
 from .plans import Plan, compile_plan
 
 __all__ = ["ArtifactStore"]
@@ -43,23 +48,58 @@ class ArtifactStore:
         """Read every stored version. Unreadable ones are returned as findings."""
         findings: list[dict[str, Any]] = []
         async for stored in self._persistence.load():
-            artifact_id, version = stored.key
-            try:
-                if stored.error is not None:
-                    raise ValueError(stored.error)
-                record, plan = self._parse(artifact_id, version, stored.document)
-            except (ValueError, InvalidInput) as exc:
-                findings.append(
-                    {
-                        "run_id": None,
-                        "file": stored.location,
-                        "finding": "unreadable-artifact",
-                        "reason": str(exc),
-                    }
-                )
-                continue
-            self._items[(record["artifact_id"], record["version"])] = (record, plan)
+            finding = self._take(stored)
+            if finding is not None:
+                findings.append(finding)
         return findings
+
+    def _take(self, stored: Stored[tuple[str, str]]) -> dict[str, Any] | None:
+        """Cache one stored version; the finding if it cannot be used."""
+        artifact_id, version = stored.key
+        try:
+            if stored.error is not None:
+                raise ValueError(stored.error)
+            record, plan = self._parse(artifact_id, version, stored.document)
+        except (ValueError, InvalidInput) as exc:
+            return {
+                "run_id": None,
+                "file": stored.location,
+                "finding": "unreadable-artifact",
+                "reason": str(exc),
+            }
+        self._items[(record["artifact_id"], record["version"])] = (record, plan)
+        return None
+
+    def has(self, artifact_id: Any, version: Any) -> bool:
+        """Whether the cache holds that version."""
+        try:
+            return (artifact_id, version) in self._items
+        except TypeError:
+            return False
+
+    async def refresh(self, artifact_id: Any) -> None:
+        """On a store several servers share: cache the versions of
+        `artifact_id` another server stored (versions never change, so what
+        is cached stays). Nothing to do on a store only this server writes."""
+        if isinstance(self._persistence, SharedArtifactPersistence) and isinstance(
+            artifact_id, str
+        ):
+            try:
+                versions = await self._persistence.read_versions(artifact_id)
+            except StoreUnavailable as exc:
+                answer_from_cache(exc)
+                return
+            for stored in versions:
+                self._take(stored)
+
+    async def reload(self) -> None:
+        """`refresh` for every artifact (a shared store's listing)."""
+        if isinstance(self._persistence, SharedArtifactPersistence):
+            try:
+                async for stored in self._persistence.load():
+                    self._take(stored)
+            except StoreUnavailable as exc:
+                answer_from_cache(exc)
 
     def _parse(self, artifact_id: str, version: str, data: Any) -> tuple[dict[str, Any], Plan]:
         if not isinstance(data, dict):

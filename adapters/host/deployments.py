@@ -10,19 +10,22 @@ and the merge is what must satisfy the plan's input schema.
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import Mapping
 from typing import Any, Final, cast
 
-from core.errors import InvalidInput, NotFound, Problem
+from core.errors import InvalidInput, NotFound, Problem, StoreUnavailable
 from core.limits import MAX_VERSION
 from shell.durable import fault_point
 
 from .artifacts import ArtifactStore
 from .identifiers import ID_PATTERN, check_identifier, check_positive_int
 from .jsonvalues import NotJson, as_json, json_problem
-from .persistence import DeploymentPersistence
+from .persistence import DeploymentPersistence, SharedDeploymentPersistence, answer_from_cache
 
 __all__ = ["DeploymentStore"]
+
+_log = logging.getLogger("adapters.host.deployments")
 
 _PAYLOAD_KEYS: Final = frozenset(
     {"deployment_id", "artifact_id", "artifact_version", "inputs", "title"}
@@ -64,6 +67,49 @@ class DeploymentStore:
                 continue
             self._items[record["deployment_id"]] = record
         return findings
+
+    def has(self, deployment_id: Any) -> bool:
+        """Whether the cache holds `deployment_id`."""
+        return isinstance(deployment_id, str) and deployment_id in self._items
+
+    async def refresh(self, deployment_id: Any) -> None:
+        """On a store several servers share: cache `deployment_id` as stored
+        now (another server may have saved or deleted it); an unreadable row
+        is left to the load's findings. Nothing to do on a store only this
+        server writes."""
+        if not isinstance(self._persistence, SharedDeploymentPersistence):
+            return
+        if not isinstance(deployment_id, str) or not ID_PATTERN.match(deployment_id):
+            return
+        try:
+            stored = await self._persistence.read(deployment_id)
+        except StoreUnavailable as exc:
+            answer_from_cache(exc)
+            return
+        if stored is None:
+            self._items.pop(deployment_id, None)
+            return
+        try:
+            self._items[deployment_id] = self._parse(deployment_id, stored.document)
+        except ValueError as exc:
+            _log.warning("deployment %s is unreadable: %s", deployment_id, exc)
+
+    async def reload(self) -> None:
+        """Every deployment as stored now, on a shared store."""
+        if not isinstance(self._persistence, SharedDeploymentPersistence):
+            return
+        fresh: dict[str, dict[str, Any]] = {}
+        try:
+            async for stored in self._persistence.load():
+                try:
+                    if stored.error is None:
+                        fresh[stored.key] = self._parse(stored.key, stored.document)
+                except ValueError:
+                    continue
+        except StoreUnavailable as exc:
+            answer_from_cache(exc)
+            return
+        self._items = fresh
 
     def _parse(self, deployment_id: str, data: Any) -> dict[str, Any]:
         if not isinstance(data, dict):

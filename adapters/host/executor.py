@@ -28,6 +28,13 @@ no write: an executing run goes on to its end in memory, but neither its
 steps nor its stop are recorded (its listeners are not told), and no stop
 note is written. Its record keeps its executing mark, so the next owner's
 recovery fails it as abandoned, which is the truth from the store's side.
+
+On a store several servers share, the executing mark names this server
+(`RunStore.server_id`). Once this server is declared gone (`StoreFenced`
+again) or another server changed the run (`RunChanged`: it was failed as
+abandoned, or launched elsewhere), the run is that server's: this one writes
+nothing more of it. A resume reads the run from the store first, so any
+server resumes a run another one interrupted.
 """
 
 from __future__ import annotations
@@ -43,6 +50,7 @@ from core.errors import InvalidInput, InvalidState, SchedulingError, StoreFenced
 from .artifacts import ArtifactStore
 from .engine import Position, Stop, execute, trace_entry
 from .jsonvalues import NotJson, as_json, json_problem
+from .persistence import RunChanged
 from .plans import Plan
 from .records import (
     Checkpoint,
@@ -79,6 +87,11 @@ class RunExecutor:
     def executing(self) -> list[str]:
         return sorted(run_id for run_id, task in self._tasks.items() if not task.done())
 
+    def announce(self, record: RunRecord) -> None:
+        """Tell the listeners of a status change this server did not make
+        itself (another server's, read from a shared store)."""
+        self._notify(record)
+
     def _notify(self, record: RunRecord) -> None:
         message = record.error.message if record.error is not None else None
         for listener in list(self._listeners):
@@ -107,7 +120,9 @@ class RunExecutor:
             update={
                 "status": "running",
                 "attempt": 1,
-                "executing": ExecutingMark(attempt=1, kind="start", since=now),
+                "executing": ExecutingMark(
+                    attempt=1, kind="start", since=now, server=self._store.server_id
+                ),
                 "progress": Progress(node=plan.start, state={}, steps=0),
                 "updated_at": now,
             }
@@ -162,7 +177,7 @@ class RunExecutor:
     async def resume(self, run_id: str, payload: Any) -> asyncio.Task[None]:
         """interrupted -> running with `payload` delivered; returns the execution task."""
         async with self._store.lock(run_id):
-            record = self._store.get(run_id)
+            record = await self._store.fetch(run_id)
             checkpoint = record.checkpoint
             if record.status != "interrupted" or checkpoint is None:
                 raise InvalidState(
@@ -193,7 +208,9 @@ class RunExecutor:
                 update={
                     "status": "running",
                     "attempt": attempt,
-                    "executing": ExecutingMark(attempt=attempt, kind="resume", since=now),
+                    "executing": ExecutingMark(
+                        attempt=attempt, kind="resume", since=now, server=self._store.server_id
+                    ),
                     "progress": Progress(
                         node=node.edges["ok"],
                         state={**checkpoint.state, node.state_key: payload},
@@ -230,12 +247,13 @@ class RunExecutor:
                 record_step=lambda entry, position: self._record_step(run_id, entry, position),
             )
             await self._record_stop(run_id, stop)
-        except StoreFenced:
-            # Not a host error to record: nothing may be recorded any more.
+        except (StoreFenced, RunChanged) as exc:
+            # Not a host error to record: nothing may be recorded any more
+            # (a step refused as `RunChanged` ends the execution here too).
             _log.warning(
-                "run %s stopped, but the store is fenced: its stop is not recorded"
-                " (the next owner's recovery fails it as abandoned)",
+                "run %s stopped, but its stop is not recorded: %s",
                 run_id,
+                exc.message,
             )
         except asyncio.CancelledError:
             # Shutdown: write nothing; the executing mark tells the next startup.

@@ -11,7 +11,14 @@ writes (or deletes) what the store decided. Two implementations:
   atomic and fsynced, as the host always kept them (docs/host.md,
   "Durability");
 - PostgreSQL (`pg_persistence.py`): one row per record in the tables of
-  `shell/pg/migrations/0001_initial.sql`, every write one fenced transaction.
+  `shell/pg/migrations`, every write one transaction. Several servers may
+  share the database: its runs are then `SharedRunPersistence`, read
+  through from the database where another server may have written, and
+  changed only from the version read (`RunChanged` otherwise). A read
+  through that finds the database unavailable answers from this server's
+  cache (`answer_from_cache`): what it wrote and last read, possibly behind
+  other servers' writes, rather than no answer while the scheduler waits
+  for the database too.
 
 The documents are the same on both: `{"format": 1, ...}` for artifacts and
 deployments, `RunRecord.to_json()` for runs.
@@ -25,12 +32,13 @@ holds on files, and a load on files runs to completion without an event loop
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
-from core.errors import Problem
+from core.errors import InvalidState, Problem, StoreUnavailable
 
 from .records import RunRecord
 
@@ -39,8 +47,13 @@ __all__ = [
     "CounterPersistence",
     "CounterRead",
     "DeploymentPersistence",
+    "RunChanged",
     "RunPersistence",
+    "SharedArtifactPersistence",
+    "SharedDeploymentPersistence",
+    "SharedRunPersistence",
     "Stored",
+    "answer_from_cache",
     "complete",
 ]
 
@@ -157,6 +170,56 @@ class RunPersistence(Protocol):
         ...
 
 
+@runtime_checkable
+class SharedArtifactPersistence(ArtifactPersistence, Protocol):
+    """Artifacts that several servers write (a database they share)."""
+
+    async def read_versions(self, artifact_id: str) -> list[Stored[tuple[str, str]]]:
+        """Every stored version of `artifact_id`, as stored now."""
+        ...
+
+
+@runtime_checkable
+class SharedDeploymentPersistence(DeploymentPersistence, Protocol):
+    """Deployments that several servers write (a database they share)."""
+
+    async def read(self, deployment_id: str) -> Stored[str] | None:
+        """The deployment as stored now; None once deleted (or never saved)."""
+        ...
+
+
+class RunChanged(InvalidState):
+    """A run record changed in the store since this server read it: another
+    server wrote it (resumed it, launched it, or failed it as abandoned).
+    Nothing was written; read it again."""
+
+
+@runtime_checkable
+class SharedRunPersistence(RunPersistence, Protocol):
+    """Run records that several servers write (a database they share)."""
+
+    @property
+    def server_id(self) -> str:
+        """This server's id on the store: its executing marks name it."""
+        ...
+
+    async def read(self, number: int) -> Stored[int | None] | None:
+        """The record of run `number` as stored now; None if there is none."""
+        ...
+
+    async def read_page(
+        self, *, status: str | None, after: int | None, before: int | None, limit: int
+    ) -> list[Stored[int | None]]:
+        """Up to `limit` records by run number, of one `status` or all: after
+        `after` ascending, or before `before` (None: from the newest)
+        descending."""
+        ...
+
+    async def read_executing(self) -> list[Stored[int | None]]:
+        """Every record whose status is `running` (the sweep's candidates)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class CounterRead:
     """What the counter's persistence holds: the last number issued
@@ -208,3 +271,12 @@ def complete(coroutine: Coroutine[Any, Any, T]) -> T:
         return result
     coroutine.close()
     raise RuntimeError("a store suspended while loading synchronously (files never do)")
+
+
+_log = logging.getLogger("adapters.host.persistence")
+
+
+def answer_from_cache(exc: StoreUnavailable) -> None:
+    """Note that a read through a shared store is answered from the cache
+    because the database is unavailable (`exc`); the caller then answers it."""
+    _log.info("the store is unavailable, answering from this server's cache: %s", exc.message)

@@ -10,17 +10,31 @@ Tables of `shell/pg/migrations/0001_initial.sql`:
 - the sequence `wf_run_number` issues run numbers.
 
 `record` holds the document the file store keeps in its file. Every write is
-one transaction opened with `Database.transaction(<operation>, fenced=True)`:
-a process whose scheduler lost the store's ownership commits nothing
-(`StoreFenced`). A connection error leaves as `StoreUnavailable` (the
+one transaction. A connection error leaves as `StoreUnavailable` (the
 transaction converts it; any other driver error is converted here too), a
 value PostgreSQL cannot hold in `jsonb` (a string with a NUL character) as
 `InvalidInput`, and a new run whose number is already in `wf_runs` as
 `AlreadyExists`: the primary key is what refuses a second record of a run,
 beside the store's cache and its per-run locks.
 
-Reads happen at load only; afterwards the stores answer from their caches, so
-reads keep working while the database is down.
+Several servers may share the database (docs/operations.md, "Several
+servers"):
+
+- a run record changes only from the version this server last read
+  (`wf_runs.version`, moved on by every change): a change of a run that
+  another server changed meanwhile (resumed, launched, or failed as
+  abandoned) is refused as `RunChanged`, writing nothing;
+- a run write is fenced by this server's registration (`as_server`: see
+  `shell.pg.servers`): once declared gone, nothing it writes to a run
+  commits (`StoreFenced`);
+- a change of a run, a deployment or an artifact tells the other servers as
+  it commits (`shell.pg.listener`, channel `wf_store`), which refresh what
+  they cache of it;
+- `read`, `read_page` and `read_executing` read through the cache, for
+  answers that must be the store's, not this server's memory.
+
+The stores load every row at start and answer most reads from their caches,
+so those keep working while the database is down.
 """
 
 from __future__ import annotations
@@ -38,9 +52,10 @@ from psycopg.types.json import Jsonb
 from core.errors import AlreadyExists, InvalidInput, Problem
 from shell.pg.batch import PHASE_RUNS, PgBatch
 from shell.pg.database import Database
+from shell.pg.listener import STORE, send
 
 from .identifiers import format_run_id, parse_run_id
-from .persistence import CounterRead, Stored
+from .persistence import CounterRead, RunChanged, Stored
 from .records import RunRecord, schedule_id_of
 
 __all__ = [
@@ -71,10 +86,12 @@ _INSERT_RUN: Final = (
 )
 # New runs staged into a scheduler round's batch are copied in with its rows.
 _COPY_RUNS: Final = "COPY wf_runs (run_number, status, schedule_id, record) FROM STDIN"
-_UPSERT_RUN: Final = (
-    _INSERT_RUN + " ON CONFLICT (run_number) DO UPDATE SET status = EXCLUDED.status,"
-    " schedule_id = EXCLUDED.schedule_id, record = EXCLUDED.record"
+# A change from the version read, or nothing (see the module docstring).
+_UPDATE_RUN: Final = (
+    "UPDATE wf_runs SET status = %s, schedule_id = %s, record = %s, version = version + 1"
+    " WHERE run_number = %s AND version = %s RETURNING run_number, version"
 )
+_RUN_COLUMNS: Final = "run_number, status, schedule_id, record, version"
 
 
 def artifact_location(artifact_id: str, version: object) -> str:
@@ -119,11 +136,14 @@ def _first_line(exc: BaseException) -> str:
 
 
 @contextlib.asynccontextmanager
-async def _writing(database: Database, operation: str) -> AsyncIterator[AsyncConnection[TupleRow]]:
-    """One fenced write transaction; driver errors leave as domain errors
-    (see the module docstring). `AlreadyExists` is the caller's to word."""
+async def _writing(
+    database: Database, operation: str, *, as_server: bool = False
+) -> AsyncIterator[AsyncConnection[TupleRow]]:
+    """One write transaction (fenced by this server's registration with
+    `as_server`); driver errors leave as domain errors (see the module
+    docstring). `AlreadyExists` is the caller's to word."""
     try:
-        async with database.transaction(operation, fenced=True) as conn:
+        async with database.transaction(operation, as_server=as_server) as conn:
             yield conn
     except psycopg.errors.UniqueViolation:
         raise
@@ -136,9 +156,16 @@ async def _writing(database: Database, operation: str) -> AsyncIterator[AsyncCon
         raise database.unavailable(exc, operation) from None
 
 
-async def _rows(database: Database, operation: str, query: str) -> list[tuple[Any, ...]]:
+async def _rows(
+    database: Database,
+    operation: str,
+    query: str,
+    params: tuple[Any, ...] | None = None,
+    *,
+    background: bool = False,
+) -> list[tuple[Any, ...]]:
     try:
-        return list(await database.fetch_all(operation, query))
+        return list(await database.fetch_all(operation, query, params, background=background))
     except psycopg.Error as exc:
         raise database.unavailable(exc, operation) from None
 
@@ -172,6 +199,23 @@ class PgArtifacts:
         # exists with other content; a row it could not read is overwritten.
         async with _writing(self._db, "write an artifact") as conn:
             await conn.execute(_UPSERT_ARTIFACT, (artifact_id, version, Jsonb(document)))
+            await send(conn, self._db, STORE, {"artifact": artifact_id, "version": version})
+
+    async def read_versions(self, artifact_id: str) -> list[Stored[tuple[str, str]]]:
+        rows = await _rows(
+            self._db,
+            "read an artifact",
+            "SELECT version, record FROM wf_artifacts WHERE artifact_id = %s ORDER BY version",
+            (artifact_id,),
+        )
+        return [
+            Stored(
+                location=artifact_location(artifact_id, version),
+                key=(artifact_id, str(version)),
+                document=record,
+            )
+            for version, record in rows
+        ]
 
 
 class PgDeployments:
@@ -199,12 +243,27 @@ class PgDeployments:
     async def write(self, deployment_id: str, document: dict[str, Any]) -> None:
         async with _writing(self._db, "write a deployment") as conn:
             await conn.execute(_UPSERT_DEPLOYMENT, (deployment_id, Jsonb(document)))
+            await send(conn, self._db, STORE, {"deployment": deployment_id})
 
     async def delete(self, deployment_id: str) -> None:
         async with _writing(self._db, "delete a deployment") as conn:
             await conn.execute(
                 "DELETE FROM wf_deployments WHERE deployment_id = %s", (deployment_id,)
             )
+            await send(conn, self._db, STORE, {"deployment": deployment_id})
+
+    async def read(self, deployment_id: str) -> Stored[str] | None:
+        rows = await _rows(
+            self._db,
+            "read a deployment",
+            "SELECT record FROM wf_deployments WHERE deployment_id = %s",
+            (deployment_id,),
+        )
+        if not rows:
+            return None
+        return Stored(
+            location=deployment_location(deployment_id), key=deployment_id, document=rows[0][0]
+        )
 
 
 def _run_row(record: RunRecord) -> tuple[Any, ...]:
@@ -226,29 +285,97 @@ def _taken(run_ids: Sequence[str]) -> AlreadyExists:
     )
 
 
+def _changed(record: RunRecord, current: tuple[Any, ...] | None) -> RunChanged:
+    now = f"it is {current[0]} now" if current is not None else "its row is gone"
+    return RunChanged(
+        f"run {record.run_id} was changed by another server since this one read it ({now});"
+        " nothing was written: read it again",
+        data={"run_id": record.run_id, "status": current[0] if current is not None else None},
+    )
+
+
+def _stored_run(row: tuple[Any, ...]) -> Stored[int | None]:
+    number, status, schedule_id, record = row[:4]
+    return Stored(
+        location=run_location(format_run_id(int(number))),
+        key=int(number),
+        document=record,
+        columns={"status": status, "schedule_id": schedule_id},
+    )
+
+
 class PgRuns:
     """Run records in `wf_runs`: a new run is an INSERT (its primary key
-    refuses a second record of the run), a change an upsert; a group of
-    records is one transaction (`executemany`)."""
+    refuses a second record of the run), a change an UPDATE from the version
+    this server read (see the module docstring); a group of records is one
+    transaction (`executemany`)."""
 
     key_name = "row"
 
     def __init__(self, database: Database) -> None:
         self._db = database
+        # The version of each row as this server last read or wrote it.
+        self._versions: dict[int, int] = {}
+
+    @property
+    def server_id(self) -> str:
+        return self._db.server_id
+
+    def _rows_read(self, rows: Sequence[tuple[Any, ...]]) -> list[Stored[int | None]]:
+        for row in rows:
+            self._versions[int(row[0])] = int(row[4])
+        return [_stored_run(row) for row in rows]
 
     async def load(self) -> AsyncIterator[Stored[int | None]]:
         rows = await _rows(
             self._db,
             "read the runs",
-            "SELECT run_number, status, schedule_id, record FROM wf_runs ORDER BY run_number",
+            f"SELECT {_RUN_COLUMNS} FROM wf_runs ORDER BY run_number",
         )
-        for number, status, schedule_id, record in rows:
-            yield Stored(
-                location=run_location(format_run_id(int(number))),
-                key=int(number),
-                document=record,
-                columns={"status": status, "schedule_id": schedule_id},
-            )
+        for stored in self._rows_read(rows):
+            yield stored
+
+    async def read(self, number: int) -> Stored[int | None] | None:
+        rows = await _rows(
+            self._db,
+            "read a run",
+            f"SELECT {_RUN_COLUMNS} FROM wf_runs WHERE run_number = %s",
+            (number,),
+        )
+        found = self._rows_read(rows)
+        return found[0] if found else None
+
+    async def read_page(
+        self, *, status: str | None, after: int | None, before: int | None, limit: int
+    ) -> list[Stored[int | None]]:
+        where = ["status = %s"] if status is not None else []
+        params: list[Any] = [status] if status is not None else []
+        if before is not None or after is None:
+            if before is not None:
+                where.append("run_number < %s")
+                params.append(before)
+            order = "DESC"
+        else:
+            where.append("run_number > %s")
+            params.append(after)
+            order = "ASC"
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        rows = await _rows(
+            self._db,
+            "list runs",
+            f"SELECT {_RUN_COLUMNS} FROM wf_runs{clause} ORDER BY run_number {order} LIMIT %s",
+            (*params, limit),
+        )
+        return self._rows_read(rows)
+
+    async def read_executing(self) -> list[Stored[int | None]]:
+        rows = await _rows(
+            self._db,
+            "read the executing runs",
+            f"SELECT {_RUN_COLUMNS} FROM wf_runs WHERE status = 'running' ORDER BY run_number",
+            background=True,
+        )
+        return self._rows_read(rows)
 
     def unstorable(self, field: str, value: Any) -> list[Problem]:
         return _nul_problems(field, value)
@@ -259,26 +386,50 @@ class PgRuns:
         return False
 
     async def write(self, record: RunRecord, *, created: bool) -> None:
-        try:
-            async with _writing(self._db, "write a run record") as conn:
-                await conn.execute(_INSERT_RUN if created else _UPSERT_RUN, _run_row(record))
-        except psycopg.errors.UniqueViolation:
-            raise _taken([record.run_id]) from None
+        await self.write_many([record], created={record.run_id} if created else set())
 
     async def write_many(self, records: Sequence[RunRecord], *, created: AbstractSet[str]) -> None:
         new = [_run_row(r) for r in records if r.run_id in created]
-        changed = [_run_row(r) for r in records if r.run_id not in created]
+        changed = [r for r in records if r.run_id not in created]
+        updates = [(*_run_row(r)[1:], _run_row(r)[0], self._version(r)) for r in changed]
+        versions: dict[int, int] = {}
         try:
             async with (
-                _writing(self._db, "write run records") as conn,
+                _writing(self._db, "write run records", as_server=True) as conn,
                 conn.cursor() as cursor,
             ):
                 if new:
                     await cursor.executemany(_INSERT_RUN, new)
-                if changed:
-                    await cursor.executemany(_UPSERT_RUN, changed)
+                if updates:
+                    await cursor.executemany(_UPDATE_RUN, updates, returning=True)
+                    while True:
+                        for number, version in await cursor.fetchall():
+                            versions[int(number)] = int(version)
+                        if not cursor.nextset():
+                            break
+                    missed = [r for r in changed if _number(r) not in versions]
+                    if missed:
+                        # Rolled back whole: none of the batch is written.
+                        current = await conn.execute(
+                            "SELECT status FROM wf_runs WHERE run_number = %s",
+                            (_number(missed[0]),),
+                        )
+                        raise _changed(missed[0], await current.fetchone())
+                    await send(
+                        conn,
+                        self._db,
+                        STORE,
+                        {"runs": [[_number(r), r.status, schedule_id_of(r)] for r in changed]},
+                    )
         except psycopg.errors.UniqueViolation:
             raise _taken([r.run_id for r in records if r.run_id in created]) from None
+        for row in new:
+            self._versions[int(row[0])] = 1
+        self._versions.update(versions)
+
+    def _version(self, record: RunRecord) -> int:
+        # A row this server created and never read since is at version 1.
+        return self._versions.get(_number(record), 1)
 
     def stages_into(self, batch: object) -> bool:
         # A round's transaction (`shell.pg.batch`) on this database: the
@@ -289,6 +440,13 @@ class PgRuns:
         assert isinstance(batch, PgBatch)
         for record in records:
             batch.add(PHASE_RUNS, _COPY_RUNS, _run_row(record))
+            self._versions[_number(record)] = 1
+
+
+def _number(record: RunRecord) -> int:
+    number = parse_run_id(record.run_id)
+    assert number is not None
+    return number
 
 
 class PgRunCounter:

@@ -7,7 +7,9 @@ Fields that carry the durability protocol:
   every resume adds one.
 - `executing`: the executing mark `{attempt, kind: start|resume, since}`,
   written before an attempt executes its first step and cleared by the
-  checkpoint that ends the attempt. For a resume it is the attempt mark.
+  checkpoint that ends the attempt. For a resume it is the attempt mark. On
+  a store several servers share it names the server executing the attempt
+  (`server`), so that only the death of that server abandons it.
   A server stopping before the attempt finished (its drain ran out of time,
   or was cut short) adds `stopped: {at, cause, grace_s}` to the mark before it
   exits, so the next start can tell that stop from a process that died.
@@ -97,14 +99,18 @@ class ExecutingMark(BaseModel):
     kind: Literal["start", "resume"]
     since: str
     stopped: StopNote | None = None
+    # The id of the server executing the attempt (`shell.pg.servers`); None
+    # on a store one server owns (files).
+    server: str | None = None
 
     @model_serializer(mode="wrap")
-    def _omit_no_stop(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # No `stopped` key while there is no note: every other record stays
-        # byte for byte what it was before the note existed.
+    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # No `stopped` or `server` key while unset: every other record stays
+        # byte for byte what it was before they existed.
         data: dict[str, Any] = handler(self)
-        if data.get("stopped") is None:
-            data.pop("stopped", None)
+        for key in ("stopped", "server"):
+            if data.get(key) is None:
+                data.pop(key, None)
         return data
 
 

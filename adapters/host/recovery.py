@@ -17,6 +17,9 @@ drain grace ran out, or a second SIGINT cut the drain) was left by a clean
 stop: "the previous server stopped before this run finished (...)". A mark
 without one was left by a process that died (killed, crashed, lost power)
 with the attempt executing: "the process died while this run was executing".
+On a store several servers share, a mark names its server, and only that
+server's death abandons the attempt; one declared gone for its silence may
+have been frozen or cut off rather than dead, and the message says so.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any, Final
 
 from .records import Checkpoint, RunError, RunRecord, StopNote
 
-__all__ = ["ABANDONED", "AMBIGUOUS_RESUME", "STOPPED", "recover_record", "stop_reason"]
+__all__ = ["ABANDONED", "AMBIGUOUS_RESUME", "GONE", "STOPPED", "recover_record", "stop_reason"]
 
 ABANDONED: Final = (
     "abandoned: the process died while this run was executing; "
@@ -36,6 +39,10 @@ STOPPED: Final = (
     "external effects may already have occurred"
 )
 AMBIGUOUS_RESUME: Final = "ambiguous resume: attempt {attempt} was marked but left no result"
+GONE: Final = (
+    "abandoned: its server {server} was declared gone from the store (it stopped proving"
+    " it is alive) while this run was executing; external effects may already have occurred"
+)
 
 
 def stop_reason(note: StopNote) -> str:
@@ -48,10 +55,13 @@ def stop_reason(note: StopNote) -> str:
     return f"{why}, at {note.at}"
 
 
-def recover_record(record: RunRecord, now: str) -> tuple[RunRecord, dict[str, Any]] | None:
+def recover_record(
+    record: RunRecord, now: str, *, server_gone: bool = False
+) -> tuple[RunRecord, dict[str, Any]] | None:
     """The failed record and its finding for a dead attempt, or None if nothing to do.
 
-    `record` must already satisfy `check_consistency`.
+    `record` must already satisfy `check_consistency`. `server_gone`: the
+    mark's server was declared gone (not known to have died or stopped).
     """
     if record.status != "running" or record.executing is None or record.progress is None:
         return None
@@ -61,11 +71,21 @@ def recover_record(record: RunRecord, now: str) -> tuple[RunRecord, dict[str, An
     note = record.executing.stopped
     if record.executing.kind == "start":
         finding = "abandoned"
-        disclosure = ABANDONED if note is None else STOPPED.format(why=stop_reason(note))
+        if note is not None:
+            disclosure = STOPPED.format(why=stop_reason(note))
+        elif server_gone:
+            disclosure = GONE.format(server=record.executing.server)
+        else:
+            disclosure = ABANDONED
         message = f"{disclosure} (attempt {attempt}; {where}); not retried"
     else:
         finding = "ambiguous-resume"
-        stopped = "" if note is None else f" (the previous server stopped: {stop_reason(note)})"
+        if note is not None:
+            stopped = f" (the previous server stopped: {stop_reason(note)})"
+        elif server_gone:
+            stopped = f" (its server {record.executing.server} was declared gone)"
+        else:
+            stopped = ""
         message = (
             f"{AMBIGUOUS_RESUME.format(attempt=attempt)}{stopped}; failed closed, not retried; "
             f"external effects may already have occurred ({where})"

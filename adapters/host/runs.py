@@ -1,14 +1,16 @@
 """The run store: one record per run, cached in memory.
 
 The records (files under `<root>/runs/`, or rows of `wf_runs`: persistence.py)
-are the truth; the cache is what this process last wrote or read at startup,
-and answers every read. Every change goes through `put` (or `put_many`/
-`commit`, which group-commit many records with one flush or transaction),
-which writes the whole record durably before the cache is updated. `load` is
-startup recovery: it reads every record, reports what it cannot use, and
-fails dead attempts closed (recovery.py). Per-run asyncio locks serialize the
-read-check-write transitions of one run across concurrent API calls and its
-execution task.
+are the truth; the cache is what this process last wrote or read, and
+answers every read, except on a store several servers share, where the
+API's reads go to the store (`fetch`, `fetch_page`, `refresh`) and the runs
+of a server found dead are failed by the leader (`abandoned_by`). Every
+change goes through `put` (or `put_many`/`commit`, which group-commit many
+records with one flush or transaction), which writes the whole record
+durably before the cache is updated. `load` is startup recovery: it reads
+every record, reports what it cannot use, and fails dead attempts closed
+(recovery.py). Per-run asyncio locks serialize the read-check-write
+transitions of one run across concurrent API calls and its execution task.
 """
 
 from __future__ import annotations
@@ -22,23 +24,33 @@ import itertools
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Any, Final
 
 from pydantic import ValidationError
 
-from core.errors import InvalidInput, InvalidState, NotFound, Problem
+from core.errors import InvalidInput, InvalidState, NotFound, Problem, StoreUnavailable
 from core.occurrences import RUN_STATUSES
 from shell.durable import fault_point
 from shell.store_ports import BatchPort
 
 from .identifiers import RUN_ID_PATTERN, format_run_id, parse_run_id
-from .persistence import RunPersistence, Stored
+from .persistence import (
+    RunChanged,
+    RunPersistence,
+    SharedRunPersistence,
+    Stored,
+    answer_from_cache,
+)
 from .records import STOP_STATUSES, RunRecord, check_consistency, schedule_id_of
 from .recovery import recover_record
 
-__all__ = ["MAX_PAGE", "RunStore", "check_run_id"]
+__all__ = ["MAX_PAGE", "NEWEST_SCAN", "RunStore", "check_run_id"]
 
 MAX_PAGE: Final = 100
+# The most records a newest-first page filtered by status examines (see
+# `RunStore._page_newest`): about 6 ms at any size of the store.
+NEWEST_SCAN: Final = 10_000
 _log = logging.getLogger("adapters.host.runs")
 
 
@@ -80,6 +92,7 @@ def _decode_cursor(cursor: Any, key: str = "after") -> int:
 class RunStore:
     def __init__(self, persistence: RunPersistence) -> None:
         self._persistence = persistence
+        self._shared = persistence if isinstance(persistence, SharedRunPersistence) else None
         self._records: dict[int, RunRecord] = {}
         # The numbers of `_records`, ascending: a page is a bisect and `limit`
         # reads, not a sort of every run (the scheduler pages them all at start).
@@ -93,11 +106,23 @@ class RunStore:
         # The flushes under way (the loop keeps only weak references to tasks).
         self._flushes: set[asyncio.Task[None]] = set()
 
-    async def load(self, now: Callable[[], str], *, recover: bool = True) -> list[dict[str, Any]]:
+    async def load(
+        self,
+        now: Callable[[], str],
+        *,
+        recover: bool = True,
+        dead_servers: AbstractSet[str] | None = None,
+        silent_servers: AbstractSet[str] = frozenset(),
+    ) -> list[dict[str, Any]]:
         """Startup recovery of every record (see recovery.py). Returns the findings.
         Without `recover`, records are read and checked only: nothing is
         written, and an attempt that was executing stays as it is (moving a
-        store copies what it holds; the server that opens the copy recovers)."""
+        store copies what it holds; the server that opens the copy recovers).
+        `dead_servers` (a store several servers share): an attempt whose mark
+        names a server is recovered only if that server is among them; the
+        others are executing elsewhere. `silent_servers`: those of them
+        declared gone for their silence, not known dead (what the failure
+        says)."""
         findings: list[dict[str, Any]] = []
         async for stored in self._persistence.load():
             if stored.key is None:
@@ -110,17 +135,26 @@ class RunStore:
                     }
                 )
                 continue
-            findings.extend(await self._load_one(stored.key, stored, now, recover=recover))
+            findings.extend(
+                await self._load_one(
+                    stored.key,
+                    stored,
+                    now,
+                    recover=recover,
+                    dead_servers=dead_servers,
+                    silent_servers=silent_servers,
+                )
+            )
         for finding in findings:
             _log.warning("run store recovery: %s", finding)
         return findings
 
-    async def _load_one(
-        self, number: int, stored: Stored[int | None], now: Callable[[], str], *, recover: bool
-    ) -> list[dict[str, Any]]:
+    def _check(self, number: int, stored: Stored[int | None]) -> RunRecord | dict[str, Any]:
+        """The stored record, checked; or the finding that says why it
+        cannot be used (then kept among the broken ones)."""
         run_id = format_run_id(number)
 
-        def broken(finding: str, reason: str) -> list[dict[str, Any]]:
+        def broken(finding: str, reason: str) -> dict[str, Any]:
             entry = {
                 "run_id": run_id,
                 "file": stored.location,
@@ -128,7 +162,7 @@ class RunStore:
                 "reason": reason,
             }
             self._broken[number] = entry
-            return [entry]
+            return entry
 
         if stored.error is not None:
             return broken("unreadable", stored.error)
@@ -148,10 +182,27 @@ class RunStore:
             contradiction = _columns_contradiction(record, stored.columns)
         if contradiction is not None:
             return broken("contradictory", contradiction)
-        if record.status != "running" or not recover:
+        return record
+
+    async def _load_one(
+        self,
+        number: int,
+        stored: Stored[int | None],
+        now: Callable[[], str],
+        *,
+        recover: bool,
+        dead_servers: AbstractSet[str] | None,
+        silent_servers: AbstractSet[str],
+    ) -> list[dict[str, Any]]:
+        record = self._check(number, stored)
+        if isinstance(record, dict):
+            return [record]
+        server = record.executing.server if record.executing is not None else None
+        elsewhere = dead_servers is not None and server is not None and server not in dead_servers
+        if record.status != "running" or not recover or elsewhere:
             self._remember(number, record)
             return []
-        recovered = recover_record(record, now())
+        recovered = recover_record(record, now(), server_gone=server in silent_servers)
         if recovered is None:
             self._remember(number, record)
             return []
@@ -160,6 +211,121 @@ class RunStore:
         self._remember(number, record)
         await self.put(failed)
         return [{**finding, "file": stored.location}]
+
+    # --- a store several servers share ------------------------------------------------
+
+    @property
+    def shared(self) -> bool:
+        """Whether other servers write this store too (see persistence.py)."""
+        return self._shared is not None
+
+    @property
+    def server_id(self) -> str | None:
+        """The id executing marks name on a shared store; None otherwise."""
+        return self._shared.server_id if self._shared is not None else None
+
+    def cached(self, number: int) -> RunRecord | None:
+        """What the cache holds of run `number` (no read, no check)."""
+        return self._records.get(number)
+
+    def _take(self, stored: Stored[int | None]) -> RunRecord | None:
+        """Cache a record read from a shared store (or note it broken)."""
+        number = stored.key
+        if number is None:
+            return None
+        record = self._check(number, stored)
+        if isinstance(record, dict):
+            self._forget(number)
+            return None
+        self._broken.pop(number, None)
+        self._remember(number, record)
+        return record
+
+    async def refresh(self, number: int) -> RunRecord | None:
+        """Read run `number` from a shared store into the cache (what another
+        server wrote); the record, or None (none, or broken). On a store no
+        one else writes, the cache is the store: nothing is read."""
+        if self._shared is None:
+            return self._records.get(number)
+        try:
+            stored = await self._shared.read(number)
+        except StoreUnavailable as exc:
+            answer_from_cache(exc)
+            return self._records.get(number)
+        if stored is None:
+            return None
+        return self._take(stored)
+
+    async def fetch(self, run_id: Any) -> RunRecord:
+        """`get`, as the store has it now (read through on a shared store)."""
+        number = check_run_id(run_id)
+        await self.refresh(number)
+        return self.get(run_id)
+
+    async def fetch_page(
+        self, status: Any, cursor: Any, limit: Any, newest_first: Any = False
+    ) -> tuple[list[RunRecord], str | None]:
+        """`page`, read from a shared store (and cached); the cache otherwise."""
+        if self._shared is None:
+            return self.page(status, cursor, limit, newest_first)
+        self._check_page(status, limit, newest_first)
+        try:
+            if newest_first:
+                before = None if cursor is None else _decode_cursor(cursor, "before")
+                rows = await self._shared.read_page(
+                    status=status, after=None, before=before, limit=limit + 1
+                )
+            else:
+                after = 0 if cursor is None else _decode_cursor(cursor)
+                rows = await self._shared.read_page(
+                    status=status, after=after, before=None, limit=limit + 1
+                )
+        except StoreUnavailable as exc:
+            answer_from_cache(exc)
+            return self.page(status, cursor, limit, newest_first)
+        chosen = [record for record in map(self._take, rows[:limit]) if record is not None]
+        last = rows[limit - 1].key if len(rows) > limit else None
+        if last is None:
+            return chosen, None
+        return chosen, _encode_cursor(last, "before" if newest_first else "after")
+
+    async def abandoned_by(
+        self, dead_servers: AbstractSet[str], silent: AbstractSet[str], now: Callable[[], str]
+    ) -> tuple[list[RunRecord], list[dict[str, Any]]]:
+        """Fail the attempts executing on `dead_servers` (never this one's) as
+        recovery fails a dead attempt; `silent`: those declared gone for
+        their silence (see `load`). The failed records and their findings; a
+        run another server changed meanwhile is left to it."""
+        failed: list[RunRecord] = []
+        findings: list[dict[str, Any]] = []
+        if self._shared is None:
+            return failed, findings
+        for stored in await self._shared.read_executing():
+            record = self._take(stored)
+            mark = record.executing if record is not None else None
+            if record is None or mark is None or mark.server is None:
+                continue
+            if mark.server not in dead_servers or mark.server == self.server_id:
+                continue
+            recovered = recover_record(record, now(), server_gone=mark.server in silent)
+            if recovered is None:
+                continue
+            async with self.lock(record.run_id):
+                try:
+                    await self.put(recovered[0])
+                except RunChanged:
+                    await self.refresh(stored.key or 0)
+                    continue
+            failed.append(recovered[0])
+            findings.append({**recovered[1], "file": stored.location})
+            _log.warning("run %s failed: %s", record.run_id, recovered[1]["reason"])
+        return failed, findings
+
+    def _forget(self, number: int) -> None:
+        if self._records.pop(number, None) is not None:
+            index = bisect.bisect_left(self._order, number)
+            if index < len(self._order) and self._order[index] == number:
+                del self._order[index]
 
     def records(self) -> list[RunRecord]:
         """Every readable record, by run number."""
@@ -352,6 +518,23 @@ class RunStore:
     ) -> tuple[list[RunRecord], str | None]:
         """Records oldest first (by id), optionally of one status, after `cursor`;
         with `newest_first`, newest first, before `cursor`."""
+        self._check_page(status, limit, newest_first)
+        if newest_first:
+            return self._page_newest(status, cursor, limit)
+        after = 0 if cursor is None else _decode_cursor(cursor)
+        chosen: list[int] = []
+        more = False
+        for n in itertools.islice(self._order, bisect.bisect_right(self._order, after), None):
+            if status is not None and self._records[n].status != status:
+                continue
+            if len(chosen) == limit:
+                more = True
+                break
+            chosen.append(n)
+        return [self._records[n] for n in chosen], _encode_cursor(chosen[-1]) if more else None
+
+    @staticmethod
+    def _check_page(status: Any, limit: Any, newest_first: Any) -> None:
         problems: list[Problem] = []
         if status is not None and status not in RUN_STATUSES:
             problems.append(
@@ -368,19 +551,6 @@ class RunStore:
             problems.append(Problem(field="newest_first", reason="must be a boolean"))
         if problems:
             raise InvalidInput.from_problems("list_runs arguments", problems)
-        if newest_first:
-            return self._page_newest(status, cursor, limit)
-        after = 0 if cursor is None else _decode_cursor(cursor)
-        chosen: list[int] = []
-        more = False
-        for n in itertools.islice(self._order, bisect.bisect_right(self._order, after), None):
-            if status is not None and self._records[n].status != status:
-                continue
-            if len(chosen) == limit:
-                more = True
-                break
-            chosen.append(n)
-        return [self._records[n] for n in chosen], _encode_cursor(chosen[-1]) if more else None
 
     def _page_newest(
         self, status: str | None, cursor: Any, limit: int
@@ -389,7 +559,17 @@ class RunStore:
         end = len(self._order) if before is None else bisect.bisect_left(self._order, before)
         chosen: list[int] = []
         more = False
+        # A status filter examines at most NEWEST_SCAN records a page, so that
+        # a status that is rare (or absent) among a million runs still costs a
+        # bounded page: it may then hold fewer than `limit` runs, none even,
+        # and a cursor that goes on before the last record examined.
+        budget = NEWEST_SCAN if status is not None else None
+        examined = 0
         for index in range(end - 1, -1, -1):
+            if budget is not None and examined == budget:
+                records = [self._records[n] for n in chosen]
+                return records, _encode_cursor(self._order[index + 1], "before")
+            examined += 1
             n = self._order[index]
             if status is not None and self._records[n].status != status:
                 continue

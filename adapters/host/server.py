@@ -34,8 +34,18 @@ from .persistence import complete
 from .runs import RunStore
 from .storage import ensure_dir
 
+# The defaults of a shared store's liveness, without importing the driver
+# for a server on files (`shell.pg.servers`, `shell.pg.ownership`).
+DEFAULT_HEARTBEAT_S = 2.0
+DEFAULT_SILENCE_S = 6.0
+DEFAULT_LEASE_S = 6.0
+DEFAULT_RENEW_S = 2.0
+
 if TYPE_CHECKING:
     from shell.pg.database import Database
+    from shell.pg.servers import Servers
+
+    from .shared_store import SharedStore
 
 __all__ = [
     "LocalStaticWorkflowServer",
@@ -70,10 +80,16 @@ class LocalStaticWorkflowServer:
         self.api = api
         self.recovery_report = recovery_report
         self.clock: Callable[[], datetime] = _utc_now
+        # This server's part in a database several servers share.
+        self.shared: SharedStore | None = None
 
     async def close(self) -> None:
-        """Close the server's database (nothing to close on files). Runs still
-        executing are not stopped: drain or cancel them first."""
+        """Close the server's database (nothing to close on files), saying
+        first that this server stopped. Runs still executing are not
+        stopped: drain or cancel them first."""
+        if self.shared is not None:
+            shared, self.shared = self.shared, None
+            await shared.stop()
         if self.database is not None:
             await self.database.close()
 
@@ -96,12 +112,21 @@ class _Stores:
     counter: RunIdCounter
 
 
-async def _recover(stores: _Stores, now: Callable[[], str]) -> list[dict[str, Any]]:
-    """Startup recovery of every store, in order; the findings."""
+async def _recover(
+    stores: _Stores, now: Callable[[], str], servers: Servers | None = None
+) -> list[dict[str, Any]]:
+    """Startup recovery of every store, in order; the findings. `servers`:
+    on a store several servers share, which of them are dead (only their
+    executing runs are recovered)."""
     report: list[dict[str, Any]] = []
     report += await stores.artifacts.load()
     report += await stores.deployments.load()
-    report += await stores.runs.load(now)
+    if servers is None:
+        report += await stores.runs.load(now)
+    else:
+        report += await stores.runs.load(
+            now, dead_servers=servers.dead, silent_servers=servers.silent
+        )
     repaired = await stores.counter.load(stores.runs.highest_number())
     if repaired is not None:
         _log.warning("run store recovery: %s", repaired)
@@ -211,58 +236,39 @@ def build_local_static_workflow_server(
     return server
 
 
-async def _refuse_if_pg_owned(database: Database) -> None:
-    """Raise SchedulerUnavailable naming the holder when a scheduler in
-    another process owns the database (its session holds the scheduler's
-    advisory lock): the recovery would fail that process's executing runs.
-    The probe takes the lock on a connection of its own and gives it back."""
-    import psycopg
-
-    from shell.pg.migrations import LOCK_NAMESPACE
-    from shell.pg.ownership import SCHEDULER_LOCK, PgOwnership
-
-    conn = await database.connect(autocommit=True)
-    try:
-        cursor = await conn.execute(
-            "SELECT pg_try_advisory_lock(%s, %s)", (LOCK_NAMESPACE, SCHEDULER_LOCK)
-        )
-        row = await cursor.fetchone()
-        if row is not None and row[0]:
-            await conn.execute(
-                "SELECT pg_advisory_unlock(%s, %s)", (LOCK_NAMESPACE, SCHEDULER_LOCK)
-            )
-            return
-        # The ownership's own refusal, naming the holder its row records.
-        raise await PgOwnership(database)._refusal(conn)
-    except psycopg.Error as exc:
-        raise database.unavailable(exc, "check the scheduler's ownership") from None
-    finally:
-        await conn.close()
-
-
 async def build_postgres_workflow_server(
     database: Database,
     *,
     schedules: bool = False,
     schedules_factory: SchedulesFactory | None = None,
     clock: Callable[[], datetime] | None = None,
+    heartbeat_s: float = DEFAULT_HEARTBEAT_S,
+    silence_s: float = DEFAULT_SILENCE_S,
+    lease_s: float = DEFAULT_LEASE_S,
+    renew_s: float = DEFAULT_RENEW_S,
 ) -> LocalStaticWorkflowServer:
     """Recover the stores in the PostgreSQL `database` and return the server.
 
     `database` must be open (`await database.open()` applies the migrations);
-    `server.close()` closes it. As the file builder: the findings are in
-    `recovery_report`; when a scheduler in another process owns the database,
-    nothing is read: SchedulerUnavailable names the holder; StoreUnavailable
-    when the database does not answer. `server.store_root` is None and
+    `server.close()` says this server stopped and closes it. As the file
+    builder: the findings are in `recovery_report`; StoreUnavailable when the
+    database does not answer. `server.store_root` is None and
     `server.database` is `database`.
+
+    Several servers may share the database (`server.shared`,
+    `adapters.host.shared_store`): this one registers first and proves it is
+    alive every `heartbeat_s`; the recovery fails only the executing runs of
+    servers dead (stopped, or declared gone: silent for `silence_s`, or
+    known dead on this machine), never those of a live server. `lease_s`
+    and `renew_s` are the scheduler's leadership lease (`shell.pg.ownership`).
 
     With `schedules=True`, `server.api.schedules` is `schedules_factory(server)`,
     or a `shell.schedules_api.SchedulesApi` on `shell.pg.backend.PgBackend`
     (the schedule stores in the same database) when no factory is given.
     """
     from .pg_persistence import PgArtifacts, PgDeployments, PgRunCounter, PgRuns
+    from .shared_store import SharedStore
 
-    await _refuse_if_pg_owned(database)
     read_clock = clock or _utc_now
     now = _timestamp(read_clock)
     stores = _Stores(
@@ -271,19 +277,43 @@ async def build_postgres_workflow_server(
         runs=RunStore(PgRuns(database)),
         counter=RunIdCounter(PgRunCounter(database)),
     )
-    report = await _recover(stores, now)
-    server = _server(
-        stores, now=now, report=report, read_clock=read_clock, store_root=None, database=database
+    shared = SharedStore(
+        database,
+        runs=stores.runs,
+        deployments=stores.deployments,
+        artifacts=stores.artifacts,
+        now=now,
+        heartbeat_s=heartbeat_s,
+        silence_s=silence_s,
     )
+    servers = await shared.register()
+    try:
+        report = await _recover(stores, now, servers)
+        server = _server(
+            stores,
+            now=now,
+            report=report,
+            read_clock=read_clock,
+            store_root=None,
+            database=database,
+        )
+        await shared.start(
+            announce=server.api.announce_run, cancel_executing=server.api.cancel_executing
+        )
+    except BaseException:
+        await shared.stop()
+        raise
+    server.shared = shared
+    server.api.shared = shared
     if schedules:
         if schedules_factory is None:
-            schedules_factory = _pg_schedules_factory(database, read_clock)
+            schedules_factory = _pg_schedules_factory(database, read_clock, lease_s, renew_s)
         server.api.schedules = schedules_factory(server)
     return server
 
 
 def _pg_schedules_factory(
-    database: Database, read_clock: Callable[[], datetime]
+    database: Database, read_clock: Callable[[], datetime], lease_s: float, renew_s: float
 ) -> SchedulesFactory:
     try:
         from shell.pg.backend import PgBackend
@@ -296,7 +326,7 @@ def _pg_schedules_factory(
 
     def factory(server: LocalStaticWorkflowServer) -> object:
         return SchedulesApi(
-            backend=PgBackend(database, clock=read_clock),
+            backend=PgBackend(database, clock=read_clock, lease_s=lease_s, renew_s=renew_s),
             host=server.api,
             clock=ReadClock(read_clock),
             store_health=server.api.store_health,
