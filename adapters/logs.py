@@ -58,8 +58,9 @@ _SHELL_SERVICE: Final = "shell.service"
 # (logger, message template) -> the event. Grouped by what they are about.
 EVENTS: Final[Mapping[tuple[str, str], Named]] = {
     # The scheduler loop and its rounds.
-    (_SHELL_SERVICE, "scheduler started on %s"): Named("scheduler.started"),
+    (_SHELL_SERVICE, "scheduler started on %s (%s)"): Named("scheduler.started"),
     (_SHELL_SERVICE, "scheduler stopped"): Named("scheduler.stopped"),
+    (_SHELL_SERVICE, "scheduler stopped (standing by)"): Named("scheduler.stopped"),
     (
         _SHELL_SERVICE,
         "scheduler round failed: %s; retried after the poll interval, from the stores",
@@ -69,7 +70,7 @@ EVENTS: Final[Mapping[tuple[str, str], Named]] = {
         "scheduler round failed; its state is rebuilt from the stores before the next round,"
         " after the poll interval",
     ): Named("scheduler.round_failed"),
-    (_SHELL_SERVICE, "scheduler state rebuilt from the stores after a failed round"): Named(
+    (_SHELL_SERVICE, "scheduler state rebuilt from the stores %s"): Named(
         "scheduler.resynchronized"
     ),
     (
@@ -100,13 +101,64 @@ EVENTS: Final[Mapping[tuple[str, str], Named]] = {
         "run %s stopped, but the store is fenced: its stop is not recorded (the next owner's"
         " recovery fails it as abandoned)",
     ): Named("fencing.run_stop_unrecorded", run_id=0),
+    # Leadership of a store several servers share (shell.pg.ownership).
+    ("shell.pg", "leading the %s at epoch %d"): Named("leadership.taken"),
     (
         "shell.pg",
-        "the scheduler's session on the %s was lost; ownership retaken at epoch %s",
-    ): Named("fencing.ownership_retaken"),
-    ("shell.pg", "could not release the scheduler's lock explicitly: %s"): Named(
-        "fencing.release_failed"
+        "the scheduler's leader (pid %s on %s, epoch %s) is dead: taking over before its"
+        " lease lapses",
+    ): Named("leadership.leader_dead"),
+    ("shell.pg", "could not renew the scheduler's leadership: %s"): Named("fencing.renewal_failed"),
+    ("shell.pg", "could not give up the scheduler's leadership: %s"): Named(
+        "leadership.release_failed"
     ),
+    (_SHELL_SERVICE, "%s: admissions are stopped; standing by to lead again"): Named(
+        "fencing.leadership_lost"
+    ),
+    (_SHELL_SERVICE, "took over the leadership of %s at epoch %s"): Named("leadership.took_over"),
+    # The servers of a shared store (shell.pg.servers, adapters.host.shared_store).
+    ("shell.pg", "server %s registered on the %s"): Named("servers.registered"),
+    ("shell.pg", "this server's heartbeat failed: %s"): Named("servers.heartbeat_failed"),
+    ("shell.pg", "this server's heartbeat reaches the store again"): Named(
+        "servers.heartbeat_restored"
+    ),
+    (
+        "shell.pg",
+        "this server (%s) was declared gone from the store %s: its executing runs were failed"
+        " as abandoned; it goes on as a new server",
+    ): Named("fencing.server_declared_gone"),
+    ("shell.pg", "could not note this server stopped: %s"): Named("servers.stop_unrecorded"),
+    ("shell.pg", "server %s declared gone from the store (%s)"): Named("servers.declared_gone"),
+    (
+        "adapters.host.shared",
+        "stopped executing %s: server %s was declared gone, and its runs failed as abandoned",
+    ): Named("fencing.run_stopped_server_gone", run_id=0),
+    ("adapters.host.shared", "could not refresh what another server changed: %s"): Named(
+        "servers.refresh_failed"
+    ),
+    ("adapters.host.shared", "ignored a change another server made: %s"): Named(
+        "servers.change_ignored"
+    ),
+    (_SHELL_SERVICE, "could not sweep the runs of dead servers: %s"): Named("servers.sweep_failed"),
+    ("adapters.host.runs", "run %s failed: %s"): Named("recovery.run_of_gone_server", run_id=0),
+    (
+        "adapters.host.persistence",
+        "the store is unavailable, answering from this server's cache: %s",
+    ): Named("store.read_from_cache"),
+    ("adapters.host.deployments", "deployment %s is unreadable: %s"): Named(
+        "corruption.deployment_unreadable"
+    ),
+    # The store's change notices (shell.pg.listener).
+    ("shell.pg", "cannot listen to the store's changes: %s"): Named("notices.listen_failed"),
+    ("shell.pg", "listening to the store's changes again"): Named("notices.listening"),
+    ("shell.pg", "lost the store's change notices: %s"): Named("notices.lost"),
+    ("shell.pg", "a reconnect callback of the store's listener failed"): Named(
+        "notices.callback_failed"
+    ),
+    ("shell.pg", "a callback of the store's listener failed on %s"): Named(
+        "notices.callback_failed"
+    ),
+    ("shell.pg", "ignored a notice on %s that is not JSON: %.100r"): Named("notices.malformed"),
     # Schedules blocked: records that fail closed (corruption, contradiction).
     (_SHELL_SERVICE, "schedule %s is blocked: %s"): Named("schedule.blocked", schedule_id=0),
     ("shell.stores", "schedule %s is blocked: %s"): Named("schedule.blocked", schedule_id=0),

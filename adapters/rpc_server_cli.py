@@ -46,12 +46,12 @@ from adapters.host import (
 from adapters.host.records import StopCause
 from adapters.logs import configure_logging
 from adapters.metrics import SchedulerMetrics
-from adapters.rpc.app import create_app, with_store_health
+from adapters.rpc.app import create_app, leadership_health, with_store_health
 from adapters.rpc.auth import InsecureBind, check_bind_security
 from adapters.rpc.config import ENV_STORE_URL, ServerSettings, resolve_settings
 from adapters.rpc.server import bind_socket, build_server
 from core.errors import InvalidInput, Problem, SchedulingError
-from shell import build_scheduler_service
+from shell import SchedulerService, build_scheduler_service
 from shell.journal import JOURNAL_FILE
 from shell.lock import SchedulerLock
 from shell.pg.database import Database, display_url
@@ -105,6 +105,12 @@ def _build_parser() -> argparse.ArgumentParser:
         "--enable-scheduler",
         action="store_true",
         help="run the scheduler service and serve workflow.schedules.*",
+    )
+    parser.add_argument(
+        "--standby",
+        action="store_true",
+        help="with --store-url: run the scheduler as a standby when another server leads"
+        " the store, taking over when it is gone (implies --enable-scheduler)",
     )
     auth = parser.add_mutually_exclusive_group()
     auth.add_argument("--token-file", type=Path, help="file holding the bearer token")
@@ -166,6 +172,7 @@ def settings_from_args(
         host=host,
         port=port,
         enable_scheduler=bool(args.enable_scheduler),
+        standby=bool(args.standby),
         token_file=args.token_file,
         token_env=args.token_env,
         environ=environ,
@@ -194,6 +201,12 @@ async def serve(
         sock.close()
 
 
+def _scheduler_words(service: SchedulerService | None) -> str:
+    if service is None:
+        return "disabled"
+    return "enabled, standing by" if service.role == "standby" else "enabled"
+
+
 def _refuse_if_owned(store_root: Path) -> None:
     """Raise SchedulerUnavailable (naming the holder) if another process's
     scheduler owns the store: opening the host runs startup recovery, which
@@ -219,7 +232,12 @@ async def _open_server(settings: ServerSettings) -> LocalStaticWorkflowServer:
     database = Database(settings.store_url, pool_size=settings.store_pool_size)
     await database.open()
     try:
-        return await build_postgres_workflow_server(database, schedules=settings.scheduler.enabled)
+        return await build_postgres_workflow_server(
+            database,
+            schedules=settings.scheduler.enabled,
+            lease_s=settings.scheduler.lease_s,
+            renew_s=settings.scheduler.renew_interval_s,
+        )
     except BaseException:
         await database.close()
         raise
@@ -253,6 +271,9 @@ async def _serve_server(
     for finding in server.recovery_report:
         logger.warning("store recovery: %s", finding)
     state = {"scheduler": "disabled"}
+    service: SchedulerService | None = None
+    database = getattr(server, "database", None)
+    server_id = database.server_id if isinstance(database, Database) else None
 
     def health() -> Mapping[str, Any]:
         return with_store_health(
@@ -260,6 +281,9 @@ async def _serve_server(
                 "status": "ok",
                 "schedules": server.api.schedules is not None,
                 "scheduler": state["scheduler"],
+                **leadership_health(
+                    service if state["scheduler"] in ("running", "stopping") else None, server_id
+                ),
             },
             server.api.store_health,
         )
@@ -292,11 +316,8 @@ async def _serve_server(
     if access_log:
         # uvicorn set its access logger to the server's level; it is asked for.
         logging.getLogger("uvicorn.access").setLevel(logging.INFO)
-    service = (
-        build_scheduler_service(server, settings.scheduler, observer=metrics)
-        if settings.scheduler.enabled
-        else None
-    )
+    if settings.scheduler.enabled:
+        service = build_scheduler_service(server, settings.scheduler, observer=metrics)
     if service is not None:
         console.attach_service(service)
         metrics.attach_service(service)
@@ -357,7 +378,7 @@ async def _serve_server(
         )
         print(
             f"wf-rpc-server: listening on {where} "
-            f"(scheduler {'enabled' if service is not None else 'disabled'}, "
+            f"(scheduler {_scheduler_words(service)}, "
             f"auth {'bearer token' if settings.token else 'none, loopback only'}; "
             f"store {store})",
             file=sys.stderr,

@@ -58,6 +58,7 @@ __all__ = [
     "HEALTH_PATH",
     "create_app",
     "default_health",
+    "leadership_health",
     "with_store_health",
 ]
 
@@ -93,6 +94,27 @@ def default_health(api: Any) -> Callable[[], Mapping[str, Any]]:
             getattr(api, "store_health", None),
         )
 
+    return report
+
+
+def leadership_health(service: Any | None, server_id: str | None = None) -> dict[str, Any]:
+    """The scheduler's place among the servers of its store, for health:
+    `role` (`leader`, `standby`, or `off` when no scheduler runs here), the
+    leadership `epoch` (None on files, where a lock has none) and the
+    `leader` (server id, host, pid, since) as the store names it;
+    `server_id` names this server on a store several servers share."""
+    report: dict[str, Any] = {"role": "off", "epoch": None, "leader": None}
+    if server_id is not None:
+        report["server_id"] = server_id
+    if service is None:
+        return report
+    report["role"] = service.role
+    leadership = dict(getattr(service, "leadership", {}) or {})
+    if leadership:
+        report["epoch"] = leadership.get("epoch")
+        report["leader"] = {
+            key: leadership.get(key) for key in ("server_id", "host", "pid", "since")
+        }
     return report
 
 

@@ -232,6 +232,7 @@ def resolve_settings(
     host: str | None = None,
     port: int | None = None,
     enable_scheduler: bool = False,
+    standby: bool = False,
     token_file: Path | None = None,
     token_env: str | None = None,
     environ: Mapping[str, str],
@@ -264,8 +265,18 @@ def resolve_settings(
         problems.append(Problem(field="store_pool_size", reason="must be between 1 and 1000"))
 
     scheduler = parse_scheduler_config(section.scheduler)
-    if enable_scheduler:
+    if enable_scheduler or standby:
         scheduler = scheduler.model_copy(update={"enabled": True})
+    if standby:
+        scheduler = scheduler.model_copy(update={"standby": True})
+    if scheduler.standby and url is None and root is not None:
+        problems.append(
+            Problem(
+                field="standby",
+                reason="a standby scheduler needs a store several servers share:"
+                " give --store-url (PostgreSQL), not a store directory",
+            )
+        )
 
     final_port = section.rpc.port if port is None else port
     if not 1 <= final_port <= 65535:
