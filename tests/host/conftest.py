@@ -8,6 +8,7 @@ on it: every test that takes either runs once per persistence.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 from collections.abc import AsyncIterator, Callable
@@ -22,7 +23,9 @@ from psycopg.types.json import Jsonb
 from adapters import build_local_static_workflow_server
 from adapters.host import LocalStaticWorkflowServer, build_postgres_workflow_server
 from adapters.host.identifiers import parse_run_id
+from core.errors import StoreUnavailable
 from shell.pg.database import Database
+from tests.pgdeath import die_on_the_database
 
 from .samples import APPROVAL_PLAN, GREETING_PLAN, chain_plan, sleep_plan
 
@@ -103,6 +106,10 @@ class HostStore:
         if self.kind == "files":
             return build_local_static_workflow_server(self.root, **kwargs)
         assert self.url is not None
+        for earlier in self._databases:
+            # A restart: the process of the server before this one is gone.
+            with contextlib.suppress(StoreUnavailable):
+                await die_on_the_database(earlier)
         database = Database(self.url)
         await database.open()
         self._databases.append(database)

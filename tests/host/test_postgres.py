@@ -4,6 +4,7 @@ persistences share is tested on both by the other files of this directory."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,15 +18,12 @@ from core.errors import (
     InvalidInput,
     InvalidState,
     NotFound,
-    SchedulerUnavailable,
     SchedulingError,
     StoreFenced,
     StoreUnavailable,
 )
 from shell.pg.backend import PgBackend
 from shell.pg.database import Database
-from shell.pg.migrations import LOCK_NAMESPACE
-from shell.pg.ownership import SCHEDULER_LOCK, PgOwnership
 from shell.schedules_api import SchedulesApi
 from tests.pgserver import PostgresServer
 
@@ -124,33 +122,88 @@ async def test_the_file_server_closes_nothing(tmp_path: Any) -> None:
     await deploy(server, GREETING_PLAN, "hello.default")  # still works
 
 
-async def test_refused_while_another_scheduler_owns_the_database(servers: Servers) -> None:
-    owner = PgOwnership(await servers.database())
-    holder = await owner.acquire()
-    try:
-        with pytest.raises(SchedulerUnavailable) as refused:
-            await servers.build()
-        assert refused.value.data["holder"] == holder
-        assert (
-            f"is owned by pid {holder['pid']} on host {holder['host']} since {holder['since']};"
-            " stop it first"
-        ) in refused.value.message
-    finally:
-        await owner.release()
-    # Nothing was read or written meanwhile; once released, a server opens.
-    assert servers.sql("SELECT count(*) FROM wf_runs") == [(0,)]
-    assert (await servers.build()).recovery_report == []
+def _silenced(servers: Servers, server: LocalStaticWorkflowServer) -> None:
+    """What the database sees of a server long silent (a process frozen or
+    cut off: it need not be dead)."""
+    assert server.database is not None
+    servers.sql(
+        "UPDATE wf_servers SET heartbeat_at = now() - interval '1 hour' WHERE server_id = %s",
+        (server.database.server_id,),
+    )
 
 
-async def test_refused_while_the_lock_is_held_before_its_holder_is_recorded(
-    servers: Servers,
-) -> None:
-    with psycopg.connect(servers.url, autocommit=True) as holding:
-        holding.execute("SELECT pg_advisory_lock(%s, %s)", (LOCK_NAMESPACE, SCHEDULER_LOCK))
-        with pytest.raises(SchedulerUnavailable, match="holder not recorded yet"):
-            await servers.build()
-    # The session ended: the lock went with it.
-    await servers.build()
+async def test_a_second_server_leaves_the_runs_of_a_live_one_alone(servers: Servers) -> None:
+    first = await servers.build()
+    await deploy(first, sleep_plan(30), "nap.default")
+    running = await first.api.start_run("nap.default", {})
+    assert first.database is not None
+    first_id = first.database.server_id
+    second = await servers.build()
+    assert second.recovery_report == []
+    seen = await second.api.inspect_run(running)
+    assert (seen["status"], seen["executing"]["server"]) == ("running", first_id)
+    # Still alive: a sweep touches nothing.
+    assert await second.api.sweep_abandoned(loop_time=1e9) == []
+    # Once silent past the silence, the sweep declares it gone and fails the
+    # run, saying what may have happened; never retried.
+    _silenced(servers, first)
+    [finding] = await second.api.sweep_abandoned(loop_time=2e9)
+    assert (finding["run_id"], finding["finding"]) == (running, "abandoned")
+    failed = await second.api.inspect_run(running)
+    assert failed["status"] == "failed" and failed["executing"] is None
+    assert f"its server {first_id} was declared gone" in failed["error"]["message"]
+    assert "external effects may already have occurred" in failed["error"]["message"]
+    assert servers.sql(
+        "SELECT gone_at IS NOT NULL FROM wf_servers WHERE server_id = %s", (first_id,)
+    ) == [(True,)]
+    await first.api.cancel_executing()
+
+
+async def test_a_server_declared_gone_writes_nothing_to_its_runs(servers: Servers) -> None:
+    gone = await servers.build()
+    await deploy(gone, GREETING_PLAN, "hello.default")
+    await deploy(gone, sleep_plan(30), "nap.default")
+    admitted = await gone.api.admit_run("hello.default", {"name": "x"})
+    running = await gone.api.start_run("nap.default", {})
+    survivor = await servers.build()
+    _silenced(servers, gone)
+    await survivor.api.sweep_abandoned(loop_time=1e9)
+    assert gone.shared is not None and not await gone.shared.registry.beat()
+    before = servers.store.snapshot()
+    api = gone.api
+    # Its runs are the sweep's now: no launch, no stop note is written.
+    with pytest.raises(StoreFenced, match="was declared gone"):
+        await api.launch_run(admitted)
+    assert await api.note_stopped("drain-expired", 1) == []
+    assert servers.store.snapshot() == before
+    assert (await survivor.api.inspect_run(running))["status"] == "failed"
+    assert (await survivor.api.inspect_run(admitted))["status"] == "admitted"
+    # What is not a run's is anyone's to write, as on any live server.
+    await api.create_artifact_from_plan("late", 1, GREETING_PLAN)
+    assert (await survivor.api.get_artifact("late"))["version"] == 1
+    await api.cancel_executing()
+
+
+async def test_a_resume_on_two_servers_at_once_executes_once(servers: Servers) -> None:
+    first = await servers.build()
+    second = await servers.build()
+    await deploy(first, APPROVAL_PLAN, "approval.default")
+    run_id = await first.api.start_run("approval.default", {"item": "x"})
+    assert await first.api.drain(5) == []
+    assert (await second.api.inspect_run(run_id))["status"] == "interrupted"
+    outcomes = await asyncio.gather(
+        first.api.resume_run(run_id, {"approved": True}),
+        second.api.resume_run(run_id, {"approved": True}),
+        return_exceptions=True,
+    )
+    done = [o for o in outcomes if isinstance(o, dict)]
+    refused = [o for o in outcomes if isinstance(o, InvalidState)]
+    assert len(done) == 1 and len(refused) == 1, outcomes
+    assert done[0]["status"] == "completed" and done[0]["attempt"] == 2
+    assert "changed by another server" in refused[0].message or "is running" in str(
+        refused[0].message
+    )
+    assert (await first.api.inspect_run(run_id))["status"] == "completed"
 
 
 # --- run ids ----------------------------------------------------------------------------
@@ -190,6 +243,7 @@ async def test_run_ids_are_never_reused_across_restarts_and_a_database_crash(
     pg_server.kill()
     pg_server.start()
     await second.api.cancel_executing()  # the process that ran it is gone too
+    _silenced(servers, second)  # (in this process, its silence must be made)
 
     third = await servers.build()
     assert [(f["run_id"], f["file"], f["finding"]) for f in third.recovery_report] == [
@@ -201,8 +255,11 @@ async def test_run_ids_are_never_reused_across_restarts_and_a_database_crash(
         "abandoned",
         "recovery",
     )
+    # Silent, not known dead (it shares this test's pid): what it says.
+    assert second.database is not None
     assert run["error"]["message"].startswith(
-        "abandoned: the process died while this run was executing;"
+        f"abandoned: its server {second.database.server_id} was declared gone from the store"
+        " (it stopped proving it is alive) while this run was executing;"
         " external effects may already have occurred (attempt 1; "
     )
     assert servers.sql(
@@ -455,45 +512,6 @@ async def test_a_database_that_is_down_is_store_unavailable_until_it_is_back(
     again = await servers.build()
     assert again.recovery_report == []
     assert (await again.api.inspect_run(interrupted))["status"] == "completed"
-
-
-async def test_a_process_whose_scheduler_lost_the_store_writes_nothing(servers: Servers) -> None:
-    database = await servers.database()
-    server = await servers.build(database)
-    await deploy(server, GREETING_PLAN, "hello.default")
-    await deploy(server, sleep_plan(30), "nap.default")
-    admitted = await server.api.admit_run("hello.default", {"name": "x"})
-    # This process's scheduler owns the store: its writes check the epoch.
-    ownership = PgOwnership(database)
-    await ownership.acquire()
-    try:
-        running = await server.api.start_run("nap.default", {})
-        # Another scheduler takes the store over (a new epoch).
-        servers.sql("UPDATE wf_scheduler_owner SET epoch = epoch + 1")
-        before = servers.store.snapshot()
-        api = server.api
-        for call in (
-            lambda: api.create_artifact_from_plan("late", 1, GREETING_PLAN),
-            lambda: api.save_deployment(
-                {"deployment_id": "late", "artifact_id": "hello", "artifact_version": 1}
-            ),
-            lambda: api.delete_deployment("nap.default"),
-            lambda: api.reserve_run_ids(3),
-            lambda: api.admit_run("hello.default", {"name": "y"}),
-            lambda: api.launch_run(admitted),
-        ):
-            with pytest.raises(StoreFenced, match="no longer owns the store"):
-                await call()
-        # A stop note is not written either; the run keeps its mark.
-        assert await api.note_stopped("drain-expired", 1) == []
-        assert servers.store.snapshot() == before
-        assert (await api.inspect_run(admitted))["status"] == "admitted"
-        await api.cancel_executing()
-    finally:
-        await ownership.release()
-    # The next server fails the run that was executing as abandoned.
-    again = await servers.build()
-    assert [(f["run_id"], f["finding"]) for f in again.recovery_report] == [(running, "abandoned")]
 
 
 async def test_a_group_of_run_records_is_one_transaction(servers: Servers) -> None:

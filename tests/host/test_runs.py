@@ -304,7 +304,11 @@ async def test_start_run_returns_at_once(
     run_id = await server.api.start_run("nap.default", {}, origin=SCHEDULE_ORIGIN)
     run = await server.api.inspect_run(run_id)
     assert run["status"] == "running"
-    assert run["executing"] == {"attempt": 1, "kind": "start", "since": run["executing"]["since"]}
+    mark = {"attempt": 1, "kind": "start", "since": run["executing"]["since"]}
+    if host.kind == "postgres":
+        # Several servers may share a database: the mark names whose run it is.
+        mark["server"] = server.database.server_id
+    assert run["executing"] == mark
     assert server.api.executing_runs() == [run_id]
     # The executing mark is stored before the first step runs.
     stored = host.record(run_id)

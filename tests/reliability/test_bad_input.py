@@ -82,12 +82,17 @@ TABLES = {
     "wf_scheduler_owner": "singleton",
     "wf_schema_version": "version",
 }
+# What a row is compared by: the whole row, but the leadership's lease, which
+# the leader renews every few seconds whatever the calls (`wf_servers`, the
+# servers' heartbeats, is left out for the same reason).
+ROW_TEXT = {"wf_scheduler_owner": "(t.epoch, t.holder)::text"}
 
 
 _DIGESTS = (
     " UNION ALL ".join(
         f"SELECT '{table}', count(*)::text || ' ' ||"
-        f" md5(coalesce(string_agg(t::text, E'\\n' ORDER BY {key}), '')) FROM {table} t"
+        f" md5(coalesce(string_agg({ROW_TEXT.get(table, 't::text')}, E'\\n' ORDER BY {key}),"
+        f" '')) FROM {table} t"
         for table, key in TABLES.items()
     )
     + " UNION ALL SELECT 'wf_run_number', last_value || ' ' || is_called FROM wf_run_number"

@@ -30,6 +30,7 @@ from shell.durable import SimulatedCrash
 from shell.file_backend import FileOwnership
 from shell.pg.ownership import PgOwnership
 from shell.store_format import format_instant, parse_instant
+from tests.pgdeath import die_on_the_database
 from tests.service.conftest import Harness
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "check_every_instant_decided",
     "check_recovered",
     "copy_tree",
+    "die_on_the_database",
     "disk_admissions",
     "disk_runs",
     "finish_and_check",
@@ -166,10 +168,12 @@ class World(Harness):
             if isinstance(ownership, FileOwnership):
                 ownership.lock.abandon()  # closing its descriptors releases the flocks
             elif isinstance(ownership, PgOwnership):
-                await ownership._drop()  # its session ends: the server releases the lock
+                await ownership.step_down()  # no renewal: the lease runs out
             service._running = False
         if self.server is not None:
             await self.server.api.cancel_executing()
+        if self.database is not None:
+            await die_on_the_database(self.database)
         # Its connections end with it.
         await self._close_database()
         self.service = None

@@ -124,7 +124,16 @@ async def test_a_server_on_postgresql_serves_schedules_and_drains_on_sigterm(
     serving = asyncio.create_task(serve(settings))
     async with App(f"http://127.0.0.1:{port}") as app:
         report = await wait_until(lambda: healthy(app), timeout_s=15)
-        assert report == {"status": "ok", "schedules": True, "scheduler": "running"}
+        leader = report.pop("leader")
+        server_id = report.pop("server_id")
+        assert report == {
+            "status": "ok",
+            "schedules": True,
+            "scheduler": "running",
+            "role": "leader",
+            "epoch": 1,
+        }
+        assert leader["server_id"] == server_id and leader["pid"] == os.getpid()
         await app.create_artifact_from_plan("nap", 1, NAPPING_PLAN)
         await app.save_deployment(
             {"deployment_id": "nap.default", "artifact_id": "nap", "artifact_version": 1}
@@ -234,3 +243,33 @@ async def test_a_second_scheduler_on_the_database_is_refused_naming_the_holder(
     finally:
         os.kill(os.getpid(), signal.SIGTERM)
         assert await asyncio.wait_for(serving, timeout=15) == 0
+
+
+def test_standby_implies_the_scheduler_and_needs_a_store_several_servers_share(
+    tmp_path: Path,
+) -> None:
+    url = "postgresql://wf@db.internal:5432/wf"
+    standby = settings_from_args(parse_args(["--store-url", url, "--standby"]), environ={},
+                                 cwd=tmp_path)  # fmt: skip
+    assert (standby.scheduler.enabled, standby.scheduler.standby) == (True, True)
+    with pytest.raises(InvalidInput) as refused:
+        settings_from_args(parse_args(["--store-root", "s", "--standby"]), environ={},
+                           cwd=tmp_path)  # fmt: skip
+    assert "several servers share" in problems(refused.value)["standby"]
+    # The lease is tuned in the file; a renewal as long as the lease is refused.
+    config = tmp_path / "server.json"
+    config.write_text(
+        json.dumps(
+            {"server": {"store_url": url, "scheduler": {"lease_s": 3, "renew_interval_s": 1}}}
+        )
+    )
+    tuned = resolve_settings(config_path=config, environ={}, cwd=tmp_path)
+    assert (tuned.scheduler.lease_s, tuned.scheduler.renew_interval_s) == (3, 1)
+    config.write_text(
+        json.dumps(
+            {"server": {"store_url": url, "scheduler": {"lease_s": 1, "renew_interval_s": 1}}}
+        )
+    )
+    with pytest.raises(InvalidInput) as too_slow:
+        resolve_settings(config_path=config, environ={}, cwd=tmp_path)
+    assert "renew_interval_s must be shorter than lease_s" in str(too_slow.value.problems)

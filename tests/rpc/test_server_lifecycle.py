@@ -56,7 +56,15 @@ async def test_sigterm_stops_admission_drains_the_running_run_and_exits_0(tmp_pa
     serving = asyncio.create_task(serve(settings))
     async with App(f"http://127.0.0.1:{port}") as app:
         report = await wait_until(lambda: healthy(app), timeout_s=15)
-        assert report == {"status": "ok", "schedules": True, "scheduler": "running"}
+        leader = report.pop("leader")
+        assert report == {
+            "status": "ok",
+            "schedules": True,
+            "scheduler": "running",
+            "role": "leader",
+            "epoch": None,  # a lock file has no epoch
+        }
+        assert leader["pid"] == os.getpid() and leader["since"]
         await app.create_artifact_from_plan("slow", 1, SLOW_PLAN)
         await app.save_deployment(
             {"deployment_id": "slow.default", "artifact_id": "slow", "artifact_version": 1}

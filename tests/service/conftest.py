@@ -97,14 +97,18 @@ class Harness:
         *,
         disk: Disk = OS_DISK,
         store_url: str | None = None,
+        pg_options: dict[str, float] | None = None,
     ) -> None:
         """`disk` holds the schedule stores and the commit journal (a simulated
         one puts them on `shell.sim.disk`; the run store stays on files).
-        `store_url`: the store is that PostgreSQL database instead."""
+        `store_url`: the store is that PostgreSQL database instead, and
+        `pg_options` the server's heartbeat, silence, lease and renewal
+        (`build_postgres_workflow_server`)."""
         self.root = root
         self.clock = clock
         self.disk = disk
         self.store_url = store_url
+        self.pg_options = dict(pg_options or {})
         self.database: Database | None = None
         if disk is not OS_DISK:
             # The host creates the root on the OS disk; here it is made durable
@@ -131,13 +135,17 @@ class Harness:
         return self.server
 
     async def _build_pg_server(self, url: str) -> LocalStaticWorkflowServer:
+        if self.server is not None:
+            # The process before this start exited (a crash is
+            # `World.abandon`, which leaves no server behind): it said so.
+            await self.server.close()
         await self._close_database()
         database = Database(url)
         await database.open()
         self.database = database
         try:
             self.server = await build_postgres_workflow_server(
-                database, schedules=True, clock=self.clock.now
+                database, schedules=True, clock=self.clock.now, **self.pg_options
             )
         except BaseException:
             await self._close_database()
@@ -206,6 +214,8 @@ class Harness:
             await self.service.stop()
         if self.server is not None:
             await self.server.api.cancel_executing()
+            # A clean stop: on PostgreSQL the server says it stopped.
+            await self.server.close()
         await self._close_database()
 
 

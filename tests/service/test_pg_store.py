@@ -107,23 +107,49 @@ async def test_a_holder_whose_session_died_blocks_no_one(pg: Harness, sql: Sql) 
     assert epoch == 2  # every taking is a new epoch
 
 
+def _taken_over(sql: Sql, *, for_s: int = 3600) -> None:
+    """What another scheduler's takeover writes: the next epoch, its lease."""
+    sql.run(
+        "UPDATE wf_scheduler_owner SET epoch = epoch + 1, lease_until = now() + %s *"
+        ' interval \'1 second\', holder = \'{"server_id": "elsewhere", "pid": 1,'
+        ' "host": "other", "since": "2026-03-02T10:00:00Z"}\'',
+        (for_s,),
+    )
+
+
 @pytest.mark.expected_errors
-async def test_a_deposed_owner_cannot_commit_a_row(pg: Harness, sql: Sql) -> None:
+async def test_a_deposed_leader_admits_nothing_and_leads_again_once_the_lease_is_free(
+    pg: Harness, sql: Sql
+) -> None:
     await pg.boot()
     await _hourly(pg)
     await pg.at(hour(10))
+    assert pg.service is not None and pg.service.role == "leader"
     before = sql.rows("SELECT count(*), max(seq) FROM wf_occurrences")
-    # Another scheduler took over (what a takeover writes: the next epoch).
-    sql.run("UPDATE wf_scheduler_owner SET epoch = epoch + 1")
-    with pytest.raises(SchedulerUnavailable, match="another scheduler took over"):
-        await pg.schedules.pause_schedule(schedule_id="hourly")
+    _taken_over(sql)
     await pg.at(hour(11))
     await pg.at(hour(12))
     assert sql.rows("SELECT count(*), max(seq) FROM wf_occurrences") == before
-    [(paused,)] = sql.rows(
-        "SELECT snapshot->'paused' FROM wf_schedules WHERE schedule_id = 'hourly'"
+    assert pg.service.role == "standby"
+    assert pg.service.leadership["server_id"] == "elsewhere"
+    # Any server takes schedule changes, leader or not.
+    changed = await pg.schedules.update_schedule(
+        schedule_id="hourly", expected_revision=1, lateness_allowance_s=120
     )
-    assert paused is False
+    assert changed["revision"] == 2
+    # The other leader is gone: its lease lapses, this one takes over and
+    # decides what it missed by the schedule's misfire policy.
+    sql.run("UPDATE wf_scheduler_owner SET lease_until = now() - interval '1 second'")
+    await pg.at(hour(12, 30))
+    await pg.at(hour(12, 31))
+    assert pg.service.role == "leader"
+    [(epoch,)] = sql.rows("SELECT epoch FROM wf_scheduler_owner")
+    assert epoch == 3 and pg.service.leadership["epoch"] == 3
+    assert await pg.statuses("hourly") == [("10:00", "completed"), ("12:00", "skipped-misfire")]
+    [missed] = [r for r in await pg.occurrences("hourly") if r["status"] == "skipped-misfire"]
+    assert (missed["count"], missed["first_instant"]) == (2, "2026-03-02T11:00:00Z")
+    await pg.at(hour(13))
+    assert (await pg.statuses("hourly"))[-1] == ("13:00", "completed")
 
 
 @pytest.mark.expected_errors
@@ -133,15 +159,18 @@ async def test_a_write_of_a_deposed_process_is_refused_inside_its_transaction(
     await pg.boot()
     await _hourly(pg)
     assert pg.database is not None
-    sql.run("UPDATE wf_scheduler_owner SET epoch = epoch + 1")
-    # The ownership check before it passes no more; the fence inside refuses all the same.
+    _taken_over(sql)
+    # The lease check before it passes still (nothing renewed since); the
+    # fence inside the transaction refuses all the same.
     backend = pg.schedules.backend
-    with pytest.raises(StoreFenced, match="no longer owns"):
-        await backend.definitions.apply_change("hourly", "paused", at=START)
-    [(paused,)] = sql.rows(
-        "SELECT snapshot->'paused' FROM wf_schedules WHERE schedule_id = 'hourly'"
+    with pytest.raises(StoreFenced, match="another scheduler took over"):
+        await backend.definitions.set_blocked(
+            "hourly", {"file": "f", "record": "r", "reason": "why"}, at=START
+        )
+    [(blocked,)] = sql.rows(
+        "SELECT snapshot->'blocked' FROM wf_schedules WHERE schedule_id = 'hourly'"
     )
-    assert paused is False
+    assert blocked is None
 
 
 async def test_the_database_refuses_a_second_decision_of_one_instant(pg: Harness, sql: Sql) -> None:
@@ -211,7 +240,8 @@ async def test_a_schema_newer_than_the_code_is_refused(pg_url: str, sql: Sql) ->
 async def _until(condition: Any, what: str) -> None:
     """Let the loop run until `condition()` holds (the scheduler's rounds run
     on their own while the database is down: nothing to settle)."""
-    for _ in range(500):
+    # A call waits up to the pool's timeout (5 s) for a connection.
+    for _ in range(3000):
         if condition():
             return
         await asyncio.sleep(0.01)
