@@ -275,11 +275,18 @@ class Cluster:
         return self.pg.query(query, params, dbname=self.dbname)
 
     async def workload(
-        self, through: Node, *, schedules: int, start_in_s: float, spread_s: float
+        self,
+        through: Node,
+        *,
+        schedules: int,
+        start_in_s: float,
+        spread_s: float,
+        creating_s: float = 0.04,
     ) -> datetime:
         """`schedules` one-shot schedules at instants spread evenly over
-        `spread_s` seconds from `start_in_s` from now (the database's now,
-        the scheduler's clock), created through `through`; the instant of
+        `spread_s` seconds from `start_in_s` after they are all created
+        (`creating_s` a schedule is allowed for that; from the database's
+        now, the scheduler's clock), created through `through`; the instant of
         the last. A `latest` misfire and an hour of lateness allowed: an
         instant missed during a failover is admitted late, never skipped, so
         that every one must end with one run."""
@@ -289,7 +296,9 @@ class Cluster:
                 {"deployment_id": "nap.default", "artifact_id": "nap", "artifact_version": 1}
             )
             [(now,)] = self.sql("SELECT now()")
-            first = now + timedelta(seconds=start_in_s)
+            # Time to create them all first: a one-shot must be in the future
+            # when it is created (40 ms each is ample on a loaded machine).
+            first = now + timedelta(seconds=start_in_s + creating_s * schedules)
             step = spread_s / max(1, schedules - 1)
             base = len(self.schedule_ids)
             for index in range(schedules):
