@@ -154,6 +154,17 @@ async def test_terminated_sessions_and_a_database_restart_neither_double_nor_los
     await _one_leader(cluster)
 
 
+def _supervise(nodes: list[Node], done: list[str]) -> None:
+    """What a supervisor (systemd's Restart=always) does: start again, as a
+    standby, a server that exited (one whose sessions were terminated while
+    it started exits 1, as at any start without its database)."""
+    for node in nodes:
+        if not node.alive:
+            node.standby = True
+            node.start()
+            done.append(f"restart {node.name}")
+
+
 async def test_a_bounded_chaos_on_three_servers(cluster: Cluster) -> None:
     """Kills (and restarts as standbys), freezes past the lease, terminated
     sessions, picked at random (seeded: the seed is printed) for
@@ -170,6 +181,7 @@ async def test_a_bounded_chaos_on_three_servers(cluster: Cluster) -> None:
     done: list[str] = []
     while time.monotonic() < deadline:
         await asyncio.sleep(chance.uniform(0.3, 1.5))
+        _supervise(nodes, done)
         action = chance.choice(["kill", "freeze", "terminate"])
         victim = chance.choice(nodes)
         if action == "kill" and victim.alive:
@@ -183,9 +195,16 @@ async def test_a_bounded_chaos_on_three_servers(cluster: Cluster) -> None:
         elif action == "terminate":
             cluster.pg.terminate_backends(dbname=cluster.dbname)
         done.append(f"{action} {victim.name}")
+    _supervise(nodes, done)
     print("chaos:", ", ".join(done))
     for node in nodes:
-        await node.wait_serving()
+        try:
+            await node.wait_serving()
+        except AssertionError:
+            # Its sessions were terminated while it started: it exited 1, as
+            # a server that cannot reach its database at start does.
+            _supervise(nodes, done)
+            await node.wait_serving()
     await cluster.settled(timeout_s=90)
     _check(cluster)
     await _one_leader(cluster)
