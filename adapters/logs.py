@@ -259,6 +259,10 @@ EVENTS: Final[Mapping[tuple[str, str], Named]] = {
     (_SHELL_SERVICE, "run %s of %s could not be launched: %s"): Named(
         "admission.run_not_launched", run_id=0, schedule_id=1
     ),
+    (
+        "adapters.host.executor",
+        "run %s: the store is unavailable; writing again until it answers: %s",
+    ): Named("run.write_retried", run_id=0),
     ("adapters.host.executor", "run %s: host error while executing"): Named(
         "run.host_error", run_id=0
     ),

@@ -34,7 +34,10 @@ On a store several servers share, the executing mark names this server
 again) or another server changed the run (`RunChanged`: it was failed as
 abandoned, or launched elsewhere), the run is that server's: this one writes
 nothing more of it. A resume reads the run from the store first, so any
-server resumes a run another one interrupted.
+server resumes a run another one interrupted. While the database is
+unavailable, a step or a stop is written again until it answers: the server
+is alive, so no one else would ever end the run, and the execution waits
+rather than going on ahead of what the store says.
 """
 
 from __future__ import annotations
@@ -42,13 +45,20 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
-from core.errors import InvalidInput, InvalidState, SchedulingError, StoreFenced
+from core.errors import (
+    InvalidInput,
+    InvalidState,
+    SchedulingError,
+    StoreFenced,
+    StoreUnavailable,
+)
 
 from .artifacts import ArtifactStore
 from .engine import Position, Stop, execute, trace_entry
+from .identifiers import parse_run_id
 from .jsonvalues import NotJson, as_json, json_problem
 from .persistence import RunChanged
 from .plans import Plan
@@ -68,6 +78,10 @@ __all__ = ["RunExecutor", "RunListener"]
 
 RunListener = Callable[[str, str, dict[str, Any] | None, str | None], None]
 _log: Final = logging.getLogger("adapters.host.executor")
+# How soon a write the unavailable database refused is tried again, doubling
+# up to the most.
+_RETRY_FIRST_S: Final = 0.1
+_RETRY_MOST_S: Final = 2.0
 
 
 class RunExecutor:
@@ -246,7 +260,13 @@ class RunExecutor:
                 now=self._now,
                 record_step=lambda entry, position: self._record_step(run_id, entry, position),
             )
-            await self._record_stop(run_id, stop)
+            stopped = await self._again_while_unavailable(
+                run_id,
+                lambda: self._record_stop(run_id, stop),
+                lambda stored: stored.status == stop.status and stored.executing is None,
+            )
+            if stopped is not None:
+                self._notify(stopped)
         except (StoreFenced, RunChanged) as exc:
             # Not a host error to record: nothing may be recorded any more
             # (a step refused as `RunChanged` ends the execution here too).
@@ -265,9 +285,52 @@ class RunExecutor:
             if self._tasks.get(run_id) is asyncio.current_task():
                 del self._tasks[run_id]
 
+    async def _again_while_unavailable(
+        self,
+        run_id: str,
+        write: Callable[[], Awaitable[None]],
+        landed: Callable[[RunRecord], bool],
+    ) -> RunRecord | None:
+        """`write`, repeated while a shared store is unavailable (see the
+        module docstring); on files an error is the write's. A write whose
+        COMMIT went through but whose answer was lost finds the row moved on
+        (`RunChanged`): the row is read back, and if it holds what was written
+        (`landed`), that is the write, and the record read is returned (its
+        listeners were not told of it yet)."""
+        delay = _RETRY_FIRST_S
+        while True:
+            try:
+                await write()
+                return None
+            except StoreUnavailable as exc:
+                if not self._store.shared:
+                    raise
+                if delay == _RETRY_FIRST_S:
+                    _log.warning(
+                        "run %s: the store is unavailable; writing again until it answers: %s",
+                        run_id,
+                        exc.message,
+                    )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RETRY_MOST_S)
+            except RunChanged:
+                number = parse_run_id(run_id)
+                if delay == _RETRY_FIRST_S or number is None:
+                    raise
+                stored = await self._store.refresh(number)
+                if stored is not None and landed(stored):
+                    return stored
+                raise
+
     async def _record_step(self, run_id: str, entry: dict[str, Any], position: Position) -> None:
         try:
-            await self._write_step(run_id, entry, position)
+            await self._again_while_unavailable(
+                run_id,
+                lambda: self._write_step(run_id, entry, position),
+                lambda stored: (
+                    stored.progress is not None and stored.progress.steps >= position.steps
+                ),
+            )
         except StoreFenced:
             # The run goes on in memory: its steps are not undone by the fence,
             # only no longer recorded (the fence said so once).

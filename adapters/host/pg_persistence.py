@@ -322,9 +322,19 @@ class PgRuns:
         return self._db.server_id
 
     def _rows_read(self, rows: Sequence[tuple[Any, ...]]) -> list[Stored[int | None]]:
+        """The rows read, each marked `stale` when this server has since
+        written a newer version of it (a read that raced its own write: the
+        cache, newer, must not go back to it)."""
+        found: list[Stored[int | None]] = []
         for row in rows:
-            self._versions[int(row[0])] = int(row[4])
-        return [_stored_run(row) for row in rows]
+            number, version = int(row[0]), int(row[4])
+            stored = _stored_run(row)
+            if version < self._versions.get(number, 0):
+                stored.columns["stale"] = True
+            else:
+                self._versions[number] = version
+            found.append(stored)
+        return found
 
     async def load(self) -> AsyncIterator[Stored[int | None]]:
         rows = await _rows(

@@ -233,6 +233,9 @@ class RunStore:
         number = stored.key
         if number is None:
             return None
+        if stored.columns and stored.columns.get("stale"):
+            # Read before this server's own newer write landed: keep the newer.
+            return self._records.get(number)
         record = self._check(number, stored)
         if isinstance(record, dict):
             self._forget(number)
