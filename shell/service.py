@@ -560,11 +560,16 @@ class SchedulerService:
         # What it knew is the old leadership's: the next leader, this one
         # again or another, rebuilds from the store.
         self._state = initial_state(max_concurrent_runs=self._state.max_concurrent_runs)
-        self._events = [e for e in self._events if isinstance(e, CapacityChanged)]
-        self._dirty.clear()
+        self._drop_what_the_store_tells_again()
         self._consumed, self._consumed_now, self._unseeded = {}, set(), []
         self._resync = False
         await self._know_leadership()
+
+    def _drop_what_the_store_tells_again(self) -> None:
+        """Not leading: forget the changes and run reports heard (taking over
+        reads the store whole); capacity changes are this server's own."""
+        self._events = [e for e in self._events if isinstance(e, CapacityChanged)]
+        self._dirty.clear()
 
     async def _campaign(self) -> None:
         """Standing by: take over if no one leads; then rebuild from the
@@ -572,8 +577,7 @@ class SchedulerService:
         schedule's misfire policy)."""
         if not await self._backend.ownership.campaign():
             # Heard while starting: the store is read whole on taking over.
-            self._dirty.clear()
-            self._events = [e for e in self._events if isinstance(e, CapacityChanged)]
+            self._drop_what_the_store_tells_again()
             await self._know_leadership()
             return
         await self._know_leadership()

@@ -7,6 +7,7 @@ journal, the startup checkpoint, a full disk) use `file_harness`."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
@@ -191,6 +192,18 @@ class Harness:
         assert self.service is not None
         await self.clock.set(instant)
         await self.service.settle()
+
+    async def until_runs_ended(self, schedule_id: str) -> None:
+        """Wait (up to 10 s, settling) until no occurrence of `schedule_id` is
+        admitted or running: a run executes on its own task, and its end
+        reaches the history a round later."""
+        assert self.service is not None
+        for _ in range(200):
+            rows = await self.occurrences(schedule_id)
+            if all(row["status"] not in ("admitted", "running") for row in rows):
+                return
+            await asyncio.sleep(0.05)
+            await self.service.settle()
 
     async def occurrences(self, schedule_id: str) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []

@@ -13,7 +13,6 @@ disclosure that external effects may already have occurred.
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import subprocess
 import sys
@@ -63,14 +62,8 @@ async def test_a_scheduler_killed_during_an_admission_decides_the_instant_once(
     try:
         await harness.boot()
         await harness.at(START.replace(hour=10, minute=1))
-        # The run admitted at the restart executes on its own task: its end
-        # reaches the history a round later.
-        for _ in range(200):
-            rows = await harness.occurrences("hourly")
-            if rows and rows[0]["status"] not in ("admitted", "running"):
-                break
-            await asyncio.sleep(0.05)
-            await harness.service.settle()
+        await harness.until_runs_ended("hourly")
+        rows = await harness.occurrences("hourly")
         assert [(r["instant"], r["status"]) for r in rows] == [("2026-03-02T10:00:00Z", final)]
         run = await harness.api.inspect_run(rows[0]["run_id"])
         assert run["status"] == final

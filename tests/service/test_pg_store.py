@@ -282,11 +282,7 @@ async def test_the_scheduler_resumes_by_itself_when_the_database_is_back(
     [missed] = [r for r in await pg.occurrences("skipper") if r["status"] == "skipped-misfire"]
     assert (missed["count"], missed["first_instant"]) == (3, "2026-03-02T11:00:00Z")
     expected = [("10:00", "completed"), ("12:00", "coalesced"), ("13:00", "completed")]
-    for _ in range(200):  # 13:00's run executes on its own task; its end comes a round later
-        if await pg.statuses("latest") == expected:
-            break
-        await asyncio.sleep(0.05)
-        await pg.service.settle()
+    await pg.until_runs_ended("latest")
     assert await pg.statuses("latest") == expected
     assert sql.rows(
         "SELECT count(*) FROM wf_occurrences WHERE decision->>'status' = 'admitted'"
