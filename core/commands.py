@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from core.occurrences import OccurrenceStatus
+from core.occurrences import OccurrenceStatus, Origin
+from core.operator_actions import Backfill
 
 __all__ = [
     "AdmitOccurrence",
@@ -45,6 +46,8 @@ class RecordOccurrence(Command):
     count: int = 1
     first_instant: datetime | None = None
     last_instant: datetime | None = None
+    # A decision row of a trigger or a backfill names its origin (rule P, Q).
+    origin: Origin = "schedule"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,6 +64,9 @@ class AdmitOccurrence(Command):
     deployment_id: str
     inputs: dict[str, Any]
     max_steps: int | None
+    # "trigger" or "backfill" for an operator's occurrence (rules P, Q): its
+    # rows and its run name the origin.
+    origin: Origin = "schedule"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,6 +100,9 @@ class PersistRuntime(Command):
     watermark: datetime
     held: datetime | None
     waiting: tuple[datetime, ...] = ()
+    # The schedule's backfill and its progress (rule Q), None when it never
+    # had one.
+    backfill: Backfill | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

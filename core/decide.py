@@ -25,7 +25,8 @@ One call runs five phases, in order:
 3. Settle. Every schedule whose due time is `<= now` (found through the due
    index, never by a scan) decides its instants up to `now` (rules A-E).
 4. Fill. While execution slots are free, candidates waiting for a slot are
-   admitted, oldest instant first across schedules (rule F).
+   admitted, oldest instant first across schedules (rule F); then each
+   running backfill may admit its next instant (rule Q).
 5. Persist. Each schedule whose watermark, held candidate or waiting instants
    changed gets one `PersistRuntime`, after its history rows (rule M); a
    blocked schedule gets none (rule I).
@@ -102,6 +103,19 @@ N. Run reports. Every status report of a scheduled run is recorded in
 O. Recovered runs. Admitted runs are restarted (`CreateAdmittedRun`,
    `StartRun`), tracked (running), kept without a slot (interrupted) or
    recorded (terminal).
+P. Trigger. An operator's request to run the schedule now admits one
+   occurrence with origin "trigger" at the request's instant (moved off any
+   calendar or occupied instant), under the overlap policy unless it says
+   "allow", without waiting for a slot; it never moves the watermark. A
+   request read later than the allowance is `skipped-misfire`, one whose
+   overlap place was taken since the API checked is `skipped-overlap`.
+Q. Backfill. A request to make up `[start, end)` plans the calendar
+   instants the scheduler decided without running them (never one admitted
+   before, never one the calendar has yet to decide) and admits them oldest
+   first with origin "backfill": one per call, into a free slot no queued
+   candidate wants, within the overlap places. Progress is in the runtime
+   record; pause holds it, delete and cancel end it.
+   (`core/operator_actions.py` states both in full.)
 
 Reading guide
 =============
@@ -123,6 +137,8 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any, Final, TypeAlias
 
+from pyrsistent import pset
+
 from core.bindings import resolve_inputs
 from core.calendar import CompiledTrigger, compile_trigger
 from core.commands import (
@@ -137,8 +153,10 @@ from core.commands import (
 )
 from core.definitions import ScheduleDefinition
 from core.due_index import KeyHeap
-from core.errors import CoreMisuse
+from core.errors import CoreMisuse, InvalidInput
 from core.events import (
+    BackfillCancelled,
+    BackfillRequested,
     CapacityChanged,
     Event,
     OccurrenceAdmitted,
@@ -151,9 +169,18 @@ from core.events import (
     SchedulePaused,
     ScheduleRecovered,
     ScheduleResumed,
+    ScheduleTriggered,
     ScheduleUpdated,
 )
-from core.occurrences import TERMINAL_RUN_STATUSES, OccurrenceStatus, RunStatus
+from core.occurrences import TERMINAL_RUN_STATUSES, OccurrenceStatus, Origin, RunStatus
+from core.operator_actions import (
+    Backfill,
+    calendar_instants,
+    check_overlap_override,
+    overlap_refusal,
+    plan_backfill,
+    trigger_instant,
+)
 from core.state import (
     NO_RUNS,
     ActiveRun,
@@ -197,6 +224,7 @@ def decide(
         handler(decider, event)
     decider.settle_due()  # phase 3
     decider.fill_slots()  # phase 4
+    decider.advance_backfills()
     return decider.finish(), tuple(decider.commands)  # phase 5: persist
 
 
@@ -224,14 +252,17 @@ _COMPACT_SLACK: Final = 64
 
 # rule E: an admission the shell has not answered yet is active and holds a
 # slot already, so nothing admitted after it in this call can overbook.
-_IN_FLIGHT: Final = ActiveRun(run_id=None, status="admitted", holds_slot=True)
+_IN_FLIGHT: Final[dict[Origin, ActiveRun]] = {
+    origin: ActiveRun(run_id=None, status="admitted", holds_slot=True, origin=origin)
+    for origin in ("schedule", "trigger", "backfill")
+}
 
 _REASON_PAUSED: Final = "schedule paused"
 _REASON_DELETED: Final = "schedule deleted"
 _REASON_BLOCKED: Final = "schedule blocked"
 _REASON_UPDATED: Final = "schedule updated"
 
-_RuntimeRecord: TypeAlias = tuple[datetime, datetime | None, tuple[datetime, ...]]
+_RuntimeRecord: TypeAlias = tuple[datetime, datetime | None, tuple[datetime, ...], Backfill | None]
 
 
 class _Decider:
@@ -252,6 +283,7 @@ class _Decider:
         self.due_live = state.due_live
         self.slot_queue = state.slot_queue.edit()
         self.queue_live = state.queue_live
+        self.backfilling = set(state.backfilling)
         self.drafts: dict[str, _ScheduleDraft] = {}
         # Runtime as last persisted (before this call, or earlier in it; None:
         # never persisted).
@@ -394,7 +426,109 @@ class _Decider:
             draft.deleted = True
             self.supersede_all(draft, _REASON_DELETED)
             draft.watermark = max(draft.watermark, at)
+            # rule Q: a deleted schedule admits nothing, its backfill included.
+            self.end_backfill(draft, at)
         self.reindex(draft)
+
+    def on_triggered(self, event: ScheduleTriggered) -> None:
+        draft = self.draft_for_event(event.schedule_id, event)
+        if draft.deleted:
+            raise self.misuse(event, draft, "a deleted schedule cannot be triggered")
+        at = _checked_utc(event.at, "ScheduleTriggered.at")
+        overlap = self.checked_override(event, draft, event.overlap)
+        if draft.last_trigger is not None and at <= draft.last_trigger:
+            # rule P: a request replayed after a crash whose row is durable
+            # (triggers' instants only increase): decided already.
+            return
+        if draft.blocked is not None:
+            # rule I: a blocked schedule admits nothing; its runtime record is
+            # not written, so the request is delivered again at the next start.
+            self.ignore_report(event, draft, "the schedule is blocked")
+            return
+        self.settle_before_change(draft, at)
+        taken = {*draft.active, *draft.waiting, *((draft.held,) if draft.held else ())}
+        instant = trigger_instant(draft.trigger, at, after=draft.last_trigger, taken=taken)
+        draft.last_trigger = instant
+        schedule_id = draft.schedule_id
+        late = self.now - at
+        refusal = overlap_refusal(len(draft.active), draft.limit, overlap)
+        if late > draft.allowance:
+            # rule P with rule K: a request read after the schedule's allowance
+            # (the scheduler was down) is decided as missed, never run late.
+            reason = f"the trigger was read {late.total_seconds():g} s after it was made"
+            self.record(schedule_id, instant, "skipped-misfire", reason=reason, origin="trigger")
+        elif refusal is not None:
+            # The API refuses this before writing the request; a place taken in
+            # between is recorded, so the request is accounted for.
+            self.record(schedule_id, instant, "skipped-overlap", reason=refusal, origin="trigger")
+        else:
+            # rule P: no waiting for a slot, but the run holds one from now on.
+            self.admit(draft, instant, "trigger")
+            self.decide_waiting_when_overlap_full(draft)  # rule H
+        self.reindex(draft)
+
+    def on_backfill_requested(self, event: BackfillRequested) -> None:
+        draft = self.draft_for_event(event.schedule_id, event)
+        if draft.deleted:
+            raise self.misuse(event, draft, "a deleted schedule cannot be backfilled")
+        at = _checked_utc(event.at, "BackfillRequested.at")
+        start = _checked_utc(event.start, "BackfillRequested.start")
+        end = _checked_utc(event.end, "BackfillRequested.end")
+        overlap = self.checked_override(event, draft, event.overlap)
+        if draft.blocked is not None:
+            self.ignore_report(event, draft, "the schedule is blocked")  # as rule P
+            return
+        running = draft.backfill
+        if running is not None and running.state == "running":
+            if running.requested_at == at and running.start == start and running.end == end:
+                return  # rule Q: this very request, replayed after a crash
+            # The API refuses a second backfill; one that raced it is logged.
+            self.ignore_report(event, draft, "a backfill of this schedule is still running")
+            return
+        self.settle_before_change(draft, at)
+        try:
+            instants = calendar_instants(draft.trigger, start, end)
+        except InvalidInput as refused:
+            self.ignore_report(event, draft, str(refused))
+            return
+        pending = {*draft.active, *draft.waiting, *((draft.held,) if draft.held else ())}
+        plan = plan_backfill(
+            instants, watermark=draft.watermark, pending=pending, admitted=event.decided
+        )
+        # rule Q: the plan is fixed at the request; progress is durable in
+        # the runtime record.
+        draft.backfill = Backfill(
+            start=start,
+            end=end,
+            overlap=overlap,
+            requested_at=at,
+            state="running" if plan.instants else "done",
+            planned=len(plan.instants),
+            admitted=0,
+            remaining=plan.instants,
+            already_admitted=plan.already_admitted,
+            left_to_calendar=plan.left_to_calendar,
+            ended_at=None if plan.instants else at,
+        )
+        if plan.instants:
+            self.backfilling.add(draft.schedule_id)
+
+    def on_backfill_cancelled(self, event: BackfillCancelled) -> None:
+        draft = self.draft_for_event(event.schedule_id, event)
+        at = _checked_utc(event.at, "BackfillCancelled.at")
+        # rule Q: admitted runs go on; nothing more is admitted.
+        self.end_backfill(draft, at)
+
+    def end_backfill(self, draft: _ScheduleDraft, at: datetime) -> None:
+        if draft.backfill is not None and draft.backfill.state == "running":
+            draft.backfill = draft.backfill.cancelled(at)
+        self.backfilling.discard(draft.schedule_id)
+
+    def checked_override(self, event: Event, draft: _ScheduleDraft, overlap: object) -> str | None:
+        try:
+            return check_overlap_override(overlap)
+        except InvalidInput as bad:
+            raise self.misuse(event, draft, str(bad)) from None
 
     def on_admitted(self, event: OccurrenceAdmitted) -> None:
         draft = self.draft_for_event(event.schedule_id, event)
@@ -406,7 +540,7 @@ class _Decider:
             raise self.misuse(event, draft, f"no admission of {_iso(instant)} is in flight")
         if run.run_id is None:
             draft.active = draft.active.with_run(
-                instant, ActiveRun(event.run_id, run.status, run.holds_slot)
+                instant, ActiveRun(event.run_id, run.status, run.holds_slot, run.origin)
             )
         elif run.run_id != event.run_id:
             detail = f"{_iso(instant)} was admitted as run {run.run_id!r}, not {event.run_id!r}"
@@ -460,10 +594,12 @@ class _Decider:
             self.release_run(draft, instant, run, remove=True)
         elif status == "interrupted":
             self.release_run(draft, instant, run, remove=False)
-            draft.active = draft.active.with_run(instant, ActiveRun(event.run_id, status, False))
+            draft.active = draft.active.with_run(
+                instant, ActiveRun(event.run_id, status, False, run.origin)
+            )
         else:
             draft.active = draft.active.with_run(
-                instant, ActiveRun(event.run_id, status, run.holds_slot)
+                instant, ActiveRun(event.run_id, status, run.holds_slot, run.origin)
             )
         self.record(draft.schedule_id, instant, status, run_id=event.run_id, reason=event.message)
         self.reindex(draft)
@@ -511,9 +647,16 @@ class _Decider:
             event.active_runs,
             key=lambda recovered: _checked_utc(recovered.instant, "RecoveredRun.instant"),
         )
-        run_instants = {_checked_utc(run.instant, "RecoveredRun.instant") for run in runs}
-        if len(run_instants) != len(runs):
+        all_run_instants = {_checked_utc(run.instant, "RecoveredRun.instant") for run in runs}
+        if len(all_run_instants) != len(runs):
             raise CoreMisuse(f"cannot apply {event!r}: two recovered runs share an instant")
+        # rules P, Q: an operator's occurrence is not a calendar decision: a
+        # trigger's instant lies ahead of the watermark, a backfill's behind it.
+        run_instants = {
+            _checked_utc(run.instant, "RecoveredRun.instant")
+            for run in runs
+            if run.origin == "schedule"
+        }
         waiting = tuple(
             sorted(
                 {
@@ -538,6 +681,7 @@ class _Decider:
                 _checked_utc(event.watermark, "ScheduleRecovered.watermark"),
                 event.held,
                 event.waiting,
+                event.backfill,
             )
         )
         draft.held = held
@@ -545,6 +689,21 @@ class _Decider:
         draft.paused = event.paused
         draft.deleted = event.deleted
         draft.blocked = event.blocked_reason
+        triggers = [
+            _checked_utc(run.instant, "RecoveredRun.instant")
+            for run in runs
+            if run.origin == "trigger"
+        ]
+        if event.last_trigger is not None:
+            triggers.append(_checked_utc(event.last_trigger, "ScheduleRecovered.last_trigger"))
+        draft.last_trigger = max(triggers, default=None)
+        if event.backfill is not None:
+            # rule M for rule Q: what the history shows decided is not admitted again.
+            draft.backfill = event.backfill.without(event.backfill_decided)
+            if draft.backfill.state == "running" and not draft.deleted:
+                self.backfilling.add(schedule_id)
+            elif draft.deleted:
+                self.end_backfill(draft, draft.backfill.requested_at)
         for run in runs:
             self.recover_run(event, draft, run)
         # rule H: instants left waiting by a crash after an admission that took the
@@ -570,7 +729,7 @@ class _Decider:
             if run.run_id is None:
                 raise self.misuse(event, draft, f"interrupted run of {_iso(instant)} has no run id")
             draft.active = draft.active.with_run(
-                instant, ActiveRun(run.run_id, "interrupted", False)
+                instant, ActiveRun(run.run_id, "interrupted", False, run.origin)
             )
             return
         if run.run_id is None and run.status != "admitted":
@@ -578,7 +737,9 @@ class _Decider:
         if draft.blocked is not None:
             # rule I: fail closed; a blocked schedule's runs are tracked, not
             # started.
-            draft.active = draft.active.with_run(instant, ActiveRun(run.run_id, run.status, False))
+            draft.active = draft.active.with_run(
+                instant, ActiveRun(run.run_id, run.status, False, run.origin)
+            )
             return
         if run.run_id is None:
             self.commands.append(CreateAdmittedRun(schedule_id=schedule_id, instant=instant))
@@ -586,7 +747,9 @@ class _Decider:
             self.commands.append(
                 StartRun(schedule_id=schedule_id, instant=instant, run_id=run.run_id)
             )
-        draft.active = draft.active.with_run(instant, ActiveRun(run.run_id, run.status, True))
+        draft.active = draft.active.with_run(
+            instant, ActiveRun(run.run_id, run.status, True, run.origin)
+        )
         self.slots_in_use += 1
 
     def on_contradicted(self, event: RecordsContradicted) -> None:
@@ -758,7 +921,7 @@ class _Decider:
                     self.record(draft.schedule_id, instant, "superseded", reason=reason)
             draft.waiting = ()
 
-    def admit(self, draft: _ScheduleDraft, instant: datetime) -> None:
+    def admit(self, draft: _ScheduleDraft, instant: datetime, origin: Origin = "schedule") -> None:
         definition = draft.definition
         self.commands.append(
             AdmitOccurrence(
@@ -770,9 +933,10 @@ class _Decider:
                 if definition.inputs
                 else {},
                 max_steps=definition.max_steps,
+                origin=origin,
             )
         )
-        draft.active = draft.active.with_run(instant, _IN_FLIGHT)
+        draft.active = draft.active.with_run(instant, _IN_FLIGHT[origin])
         self.slots_in_use += 1
 
     # --- phase 4: fill free slots, oldest first (rule F) ----------------------
@@ -796,6 +960,49 @@ class _Decider:
             self.admit(draft, instant)  # rule E
             self.decide_waiting_when_overlap_full(draft)  # rule H
             self.reindex(draft)
+
+    def advance_backfills(self) -> None:
+        """Admit the next instant of each running backfill that has room
+        (rule Q): at most one per schedule per call, only into a slot left
+        free once the queued candidates had theirs, within the overlap
+        places."""
+        for schedule_id in sorted(self.backfilling):
+            draft = self.draft(schedule_id)
+            backfill = draft.backfill
+            if backfill is None or backfill.state != "running" or not backfill.remaining:
+                self.backfilling.discard(schedule_id)
+                continue
+            if draft.paused or draft.blocked is not None:
+                continue  # rule Q: it waits for the resume (or the repair)
+            if self.slots_in_use >= self.capacity or self.live_candidate_waits():
+                return  # no slot for anyone this call
+            if backfill.overlap == "allow":
+                active = sum(1 for run in draft.active.values() if run.origin == "backfill")
+            else:
+                active = len(draft.active)
+            if active >= draft.limit:
+                continue
+            instant = backfill.remaining[0]
+            self.admit(draft, instant, "backfill")
+            draft.backfill = backfill.admitting(instant, self.now)
+            if draft.backfill.state != "running":
+                self.backfilling.discard(schedule_id)
+            self.decide_waiting_when_overlap_full(draft)  # rule H
+            self.reindex(draft)
+
+    def live_candidate_waits(self) -> bool:
+        """True when a scheduled instant still waits for a slot (it goes first)."""
+        while self.slot_queue:
+            top = self.slot_queue.peek()
+            assert top is not None
+            other = self.current(top[1])
+            if other is not None and other.queued == top[0] and _slot_candidate(other) == top[0]:
+                return True
+            if other is not None and other.queued == top[0]:
+                self.draft(top[1]).queued = None
+                self.queue_live -= 1
+            self.slot_queue.pop()
+        return False
 
     def slot_free_for(self, instant: datetime, schedule_id: str) -> bool:
         """True when `instant` may take a slot now: one is free and no live
@@ -853,6 +1060,7 @@ class _Decider:
                     draft.watermark,
                     draft.held,
                     draft.waiting,
+                    draft.backfill,
                 ):
                     self.persist(draft)
                 evolver[schedule_id] = draft.freeze()
@@ -867,18 +1075,20 @@ class _Decider:
             due_live=self.due_live,
             slot_queue=self.slot_queue.freeze(),
             queue_live=self.queue_live,
+            backfilling=pset(self.backfilling),
         )
 
     def persist(self, draft: _ScheduleDraft) -> None:
         # rule M: called from `finish` only, so the runtime record follows
         # every row it depends on.
-        runtime: _RuntimeRecord = (draft.watermark, draft.held, draft.waiting)
+        runtime: _RuntimeRecord = (draft.watermark, draft.held, draft.waiting, draft.backfill)
         self.commands.append(
             PersistRuntime(
                 schedule_id=draft.schedule_id,
                 watermark=runtime[0],
                 held=runtime[1],
                 waiting=runtime[2],
+                backfill=runtime[3],
             )
         )
         self.persisted[draft.schedule_id] = runtime
@@ -915,7 +1125,12 @@ class _Decider:
     def _start_draft(self, schedule: ScheduleState) -> _ScheduleDraft:
         draft = _ScheduleDraft.of(schedule)
         self.drafts[schedule.schedule_id] = draft
-        self.persisted[schedule.schedule_id] = (schedule.watermark, schedule.held, schedule.waiting)
+        self.persisted[schedule.schedule_id] = (
+            schedule.watermark,
+            schedule.held,
+            schedule.waiting,
+            schedule.backfill,
+        )
         return draft
 
     def draft(self, schedule_id: str) -> _ScheduleDraft:
@@ -951,6 +1166,7 @@ class _Decider:
         *,
         run_id: str | None = None,
         reason: str | None = None,
+        origin: Origin = "schedule",
     ) -> None:
         self.commands.append(
             RecordOccurrence(
@@ -959,6 +1175,7 @@ class _Decider:
                 status=status,
                 run_id=run_id,
                 reason=reason,
+                origin=origin,
             )
         )
 
@@ -1025,6 +1242,9 @@ _HANDLERS: Final[dict[type[Event], _Handler]] = {
     SchedulePaused: _Decider.on_paused,
     ScheduleResumed: _Decider.on_resumed,
     ScheduleDeleted: _Decider.on_deleted,
+    ScheduleTriggered: _Decider.on_triggered,
+    BackfillRequested: _Decider.on_backfill_requested,
+    BackfillCancelled: _Decider.on_backfill_cancelled,
     OccurrenceAdmitted: _Decider.on_admitted,
     PreflightFailed: _Decider.on_preflight_failed,
     RunStatusChanged: _Decider.on_run_status,
@@ -1045,12 +1265,14 @@ class _ScheduleDraft:
     __slots__ = (
         "active",
         "allowance",
+        "backfill",
         "blocked",
         "created_at",
         "definition",
         "deleted",
         "due",
         "held",
+        "last_trigger",
         "latest",
         "limit",
         "next_instant",
@@ -1081,6 +1303,8 @@ class _ScheduleDraft:
     latest: bool
     limit: int
     allowance: timedelta
+    backfill: Backfill | None
+    last_trigger: datetime | None
 
     @classmethod
     def of(cls, schedule: ScheduleState) -> _ScheduleDraft:
@@ -1103,6 +1327,8 @@ class _ScheduleDraft:
         draft.latest = schedule.latest
         draft.limit = schedule.limit
         draft.allowance = schedule.allowance
+        draft.backfill = schedule.backfill
+        draft.last_trigger = schedule.last_trigger
         return draft
 
     @classmethod
@@ -1125,6 +1351,8 @@ class _ScheduleDraft:
         draft.blocked = None
         draft.due = None
         draft.queued = None
+        draft.backfill = None
+        draft.last_trigger = None
         draft.set_definition(definition, revision)
         return draft
 
@@ -1157,6 +1385,8 @@ class _ScheduleDraft:
             latest=self.latest,
             limit=self.limit,
             allowance=self.allowance,
+            backfill=self.backfill,
+            last_trigger=self.last_trigger,
         )
 
     def describe(self) -> str:

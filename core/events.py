@@ -12,9 +12,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from core.definitions import ScheduleDefinition
-from core.occurrences import RunStatus
+from core.occurrences import Origin, RunStatus
+from core.operator_actions import Backfill
 
 __all__ = [
+    "BackfillCancelled",
+    "BackfillRequested",
     "CapacityChanged",
     "Event",
     "OccurrenceAdmitted",
@@ -27,6 +30,7 @@ __all__ = [
     "SchedulePaused",
     "ScheduleRecovered",
     "ScheduleResumed",
+    "ScheduleTriggered",
     "ScheduleUpdated",
 ]
 
@@ -68,6 +72,41 @@ class ScheduleResumed(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleDeleted(Event):
+    schedule_id: str
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleTriggered(Event):
+    """An operator asked at `at` for one run of the schedule now (rule P).
+
+    `overlap` "allow" bypasses the schedule's overlap policy for this run."""
+
+    schedule_id: str
+    at: datetime
+    overlap: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackfillRequested(Event):
+    """An operator asked at `at` to make up the calendar instants of
+    `[start, end)` (rule Q). `decided` holds the instants of the range the
+    history shows admitted (by any origin) or decided by a backfill: the
+    shell reads them when it delivers the request, so a request replayed
+    after a crash sees what it already admitted."""
+
+    schedule_id: str
+    at: datetime
+    start: datetime
+    end: datetime
+    overlap: str | None = None
+    decided: frozenset[datetime] = frozenset()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackfillCancelled(Event):
+    """An operator cancelled the schedule's running backfill at `at`."""
+
     schedule_id: str
     at: datetime
 
@@ -125,6 +164,8 @@ class RecoveredRun:
     message: str | None = None
     # True when the run was admitted but never executed: it may still be started.
     never_started: bool = False
+    # Who opened the occurrence (its decision row's origin).
+    origin: Origin = "schedule"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -152,6 +193,14 @@ class ScheduleRecovered(Event):
     # The persisted `PersistRuntime.waiting` instants that still have no
     # decision row in history (the shell drops those it finds decided).
     waiting: tuple[datetime, ...] = ()
+    # The persisted backfill, and the instants of its range the history
+    # shows admitted or decided by a backfill (a crash may have lost the
+    # runtime record after their rows: they are not admitted again).
+    backfill: Backfill | None = None
+    backfill_decided: frozenset[datetime] = frozenset()
+    # The newest trigger row's instant: a trigger request replayed after a
+    # crash that is not after it was decided already.
+    last_trigger: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,7 +1,10 @@
 """The lifecycle state machine of a schedule, as a table.
 
 A schedule's lifecycle log holds one record per change (`created`,
-`updated`, `paused`, `resumed`, `deleted`), `seq` dense from 1. Which record
+`updated`, `paused`, `resumed`, `deleted`) and per operator request
+(`triggered`, `backfill`, `backfill-cancelled`: rules P and Q, which carry
+their arguments in `action` and change no lifecycle field but the seq),
+`seq` dense from 1. Which record
 may follow which is `LIFECYCLE_TABLE`: (phase, record kind) -> the phase the
 record leads to, or the refusal a store reports for it. `apply_record` is the
 one place a record is judged against the state before it; the file store, the
@@ -22,6 +25,7 @@ __all__ = [
     "LIFECYCLE_FIELDS",
     "LIFECYCLE_KINDS",
     "LIFECYCLE_TABLE",
+    "OPERATOR_KINDS",
     "REVISION_STEP",
     "LifecycleKind",
     "LifecycleOutcome",
@@ -33,8 +37,20 @@ __all__ = [
     "seq_refusal",
 ]
 
-LifecycleKind = Literal["created", "updated", "paused", "resumed", "deleted"]
+LifecycleKind = Literal[
+    "created",
+    "updated",
+    "paused",
+    "resumed",
+    "deleted",
+    "triggered",
+    "backfill",
+    "backfill-cancelled",
+]
 LIFECYCLE_KINDS: Final[frozenset[str]] = frozenset(get_args(LifecycleKind))
+# The operator's requests: delivered to `decide` once, in log order, like the
+# changes; they leave the lifecycle fields as they were.
+OPERATOR_KINDS: Final[frozenset[str]] = frozenset({"triggered", "backfill", "backfill-cancelled"})
 
 # `absent`: no record applied yet. Paused and deleted are separate flags in a
 # snapshot, but a deleted schedule accepts nothing, so its pause flag is moot.
@@ -62,6 +78,9 @@ REVISION_STEP: Final[Mapping[str, int]] = {
     "paused": 0,
     "resumed": 0,
     "deleted": 0,
+    "triggered": 0,
+    "backfill": 0,
+    "backfill-cancelled": 0,
 }
 
 
@@ -100,6 +119,19 @@ LIFECYCLE_TABLE: Final[Mapping[tuple[LifecyclePhase, LifecycleKind], LifecycleOu
     ("deleted", "paused"): _AFTER_DELETE,
     ("deleted", "resumed"): _AFTER_DELETE,
     ("deleted", "deleted"): _AFTER_DELETE,
+    # Operator requests: on a live schedule, paused or not (rules P, Q).
+    ("absent", "triggered"): _BEFORE_CREATE,
+    ("absent", "backfill"): _BEFORE_CREATE,
+    ("absent", "backfill-cancelled"): _BEFORE_CREATE,
+    ("active", "triggered"): "active",
+    ("active", "backfill"): "active",
+    ("active", "backfill-cancelled"): "active",
+    ("paused", "triggered"): "paused",
+    ("paused", "backfill"): "paused",
+    ("paused", "backfill-cancelled"): "paused",
+    ("deleted", "triggered"): _AFTER_DELETE,
+    ("deleted", "backfill"): _AFTER_DELETE,
+    ("deleted", "backfill-cancelled"): _AFTER_DELETE,
 }
 
 # The instant field each kind stamps, and whether it carries a new definition.
@@ -179,6 +211,13 @@ def apply_record(
             )
     if isinstance(outcome, TableRefusal):
         return LifecycleRefusal(_where(seq), outcome.reason.format(kind=kind))
+    if kind in OPERATOR_KINDS:
+        assert snapshot is not None  # the table refuses them before a create
+        if not isinstance(record.get("action"), Mapping):
+            return LifecycleRefusal(_where(seq), f"a {kind} record needs an action object")
+        moved = dict(snapshot)
+        moved["lifecycle_seq"] = seq
+        return moved
     stamp, carries_definition = _STAMPS[kind]
     # Built in one literal, not copied and updated key by key: a start folds
     # every schedule's log through here.

@@ -19,14 +19,18 @@ __all__ = [
     "DECISION_STATUSES",
     "OCCURRENCE_STATUSES",
     "OPEN_RUN_STATUSES",
+    "OPERATOR_DECISION_STATUSES",
+    "ORIGINS",
     "RUN_ROW_TABLE",
     "RUN_STATUSES",
     "TERMINAL_RUN_STATUSES",
     "TERMINAL_STATUSES",
     "OccurrenceStatus",
+    "Origin",
     "RunRowOutcome",
     "RunStatus",
     "decision_row_refusal",
+    "origin_row_refusal",
     "run_row_refusal",
     "span_refusal",
 ]
@@ -66,6 +70,21 @@ DECISION_STATUSES: Final[frozenset[str]] = frozenset(
         "preflight-rejected",
         "admitted",
     }
+)
+
+# Who opened an occurrence: the calendar ("schedule"), an operator's trigger
+# ("trigger", keyed by the moment it was made) or a backfill ("backfill",
+# keyed by the calendar instant it makes up for). Calendar rows carry no
+# origin field; the others name theirs.
+Origin = Literal["schedule", "trigger", "backfill"]
+ORIGINS: Final[frozenset[str]] = frozenset(get_args(Origin))
+
+# The decisions a trigger's or a backfill's row may carry: admitted, or why
+# it was not (a trigger read too late, or one whose overlap place was taken
+# between the request and its decision; a failed preflight for both). Never
+# a span: each stands for one request's one occurrence.
+OPERATOR_DECISION_STATUSES: Final[frozenset[str]] = frozenset(
+    {"admitted", "preflight-rejected", "skipped-overlap", "skipped-misfire"}
 )
 
 # Statuses of an occurrence still open (admitted, not yet terminal): the only
@@ -141,4 +160,18 @@ def span_refusal(first: datetime, last: datetime, instant: datetime) -> str | No
     it runs from its first instant to its last, which is the row's instant."""
     if not first < last or last != instant:
         return "a coalesced row needs first_instant < last_instant == instant"
+    return None
+
+
+def origin_row_refusal(origin: object, status: str, count: object) -> str | None:
+    """Why a decision row naming `origin` (None: a calendar row, which names
+    none) cannot carry `status` and `count`, or None."""
+    if origin is None:
+        return None
+    if origin not in ORIGINS or origin == "schedule":
+        return f"origin must be trigger or backfill when given, got {origin!r}"
+    if status not in OPERATOR_DECISION_STATUSES:
+        return f"a {origin} row cannot be {status}"
+    if count != 1:
+        return f"a {origin} row stands for one occurrence, not {count!r}"
     return None

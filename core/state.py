@@ -29,13 +29,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Final
 
-from pyrsistent import PMap, pmap
+from pyrsistent import PMap, PSet, pmap, pset
 
 from core.calendar import CompiledTrigger
 from core.definitions import ScheduleDefinition
 from core.due_index import KeyHeap
 from core.errors import CoreMisuse, InvalidInput, Problem
-from core.occurrences import RunStatus
+from core.occurrences import Origin, RunStatus
+from core.operator_actions import Backfill
 
 __all__ = [
     "NO_RUNS",
@@ -66,6 +67,8 @@ class ActiveRun:
     run_id: str | None
     status: RunStatus
     holds_slot: bool
+    # Who opened the occurrence: the calendar, a trigger or a backfill.
+    origin: Origin = "schedule"
 
 
 class ActiveRuns(Mapping[datetime, ActiveRun]):
@@ -159,6 +162,10 @@ class ScheduleState:
     latest: bool
     limit: int
     allowance: timedelta
+    # The schedule's backfill (rule Q): running, or the last one ended.
+    backfill: Backfill | None = None
+    # The instant of the newest trigger decided (rule P), None before any.
+    last_trigger: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +184,9 @@ class SchedulerState:
     due_live: int
     slot_queue: KeyHeap
     queue_live: int
+    # Schedules with a running backfill (rule Q): few, so each call looks at
+    # every one of them.
+    backfilling: PSet[str] = field(default_factory=pset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +210,9 @@ class ScheduleView:
     paused: bool
     deleted: bool
     blocked: str | None
+    backfill: Backfill | None = None
+    # Instant -> origin of each active run that an operator opened.
+    operator_runs: Mapping[datetime, Origin] = field(default_factory=dict)
 
 
 def initial_state(*, max_concurrent_runs: int) -> SchedulerState:
@@ -257,6 +270,10 @@ def schedule_view(state: SchedulerState, schedule_id: str) -> ScheduleView:
         paused=sched.paused,
         deleted=sched.deleted,
         blocked=sched.blocked,
+        backfill=sched.backfill,
+        operator_runs={
+            instant: run.origin for instant, run in sched.active.items() if run.origin != "schedule"
+        },
     )
 
 

@@ -18,7 +18,13 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, TypeGuard, get_args
 
 from core.errors import InvalidInput, InvalidState, Problem, RevisionConflict
-from core.lifecycle import LIFECYCLE_KINDS, LifecycleRefusal, apply_record, seq_refusal
+from core.lifecycle import (
+    LIFECYCLE_KINDS,
+    OPERATOR_KINDS,
+    LifecycleRefusal,
+    apply_record,
+    seq_refusal,
+)
 from core.limits import MAX_SAFE_INTEGER
 from shell.store_format import Instant, StoreProblem, canonical_instant, parse_instant
 
@@ -42,7 +48,9 @@ __all__ = [
 
 DEFINITION_FORMAT: Final = 1
 
-ChangeKind = Literal["updated", "paused", "resumed", "deleted"]
+ChangeKind = Literal[
+    "updated", "paused", "resumed", "deleted", "triggered", "backfill", "backfill-cancelled"
+]
 CHANGE_KINDS: Final[frozenset[str]] = frozenset(get_args(ChangeKind))
 
 
@@ -179,6 +187,11 @@ def check_record(record: object, expected_seq: int) -> dict[str, Any]:
         raise RecordRefused(
             where, f"a {record['kind']} record {'needs' if has_definition else 'has'} a definition"
         )
+    has_action = record["kind"] in OPERATOR_KINDS
+    if has_action != isinstance(record.get("action"), dict):
+        raise RecordRefused(
+            where, f"a {record['kind']} record {'needs' if has_action else 'has'} an action"
+        )
     return record
 
 
@@ -245,6 +258,7 @@ def change(
     at: Instant,
     definition: Mapping[str, Any] | None = None,
     expected_revision: int | None = None,
+    action: Mapping[str, Any] | None = None,
 ) -> LifecycleResult:
     """The record a change appends to a log that ends at `lifecycle_seq`
     with snapshot `current`, and the snapshot after it; `record` None for a
@@ -262,6 +276,10 @@ def change(
         bad.append(Problem(field="definition", reason="is required for updated and only for it"))
     if definition is not None and not isinstance(definition, Mapping):
         bad.append(Problem(field="definition", reason="must be an object"))
+    if (kind in OPERATOR_KINDS) != isinstance(action, Mapping):
+        bad.append(
+            Problem(field="action", reason="is required for operator requests and only for them")
+        )
     if expected_revision is not None and not _is_int(expected_revision):
         bad.append(Problem(field="expected_revision", reason="must be an integer"))
     elif expected_revision is not None and abs(expected_revision) > MAX_SAFE_INTEGER:
@@ -276,6 +294,9 @@ def change(
     payload = dict(definition) if definition is not None else None
     if payload is not None:
         _json_safe(payload, "definition")
+    action_payload = dict(action) if action is not None else None
+    if action_payload is not None:
+        _json_safe(action_payload, "action")
     at_text = _instant_arg(at, "at")
     if expected_revision is not None and expected_revision != current["revision"]:
         raise RevisionConflict(
@@ -303,6 +324,8 @@ def change(
     }
     if payload is not None:
         record["definition"] = payload
+    if action_payload is not None:
+        record["action"] = action_payload
     try:
         snapshot = apply_checked(current, record, schedule_id)
     except RecordRefused as refused:  # the snapshot does not follow its own log

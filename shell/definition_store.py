@@ -493,6 +493,7 @@ class DefinitionStore:
         at: Instant,
         definition: Mapping[str, Any] | None = None,
         expected_revision: int | None = None,
+        action: Mapping[str, Any] | None = None,
     ) -> LifecycleResult:
         """Record one lifecycle change and return the new snapshot.
 
@@ -519,6 +520,7 @@ class DefinitionStore:
             at=at,
             definition=definition,
             expected_revision=expected_revision,
+            action=action,
         )
         if result.record is None:
             return result

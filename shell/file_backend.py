@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, cast
 
 from core.errors import NotFound
@@ -77,9 +78,15 @@ class _Definitions:
         at: Instant,
         definition: Mapping[str, Any] | None = None,
         expected_revision: int | None = None,
+        action: Mapping[str, Any] | None = None,
     ) -> LifecycleResult:
         return self.store.apply_change(
-            schedule_id, kind, at=at, definition=definition, expected_revision=expected_revision
+            schedule_id,
+            kind,
+            at=at,
+            definition=definition,
+            expected_revision=expected_revision,
+            action=action,
         )
 
     async def set_blocked(
@@ -107,6 +114,7 @@ class _Runtime:
         lifecycle_seq: int,
         written_at: Instant,
         waiting: Sequence[Instant] = (),
+        backfill: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         return self.store.stage(
             batch,
@@ -116,6 +124,7 @@ class _Runtime:
             lifecycle_seq=lifecycle_seq,
             written_at=written_at,
             waiting=waiting,
+            backfill=backfill,
         )
 
 
@@ -139,8 +148,15 @@ class _History:
     ) -> tuple[list[dict[str, Any]], str | None]:
         return self.store.page(schedule_id, limit=limit, cursor=cursor)
 
-    async def occurrence_at(self, schedule_id: str, instant: Instant) -> dict[str, Any] | None:
-        return self.store.occurrence_at(schedule_id, instant)
+    async def occurrence_at(
+        self, schedule_id: str, instant: Instant, origin: str = "schedule"
+    ) -> dict[str, Any] | None:
+        return self.store.occurrence_at(schedule_id, instant, origin)
+
+    async def backfill_decided(
+        self, schedule_id: str, start: datetime, end: datetime
+    ) -> frozenset[datetime]:
+        return self.store.backfill_decided(schedule_id, start, end)
 
     async def length(self, schedule_id: str) -> int:
         return self.store.length(schedule_id)

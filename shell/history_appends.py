@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from core.errors import InvalidInput, InvalidState, Problem
-from core.occurrences import DECISION_STATUSES, RUN_STATUSES
+from core.occurrences import DECISION_STATUSES, RUN_STATUSES, origin_row_refusal
 from shell.history_rows import Bad, Open, State, check_snapshot, enter_decision, is_int
 from shell.store_format import Instant, canonical_instant, parse_instant
 
@@ -42,6 +42,7 @@ class DecisionAppend:
     last_text: str | None
     revision: int | None
     snapshot: dict[str, Any] | None
+    origin: str | None = None
 
     @classmethod
     def of(
@@ -57,6 +58,7 @@ class DecisionAppend:
         last_instant: Instant | None = None,
         revision: int | None = None,
         snapshot: Mapping[str, Any] | None = None,
+        origin: str | None = None,
     ) -> DecisionAppend:
         """Raises `InvalidInput` naming every malformed argument (see
         `HistoryStore.append_decision`)."""
@@ -105,6 +107,9 @@ class DecisionAppend:
                 problems.append(Problem(field=name, reason="must be a string"))
         if revision is not None and (not is_int(revision) or revision < 1):
             problems.append(Problem(field="revision", reason="must be a positive integer"))
+        refusal = origin_row_refusal(origin, status, count)
+        if refusal is not None:
+            problems.append(Problem(field="origin", reason=refusal))
         if problems:
             raise InvalidInput.from_problems("history row", problems)
         assert instant_text is not None and recorded_text is not None
@@ -119,6 +124,7 @@ class DecisionAppend:
             last_text=last_text,
             revision=revision,
             snapshot=dict(snapshot) if snapshot is not None else None,
+            origin=origin,
         )
 
     def build(self, state: State) -> dict[str, Any]:
@@ -135,6 +141,8 @@ class DecisionAppend:
             row["snapshot"] = dict(self.snapshot)
         if self.count > 1:
             row.update(count=self.count, first_instant=self.first_text, last_instant=self.last_text)
+        if self.origin is not None:
+            row["origin"] = self.origin
         return row
 
     def enter(self, state: State, row: Mapping[str, Any], offset: int, length: int) -> None:
@@ -160,6 +168,7 @@ class DecisionAppend:
             reason=self.reason,
             revision=self.revision,
             snapshot=dict(self.snapshot) if self.snapshot is not None else None,
+            origin=self.origin,
         )
 
 

@@ -96,11 +96,12 @@ def page_row(
     decision_data: bytes,
     latest_data: bytes | None,
     previous: datetime | None,
-) -> tuple[dict[str, Any], datetime]:
+) -> tuple[dict[str, Any], datetime | None]:
     """The page entry of occurrence `seq` from its rows as read (`latest_data`
     None when its decision row is its latest), checked by the row rules and
     against the index entry that points at them and the decision before it
-    (`previous`); returns it with its decision instant. Raises `Bad`
+    (`previous`); returns it with the newest calendar decision instant so
+    far (its own, unless it is an operator's row). Raises `Bad`
     (`BadLatest` when the latest row is at fault)."""
     decision_row = page_json(decision_data, seq, decision=True)
     latest_row: dict[str, Any] | None = None
@@ -118,16 +119,16 @@ def page_entry(
     decision_row: Mapping[str, Any],
     latest_row: Mapping[str, Any] | None,
     previous: datetime | None,
-) -> tuple[dict[str, Any], datetime]:
+) -> tuple[dict[str, Any], datetime | None]:
     """The page entry of occurrence `seq` from its decision row and latest
     transition row (None when the decision is its latest), each already of
     its kind and seq (`checked_row`), checked by the row rules, against the
     status the store recorded beside them (`recorded_status`: the index
     entry's, or the database row's) and the decision before it (`previous`);
-    returns it with its decision instant. Raises `Bad` (`BadLatest` when the
+    returns it with the newest calendar decision instant so far. Raises `Bad` (`BadLatest` when the
     latest row is at fault)."""
     decision = check_decision(decision_row, seq)
-    if previous is not None and decision.first <= previous:
+    if decision.origin is None and previous is not None and decision.first <= previous:
         raise Bad(
             f"decision for {decision.instant_text} is not after the decision of seq {seq - 1}"
             " (duplicate or out of order)",
@@ -178,8 +179,11 @@ def page_entry(
         "revision": decision.revision,
         "decided_at": decision.recorded_text,
         "updated_at": updated_at,
+        "origin": decision.origin or "schedule",
     }
-    return row, decision.instant
+    # `previous` is the newest calendar decision: the order operators' rows
+    # are exempt from (`shell.history_rows.State`).
+    return row, decision.instant if decision.origin is None else previous
 
 
 def page_json(data: bytes, seq: int, *, decision: bool) -> dict[str, Any]:

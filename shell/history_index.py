@@ -398,12 +398,19 @@ class HistoryIndex:
             if last.decision_off + last.decision_len > checkpoint.size:
                 raise _IndexDamaged("last entry points past the checkpoint")
             row = reader.row(last.decision_off, last.decision_len, last_seq, decision=True)
-            text = row.get("instant")
-            try:
-                state.last_decided = parse_instant(text)  # type: ignore[arg-type]
-            except (TypeError, ValueError):
-                raise _IndexDamaged("last decision row has no instant") from None
-            state.last_decided_text = text
+            # The newest calendar decision: operators' rows (rules P, Q) are
+            # outside its order, so step back over them.
+            while row.get("origin") is not None and last_seq > 0:
+                last_seq -= 1
+                (last,) = reader.entries(last_seq, 1)
+                row = reader.row(last.decision_off, last.decision_len, last_seq, decision=True)
+            if row.get("origin") is None:
+                text = row.get("instant")
+                try:
+                    state.last_decided = parse_instant(text)  # type: ignore[arg-type]
+                except (TypeError, ValueError):
+                    raise _IndexDamaged("last decision row has no instant") from None
+                state.last_decided_text = text
         loaded = self._replay(files, reader, state, checkpoint, size)
         if full_open:
             self._collect_open(reader, loaded.state, checkpoint)

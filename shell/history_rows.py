@@ -21,6 +21,7 @@ from core.occurrences import (
     RUN_STATUSES,
     TERMINAL_STATUSES,
     decision_row_refusal,
+    origin_row_refusal,
     run_row_refusal,
     span_refusal,
 )
@@ -59,6 +60,8 @@ class OpenOccurrence:
     revision: int | None
     decided_at: str
     updated_at: str
+    # Who opened it: "schedule" (the calendar), "trigger" or "backfill".
+    origin: str = "schedule"
 
 
 class Entry(NamedTuple):
@@ -90,6 +93,7 @@ class Open:
     revision: int | None
     decided_at: str
     updated_at: str
+    origin: str = "schedule"
 
     def entry(self) -> Entry:
         return Entry(
@@ -107,12 +111,23 @@ class Open:
             revision=self.revision,
             decided_at=self.decided_at,
             updated_at=self.updated_at,
+            origin=self.origin,
         )
 
 
 @dataclass(slots=True)
 class State:
-    """A schedule's history as of log offset `size`."""
+    """A schedule's history as of log offset `size`.
+
+    `last_decided` is the newest *calendar* decision: calendar decisions
+    strictly increase. A trigger's row (rule P) is keyed by the moment of
+    the request and `last_trigger` is the newest one: triggers strictly
+    increase among themselves. A backfill's row (rule Q) is keyed by the
+    calendar instant it makes up for, which has its calendar row already:
+    it follows no order, and no instant is open twice. A load through the
+    index knows `last_trigger` only from the rows it replays (the rows of
+    the newest commit and after, the only ones a runtime record can lag
+    behind); a full scan knows it exactly."""
 
     size: int = 0
     count: int = 0
@@ -123,6 +138,7 @@ class State:
     by_instant: dict[str, int] = field(default_factory=dict)
     # Index entries changed since the last index write.
     touched: dict[int, Entry] = field(default_factory=dict)
+    last_trigger: datetime | None = None
 
     def copy(self) -> State:
         return State(
@@ -134,6 +150,7 @@ class State:
             dict(self.open),
             dict(self.by_instant),
             {},
+            self.last_trigger,
         )
 
 
@@ -239,6 +256,8 @@ class _Decision(NamedTuple):
     reason: str | None
     revision: int | None
     snapshot: dict[str, Any] | None
+    # None for a calendar row; "trigger" or "backfill" (rules P, Q).
+    origin: str | None
 
 
 class _Transition(NamedTuple):
@@ -279,6 +298,10 @@ def check_decision(row: Mapping[str, Any], seq: int) -> _Decision:
         snapshot = check_snapshot(row.get("snapshot"), seq)
     elif row.get("snapshot") is not None:
         raise Bad("only an admitted row carries a snapshot", seq)
+    origin = row.get("origin")
+    refusal = origin_row_refusal(origin, status, count)
+    if refusal is not None:
+        raise Bad(refusal, seq)
     return _Decision(
         status=status,
         instant=instant,
@@ -289,6 +312,7 @@ def check_decision(row: Mapping[str, Any], seq: int) -> _Decision:
         reason=reason,
         revision=revision,
         snapshot=snapshot,
+        origin=origin,
     )
 
 
@@ -330,6 +354,7 @@ def _apply_decision(state: State, row: dict[str, Any], seq: int, offset: int, le
         reason=fields.reason,
         revision=fields.revision,
         snapshot=fields.snapshot,
+        origin=fields.origin,
     )
 
 
@@ -348,18 +373,33 @@ def enter_decision(
     reason: str | None,
     revision: int | None,
     snapshot: dict[str, Any] | None,
+    origin: str | None = None,
 ) -> None:
     """Enter a well-formed decision row (seq == state.count) into `state`, or
-    raise `Bad` when it is not after the previous decision."""
-    if state.last_decided is not None and first <= state.last_decided:
+    raise `Bad` when it is out of its order (see `State`)."""
+    if origin is None:
+        if state.last_decided is not None and first <= state.last_decided:
+            raise Bad(
+                f"decision for {instant_text} is not after the previous decision"
+                f" {state.last_decided_text} (duplicate or out of order)",
+                seq,
+            )
+    elif origin == "trigger" and state.last_trigger is not None and instant <= state.last_trigger:
         raise Bad(
-            f"decision for {instant_text} is not after the previous decision"
-            f" {state.last_decided_text} (duplicate or out of order)",
+            f"trigger for {instant_text} is not after the previous trigger"
+            f" {format_instant(state.last_trigger)} (duplicate or out of order)",
             seq,
         )
+    if status == "admitted" and instant_text in state.by_instant:
+        raise Bad(
+            f"{instant_text} is admitted and still open (seq {state.by_instant[instant_text]})", seq
+        )
     state.count += 1
-    state.last_decided = instant
-    state.last_decided_text = instant_text
+    if origin is None:
+        state.last_decided = instant
+        state.last_decided_text = instant_text
+    elif origin == "trigger":
+        state.last_trigger = instant
     entry = Entry(offset, length, offset, length, status)
     state.touched[seq] = entry
     if status == "admitted":
@@ -377,6 +417,7 @@ def enter_decision(
             revision=revision,
             decided_at=recorded_text,
             updated_at=recorded_text,
+            origin=origin or "schedule",
         )
         state.by_instant[instant_text] = seq
 

@@ -10,7 +10,11 @@ Theory of operation
   `status` is a decision status, `snapshot` (admitted rows only) is
   `{"deployment_id", "inputs", "max_steps", "revision"}`, and a row standing
   for several missed instants has `count > 1`, `first_instant`, and
-  `last_instant == instant`. Decision instants strictly increase.
+  `last_instant == instant`. A row an operator's request opened names its
+  `"origin"` ("trigger" or "backfill"; a calendar row names none).
+  Calendar decision instants strictly increase, and so do triggers' among
+  themselves; a backfill's row is keyed by the calendar instant it makes up
+  for (see `shell.history_rows.State`).
 * a *transition* row moves an admitted occurrence along its run:
   `{"seq", "update": true, "instant", "status", "recorded_at", "run_id"?,
   "reason"?}`, carrying the run id once known. Allowed moves: admitted ->
@@ -65,13 +69,14 @@ import bisect
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
 from core.errors import InvalidInput, InvalidState, NotFound, Problem
+from core.occurrences import RUN_STATUSES
 from shell.disk import OS_DISK, Disk, DiskFile, is_directory
 from shell.durable import GroupCommit, sync_paths
 from shell.history_appends import SNAPSHOT_PROBLEM, DecisionAppend, TransitionAppend
@@ -127,6 +132,8 @@ _encode_cursor: Final = encode_cursor
 
 # A page reads rows less than this far apart with one pread.
 _CLUSTER_GAP: Final = 64 << 10
+# Index entries read at once by a newest-first scan.
+_SCAN_CHUNK: Final = 256
 
 
 # --- public values -------------------------------------------------------------------
@@ -146,6 +153,8 @@ class HistoryRecovery:
     last_decided_instant: str | None
     open_occurrences: tuple[OpenOccurrence, ...]
     problems: tuple[StoreProblem, ...] = ()
+    # The newest trigger row replayed or scanned (see `State.last_trigger`).
+    last_trigger_instant: str | None = None
     dropped_torn_bytes: int = 0
     index_rebuilt: bool = False
     tail_rows: int = 0
@@ -254,6 +263,9 @@ class HistoryStore:
             last_decided_instant=state.last_decided_text,
             open_occurrences=tuple(state.open[s].public() for s in sorted(state.open)),
             problems=problems,
+            last_trigger_instant=None
+            if state.last_trigger is None
+            else format_instant(state.last_trigger),
             dropped_torn_bytes=loaded.dropped,
             index_rebuilt=loaded.rebuilt,
             tail_rows=loaded.tail_rows,
@@ -298,9 +310,11 @@ class HistoryStore:
                     o.revision,
                     o.decided_at,
                     o.updated_at,
+                    o.origin,
                 ]
                 for o in (state.open[seq] for seq in sorted(state.open))
             ],
+            None if state.last_trigger is None else format_instant(state.last_trigger),
         ]
 
     def adopt_state(self, schedule_id: str, exported: Sequence[Any]) -> HistoryRecovery:
@@ -309,10 +323,13 @@ class HistoryStore:
         files are the ones it was exported from. Returns what `recover()` would
         have. Raises `ValueError` or `TypeError` for a malformed export,
         leaving nothing adopted."""
-        size, count, lines, last_text, open_rows = exported
+        size, count, lines, last_text, open_rows, *later = exported
         if not (is_int(size) and is_int(count) and is_int(lines)) or min(size, count) < 0:
             raise ValueError(f"malformed history export for {schedule_id!r}")
         state = State(size=size, count=count, lines=lines)
+        last_trigger = later[0] if later else None
+        if last_trigger is not None:
+            state.last_trigger = parse_instant(last_trigger)
         if last_text is not None:
             state.last_decided = parse_instant(last_text)
             state.last_decided_text = last_text
@@ -333,6 +350,7 @@ class HistoryStore:
             occurrences=count,
             last_decided_instant=last_text,
             open_occurrences=tuple(state.open[s].public() for s in sorted(state.open)),
+            last_trigger_instant=last_trigger,
         )
 
     def sync_recovered(self) -> None:
@@ -494,6 +512,7 @@ class HistoryStore:
         snapshot: Mapping[str, Any],
         recorded_at: datetime,
         batch: GroupCommit,
+        origin: str | None = None,
     ) -> int:
         """Stage the `admitted` row of `instant` in `batch`; returns its seq.
 
@@ -503,8 +522,22 @@ class HistoryStore:
         (no row dict to encode, no parse back). The same errors: `InvalidInput` for a naive
         instant, a run id that is not a string or a malformed snapshot,
         `InvalidState` for an instant not after the last decision,
-        `StoreDamaged`, `NotFound`.
+        `StoreDamaged`, `NotFound`. An operator's row (`origin`) takes the
+        general path: they are few.
         """
+        if origin is not None:
+            revision = snapshot.get("revision") if isinstance(snapshot, Mapping) else None
+            return self.append_decision(
+                schedule_id,
+                instant=instant,
+                status="admitted",
+                recorded_at=recorded_at,
+                run_id=run_id,
+                revision=revision if is_int(revision) else None,
+                snapshot=snapshot,
+                origin=origin,
+                batch=batch,
+            )
         problems: list[Problem] = []
 
         def aware(value: datetime, name: str) -> str:
@@ -604,6 +637,7 @@ class HistoryStore:
         revision: int | None = None,
         snapshot: Mapping[str, Any] | None = None,
         batch: GroupCommit | None = None,
+        origin: str | None = None,
     ) -> int:
         """Append the decision row that opens the occurrence at `instant`;
         returns its seq.
@@ -629,6 +663,7 @@ class HistoryStore:
             last_instant=last_instant,
             revision=revision,
             snapshot=snapshot,
+            origin=origin,
         )
         return self._stage(self._owned(schedule_id), batch, append.build, append.enter)
 
@@ -741,13 +776,19 @@ class HistoryStore:
         loaded = self._index.load(files, repair=False, full_open=False)
         return loaded.state, loaded.state.touched, loaded.problems
 
-    def occurrence_at(self, schedule_id: str, instant: Instant) -> dict[str, Any] | None:
-        """The page entry (see `page`) of the occurrence decided at `instant`,
-        or None when no decision row has that instant. A binary search over
-        the decisions, which strictly increase: O(log n) reads, each row read
-        checked as a page checks it. Raises `NotFound`, `StoreDamaged` (also
-        when the history stops at damage before `instant`), and `InvalidInput`
-        for an instant that is not one."""
+    def occurrence_at(
+        self, schedule_id: str, instant: Instant, origin: str = "schedule"
+    ) -> dict[str, Any] | None:
+        """The page entry (see `page`) of the occurrence of `origin` decided
+        at `instant`, or None when there is none. A calendar decision is
+        found by a binary search over the calendar decisions, which strictly
+        increase (stepping over operators' rows): O(log n) reads. An
+        operator's row is searched from the newest back to the first row
+        recorded before `instant` (it was recorded after its request, which
+        is after the instant): O(rows since then). Each row read is checked
+        as a page checks it. Raises `NotFound`, `StoreDamaged` (also when the
+        history stops at damage before `instant`), and `InvalidInput` for an
+        instant that is not one."""
         try:
             target = parse_instant(canonical_instant(instant))
         except (TypeError, ValueError) as exc:
@@ -765,20 +806,87 @@ class HistoryStore:
             return self._page_rows(files, state, overlay, entries, seq)[0]
 
         opened = state.by_instant.get(format_instant(target))
-        if opened is not None:
+        if opened is not None and state.open[opened].origin == origin:
             return entry_at(opened)
+        if origin != "schedule":
+            for seq, _, decision in self._decisions_newest_first(files, state, overlay, target):
+                if decision.origin == origin and decision.instant == target:
+                    return entry_at(seq)
+            return None
         low, high = 0, state.count
         while low < high:
             middle = (low + high) // 2
-            row = entry_at(middle)
-            at = parse_instant(row["instant"])
-            if at == target:
-                return row
-            if at < target:
-                low = middle + 1
+            seq = middle
+            decision = self._decision_at(files, state, overlay, seq)
+            while decision.origin is not None and seq + 1 < high:
+                seq += 1
+                decision = self._decision_at(files, state, overlay, seq)
+            if decision.origin is not None:
+                high = middle  # only operators' rows from `middle` on
+                continue
+            if decision.instant == target:
+                return entry_at(seq)
+            if decision.instant < target:
+                low = seq + 1
             else:
                 high = middle
         return None
+
+    def backfill_decided(
+        self, schedule_id: str, start: datetime, end: datetime
+    ) -> frozenset[datetime]:
+        """The instants of `[start, end)` a backfill may not admit (rule Q):
+        admitted by the calendar (whatever their run became), or decided by
+        a backfill. Reads the rows recorded since `start`, newest first (a
+        row about an instant is recorded at or after it)."""
+        files = self._files(schedule_id)
+        state, overlay, problems = self._reading_state(files)
+        if problems:
+            raise StoreDamaged(problems[0])
+        found: set[datetime] = set()
+        for _, entry, decision in self._decisions_newest_first(files, state, overlay, start):
+            if not start <= decision.instant < end:
+                continue
+            if decision.origin == "backfill" or (
+                decision.origin is None and entry.status in RUN_STATUSES
+            ):
+                found.add(decision.instant)
+        return frozenset(found)
+
+    def _decisions_newest_first(
+        self, files: ScheduleFiles, state: State, overlay: Mapping[int, Entry], since: datetime
+    ) -> Iterator[tuple[int, Entry, Any]]:
+        """(seq, index entry, checked decision) from the newest occurrence
+        back, until one recorded before `since`."""
+        high = state.count
+        while high > 0:
+            low = max(0, high - _SCAN_CHUNK)
+            entries = self._page_entries(files, state, overlay, low, high)
+            for seq in range(high - 1, low - 1, -1):
+                entry = entries[seq - low]
+                decision = self._decision_row(files, entry, seq)
+                if parse_instant(decision.recorded_text) < since:
+                    return
+                yield seq, entry, decision
+            high = low
+
+    def _decision_at(
+        self, files: ScheduleFiles, state: State, overlay: Mapping[int, Entry], seq: int
+    ) -> Any:
+        (entry,) = self._page_entries(files, state, overlay, seq, seq + 1)
+        return self._decision_row(files, entry, seq)
+
+    def _decision_row(self, files: ScheduleFiles, entry: Entry, seq: int) -> Any:
+        """The checked decision row of `seq`, which `entry` points at."""
+        fd = self.disk.open(files.history)
+        try:
+            data = fd.read_at(entry.decision_len, entry.decision_off)
+        finally:
+            fd.close()
+        try:
+            return check_decision(page_json(data, seq, decision=True), seq)
+        except Bad as bad:
+            self._row_damaged(files, entry.decision_off, seq, bad.reason)
 
     def locate(self, schedule_id: str, seq: int) -> str:
         """Where occurrence `seq`'s latest row is, as diagnostics name a row
@@ -880,18 +988,15 @@ class HistoryStore:
     ) -> datetime | None:
         """The instant of the decision before `start`, which the page's first
         decision must follow (read and checked like a page row)."""
-        if start == 0:
-            return None
-        (entry,) = self._page_entries(files, state, overlay, start - 1, start)
-        fd = self.disk.open(files.history)
-        try:
-            data = fd.read_at(entry.decision_len, entry.decision_off)
-        finally:
-            fd.close()
-        try:
-            return check_decision(page_json(data, start - 1, decision=True), start - 1).instant
-        except Bad as bad:
-            self._row_damaged(files, entry.decision_off, start - 1, bad.reason)
+        # The newest calendar decision before it: operators' rows are
+        # outside the order (`State`).
+        seq = start - 1
+        while seq >= 0:
+            decision = self._decision_at(files, state, overlay, seq)
+            if decision.origin is None:
+                return decision.instant  # type: ignore[no-any-return]
+            seq -= 1
+        return None
 
     def _row_damaged(self, files: ScheduleFiles, offset: int, seq: int, reason: str) -> NoReturn:
         """A row a read found where the index points breaks the row rules: the

@@ -18,6 +18,10 @@ threshold (staggered per schedule, so that schedules in lockstep do not all
 compact at the same wake-up) it is compacted: rewritten atomically to its
 latest record, inside the same batch.
 
+`backfill` (only while the schedule has had one) is its backfill and its
+progress (`core.operator_actions.backfill_to_payload`: the instants still to
+admit, oldest first); a record without it has none.
+
 `waiting` lists on-time instants of a misfire="skip" schedule that wait for
 an execution slot: they have no history row yet, so they must survive a
 restart. It is written sorted and without duplicates; records written before
@@ -33,12 +37,13 @@ from __future__ import annotations
 import json
 import os
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from core.errors import InvalidInput, NotFound, Problem
+from core.operator_actions import backfill_from_payload
 from shell.disk import OS_DISK, Disk, is_directory
 from shell.durable import GroupCommit, append_records, atomic_write_bytes
 from shell.jsonlog import read_last_line, repair_torn_tail
@@ -103,6 +108,8 @@ def check_runtime_record(obj: object) -> dict[str, Any]:
     seq = obj.get("lifecycle_seq")
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
         raise ValueError(f"lifecycle_seq must be a non-negative integer, got {seq!r}")
+    if obj.get("backfill") is not None:
+        backfill_from_payload(obj["backfill"])
     return obj
 
 
@@ -113,6 +120,7 @@ def build_runtime_record(
     lifecycle_seq: int,
     written_at: Instant,
     waiting: Sequence[Instant] = (),
+    backfill: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The record to persist, the same on every backend; raises
     `InvalidInput` naming each bad field."""
@@ -139,12 +147,19 @@ def build_runtime_record(
                 problems.append(
                     Problem(field=f"waiting[{index}]", reason=f"must be an aware instant: {exc}")
                 )
+    if backfill is not None:
+        try:
+            backfill_from_payload(backfill)
+        except ValueError as exc:
+            problems.append(Problem(field="backfill", reason=str(exc)))
     if problems:
         raise InvalidInput.from_problems("runtime record", problems)
     record["lifecycle_seq"] = lifecycle_seq
     # Sorted by instant (text of one shape except for optional
     # microseconds, so sort the parsed values, not the text).
     record["waiting"] = sorted(waiting_texts, key=parse_instant)
+    if backfill is not None:
+        record["backfill"] = dict(backfill)
     return record
 
 
@@ -207,6 +222,7 @@ class RuntimeStore:
         lifecycle_seq: int,
         written_at: Instant,
         waiting: Sequence[Instant] = (),
+        backfill: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """`build_runtime_record` (kept as a method for its callers)."""
         return build_runtime_record(
@@ -215,6 +231,7 @@ class RuntimeStore:
             lifecycle_seq=lifecycle_seq,
             written_at=written_at,
             waiting=waiting,
+            backfill=backfill,
         )
 
     def _prepared_size(self, schedule_id: str, files: ScheduleFiles) -> int:
@@ -246,6 +263,7 @@ class RuntimeStore:
         lifecycle_seq: int,
         written_at: Instant,
         waiting: Sequence[Instant] = (),
+        backfill: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Stage the record as a late write of `batch` (durable only after the
         batch's history rows); returns the record.
@@ -260,6 +278,7 @@ class RuntimeStore:
             lifecycle_seq=lifecycle_seq,
             written_at=written_at,
             waiting=waiting,
+            backfill=backfill,
         )
         line = encode_json_line(record)
         staged = self._staged_in_open_batch(schedule_id)
@@ -315,6 +334,7 @@ class RuntimeStore:
         lifecycle_seq: int,
         written_at: Instant,
         waiting: Sequence[Instant] = (),
+        backfill: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Persist the record now (fsynced); returns the record."""
         files = self._files(schedule_id)
@@ -325,6 +345,7 @@ class RuntimeStore:
             lifecycle_seq=lifecycle_seq,
             written_at=written_at,
             waiting=waiting,
+            backfill=backfill,
         )
         if self._staged_in_open_batch(schedule_id) is not None:
             raise RuntimeError(f"runtime of {schedule_id!r} has a write staged in an open batch")

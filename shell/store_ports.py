@@ -102,6 +102,7 @@ class DefinitionsPort(Protocol):
         at: Instant,
         definition: Mapping[str, Any] | None = None,
         expected_revision: int | None = None,
+        action: Mapping[str, Any] | None = None,
     ) -> LifecycleResult: ...
 
     async def set_blocked(
@@ -124,6 +125,7 @@ class RuntimePort(Protocol):
         lifecycle_seq: int,
         written_at: Instant,
         waiting: Sequence[Instant] = (),
+        backfill: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]: ...
 
 
@@ -150,6 +152,7 @@ class HistoryPort(Protocol):
         last_instant: Instant | None = None,
         revision: int | None = None,
         snapshot: Mapping[str, Any] | None = None,
+        origin: str | None = None,
     ) -> int: ...
 
     def stage_admitted(
@@ -161,6 +164,7 @@ class HistoryPort(Protocol):
         snapshot: Mapping[str, Any],
         recorded_at: datetime,
         batch: Any,
+        origin: str | None = None,
     ) -> int: ...
 
     def append_transition(
@@ -182,8 +186,18 @@ class HistoryPort(Protocol):
         self, schedule_id: str, *, limit: int, cursor: str | None = None
     ) -> tuple[list[dict[str, Any]], str | None]: ...
 
-    async def occurrence_at(self, schedule_id: str, instant: Instant) -> dict[str, Any] | None:
-        """The page row of the occurrence decided at `instant` (None: none)."""
+    async def occurrence_at(
+        self, schedule_id: str, instant: Instant, origin: str = "schedule"
+    ) -> dict[str, Any] | None:
+        """The page row of the occurrence of `origin` decided at `instant`
+        (None: none)."""
+        ...
+
+    async def backfill_decided(
+        self, schedule_id: str, start: datetime, end: datetime
+    ) -> frozenset[datetime]:
+        """The instants of `[start, end)` a backfill may not admit: admitted
+        by the calendar, or decided by a backfill (rule Q)."""
         ...
 
     async def length(self, schedule_id: str) -> int:

@@ -165,6 +165,7 @@ class PgDefinitions:
         at: Instant,
         definition: Mapping[str, Any] | None = None,
         expected_revision: int | None = None,
+        action: Mapping[str, Any] | None = None,
     ) -> LifecycleResult:
         """Record one lifecycle change (see `DefinitionStore.apply_change`)."""
         check_schedule_id(schedule_id)
@@ -179,6 +180,7 @@ class PgDefinitions:
                 at=at,
                 definition=definition,
                 expected_revision=expected_revision,
+                action=action,
             )
             if result.record is None:
                 return result
