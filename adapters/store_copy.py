@@ -181,7 +181,12 @@ def _read_schedules(root: Path, source: _Source) -> None:
             runtimes.append((schedule_id, kept.record))
         for seq, decision, latest in rows:
             status = (latest or decision)["status"]
-            occurrences.append((schedule_id, seq, decision["instant"], status, decision, latest))
+            # Who opened it: a trigger's or a backfill's row names its origin,
+            # a calendar row none (the column's 'schedule').
+            origin = decision.get("origin") or "schedule"
+            occurrences.append(
+                (schedule_id, seq, decision["instant"], status, origin, decision, latest)
+            )
     source.rows["wf_schedules"] = schedules
     source.rows["wf_schedule_lifecycle"] = lifecycle
     source.rows["wf_schedule_runtime"] = runtimes
@@ -198,7 +203,8 @@ _COPY: Final = {
     "wf_schedule_lifecycle": "COPY wf_schedule_lifecycle (schedule_id, seq, record) FROM STDIN",
     "wf_schedule_runtime": "COPY wf_schedule_runtime (schedule_id, record) FROM STDIN",
     "wf_occurrences": (
-        "COPY wf_occurrences (schedule_id, seq, instant, status, decision, latest) FROM STDIN"
+        "COPY wf_occurrences (schedule_id, seq, instant, status, origin, decision, latest)"
+        " FROM STDIN"
     ),
 }
 _READ_BACK: Final = {
@@ -213,7 +219,7 @@ _READ_BACK: Final = {
     "wf_schedule_runtime": "SELECT schedule_id, record FROM wf_schedule_runtime"
     " ORDER BY schedule_id",
     "wf_occurrences": "SELECT schedule_id, seq, to_char(instant AT TIME ZONE 'UTC',"
-    ' \'YYYY-MM-DD"T"HH24:MI:SS.US"Z"\'), status, decision, latest FROM wf_occurrences'
+    ' \'YYYY-MM-DD"T"HH24:MI:SS.US"Z"\'), status, origin, decision, latest FROM wf_occurrences'
     " ORDER BY schedule_id, seq",
 }
 

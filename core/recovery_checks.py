@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from core.events import RecoveredRun
-from core.occurrences import TERMINAL_RUN_STATUSES
+from core.occurrences import ORIGINS, TERMINAL_RUN_STATUSES, Origin
 
 __all__ = [
     "NO_RUN_RECORD",
@@ -29,6 +29,7 @@ __all__ = [
     "RunClaim",
     "RunVerdict",
     "claim_problems",
+    "claimed_origin",
     "recovered_run",
 ]
 
@@ -42,6 +43,8 @@ class RunClaim:
     run_id: str
     instant: datetime
     status: str
+    # Who opened the occurrence it claims (its origin's `action`, rules P, Q).
+    origin: Origin = "schedule"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,7 @@ class OpenAdmission:
     run_id: str | None
     status: str
     seq: int
+    origin: Origin = "schedule"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +99,7 @@ def claim_problems(
     claims: Sequence[RunClaim],
     open_runs: Mapping[datetime, str | None],
     last_decided: datetime | None,
+    last_trigger: datetime | None = None,
 ) -> list[RecoveryProblem]:
     """Runs that claim an occurrence the history does not give them.
 
@@ -103,13 +108,18 @@ def claim_problems(
     open occurrence, and any run claiming an instant after the last decision
     all contradict the history. (A finished run claiming an older instant is
     not checked here: that would read the whole history at every start; a
-    page or `inspect_run` that serves it checks it.)
+    page or `inspect_run` that serves it checks it.) A trigger's instant is
+    judged against the newest trigger the start read (`last_trigger`, None:
+    not known) and a backfill's, which lies in the past, is not: neither is
+    a calendar decision.
     """
-    first: dict[datetime, str] = {}
+    first: dict[tuple[str, datetime], str] = {}
     problems: list[RecoveryProblem] = []
     for claim in claims:
         where = f"occurrence {_iso(claim.instant)} of {schedule_id}"
-        earlier = first.setdefault(claim.instant, claim.run_id)
+        if claim.origin != "schedule":
+            where = f"{claim.origin} {where}"
+        earlier = first.setdefault((claim.origin, claim.instant), claim.run_id)
         admitted = open_runs.get(claim.instant)
         if earlier != claim.run_id:
             reason = f"claims {where}, also claimed by run {earlier}"
@@ -121,6 +131,15 @@ def claim_problems(
             reason = (
                 f"is {claim.status} and claims {where}, which the history never admitted"
                 " (no open occurrence at that instant)"
+            )
+        elif claim.origin == "backfill" or (
+            claim.origin == "trigger" and (last_trigger is None or claim.instant <= last_trigger)
+        ):
+            continue
+        elif claim.origin == "trigger":
+            reason = (
+                f"claims {where}, which the history never admitted (its last trigger is"
+                f" {_iso(last_trigger) if last_trigger is not None else 'none'})"
             )
         elif last_decided is None or claim.instant > last_decided:
             last = _iso(last_decided) if last_decided is not None else "none"
@@ -147,14 +166,26 @@ def recovered_run(
     diagnostics name the history (its file, for an operator)."""
     instant, run_id = occurrence.instant, occurrence.run_id
     if run_id is None:
-        return RunVerdict(RecoveredRun(instant=instant, run_id=None, status="admitted"))
-    kept = RecoveredRun(instant=instant, run_id=run_id, status=occurrence.status)  # type: ignore[arg-type]
+        return RunVerdict(
+            RecoveredRun(
+                instant=instant, run_id=None, status="admitted", origin=occurrence.origin
+            )
+        )
+    kept = RecoveredRun(
+        instant=instant,
+        run_id=run_id,
+        status=occurrence.status,  # type: ignore[arg-type]
+        origin=occurrence.origin,
+    )
     seq = f"seq {occurrence.seq}"
     if run is None:
         if occurrence.status == "admitted":
             # The crash came between the admitted row and the run record.
             return RunVerdict(
-                RecoveredRun(instant=instant, run_id=None, status="admitted"), orphan=run_id
+                RecoveredRun(
+                    instant=instant, run_id=None, status="admitted", origin=occurrence.origin
+                ),
+                orphan=run_id,
             )
         return RunVerdict(
             kept,
@@ -173,6 +204,7 @@ def recovered_run(
         or origin.get("schedule_id") != schedule_id
         or not isinstance(claimed, str)
         or _instant_or_none(claimed) != instant
+        or origin.get("action", "schedule") != occurrence.origin
     ):
         return RunVerdict(
             kept,
@@ -205,5 +237,13 @@ def recovered_run(
             status=status,
             message=message,
             never_started=status == "admitted",
+            origin=occurrence.origin,
         )
     )
+
+
+def claimed_origin(origin: Mapping[str, Any]) -> Origin | None:
+    """Who opened the occurrence a run's origin claims (its `action`, absent
+    for the calendar), or None when that is not one of the origins."""
+    action = origin.get("action", "schedule")
+    return action if isinstance(action, str) and action in ORIGINS else None  # type: ignore[return-value]

@@ -28,13 +28,16 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from core.definitions import parse_definition
 from core.errors import InvalidDefinition, NotFound, SchedulingError
 from core.events import (
+    BackfillCancelled,
+    BackfillRequested,
+    ScheduleTriggered,
     Event,
     RecordsContradicted,
     RecoveredRun,
@@ -46,23 +49,31 @@ from core.events import (
     ScheduleResumed,
     ScheduleUpdated,
 )
-from core.lifecycle import LifecycleRefusal, apply_record
-from core.recovery_checks import OpenAdmission, RunClaim, claim_problems, recovered_run
+from core.lifecycle import OPERATOR_KINDS, LifecycleRefusal, apply_record
+from core.operator_actions import OVERLAP_OVERRIDES, Backfill, backfill_from_payload
+from core.recovery_checks import (
+    OpenAdmission,
+    RunClaim,
+    claim_problems,
+    claimed_origin,
+    recovered_run,
+)
 from shell.history_store import HistoryRecovery, OpenOccurrence
 from shell.ports import HostApi
 from shell.schedules_api import SchedulesApi, unchecked_run_reads
 from shell.store_format import StoreProblem, parse_instant
-from shell.store_ports import ScheduleBackend, ScheduleInputs
+from shell.store_ports import HistoryPort, ScheduleBackend, ScheduleInputs
 
-__all__ = ["Recovered", "RuntimeMark", "StartupRecovery", "lifecycle_event"]
+__all__ = ["Recovered", "RuntimeMark", "StartupRecovery", "lifecycle_event", "with_history"]
 
 # The service's logger: recovery was part of the service, and operators'
 # filters and the JSON log's logger field name it.
 _log = logging.getLogger("shell.service")
 
 
-# What a runtime record says besides its watermark: (held, waiting, lifecycle_seq).
-RuntimeMark = tuple[datetime | None, tuple[datetime, ...], int]
+# What a runtime record says besides its watermark: (held, waiting,
+# lifecycle_seq, backfill).
+RuntimeMark = tuple[datetime | None, tuple[datetime, ...], int, Backfill | None]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,7 +95,13 @@ class Recovered:
 def _runtime_mark(record: Mapping[str, Any]) -> RuntimeMark:
     held = parse_instant(record["held"]) if record.get("held") else None
     waiting = tuple(sorted(parse_instant(text) for text in record.get("waiting", ())))
-    return (held, waiting, int(record["lifecycle_seq"]))
+    backfill = record.get("backfill")
+    return (
+        held,
+        waiting,
+        int(record["lifecycle_seq"]),
+        None if backfill is None else backfill_from_payload(backfill),
+    )
 
 
 def lifecycle_event(schedule_id: str, record: Mapping[str, Any]) -> Event:
@@ -104,7 +121,40 @@ def lifecycle_event(schedule_id: str, record: Mapping[str, Any]) -> Event:
         return ScheduleResumed(schedule_id=schedule_id, at=at)
     if kind == "deleted":
         return ScheduleDeleted(schedule_id=schedule_id, at=at)
+    if kind in OPERATOR_KINDS:
+        return _operator_event(schedule_id, kind, at, record["action"])
     raise ValueError(f"unknown lifecycle record kind {kind!r}")
+
+
+def _operator_event(schedule_id: str, kind: str, at: datetime, action: Any) -> Event:
+    """The event of an operator's request (rules P, Q); a backfill's
+    `decided` instants are read by `with_history` when it is delivered."""
+    if not isinstance(action, Mapping):
+        raise ValueError(f"a {kind} record needs an action object")
+    overlap = action.get("overlap")
+    if overlap is not None and overlap not in OVERLAP_OVERRIDES:
+        raise ValueError(f"action.overlap must be \"allow\" or null, got {overlap!r}")
+    if kind == "triggered":
+        return ScheduleTriggered(schedule_id=schedule_id, at=at, overlap=overlap)
+    if kind == "backfill":
+        return BackfillRequested(
+            schedule_id=schedule_id,
+            at=at,
+            start=parse_instant(action["start"]),
+            end=parse_instant(action["end"]),
+            overlap=overlap,
+        )
+    return BackfillCancelled(schedule_id=schedule_id, at=at)
+
+
+async def with_history(event: Event, history: HistoryPort) -> Event:
+    """`event`, a backfill request given the instants of its range the
+    history shows decided (read now, as it is delivered: a request replayed
+    after a crash sees what it admitted before it)."""
+    if not isinstance(event, BackfillRequested):
+        return event
+    decided = await history.backfill_decided(event.schedule_id, event.start, event.end)
+    return replace(event, decided=decided)
 
 
 def _fold(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -169,8 +219,13 @@ def _claim_problems(
         return []  # nothing claims anything: no contradiction (most schedules)
     open_runs = {parse_instant(o.instant): o.run_id for o in recovered.open_occurrences}
     last = recovered.last_decided_instant
+    last_trigger = recovered.last_trigger_instant
     found = claim_problems(
-        schedule_id, claims, open_runs, parse_instant(last) if last is not None else None
+        schedule_id,
+        claims,
+        open_runs,
+        parse_instant(last) if last is not None else None,
+        parse_instant(last_trigger) if last_trigger is not None else None,
     )
     return [
         StoreProblem(
@@ -285,7 +340,12 @@ class StartupRecovery:
                     )
                     continue
                 claims.setdefault(schedule_id, []).append(
-                    RunClaim(run["run_id"], parse_instant(origin["instant"]), run["status"])
+                    RunClaim(
+                        run["run_id"],
+                        parse_instant(origin["instant"]),
+                        run["status"],
+                        claimed_origin(origin) or "schedule",
+                    )
                 )
             cursor = page["next_cursor"]
             if cursor is None:
@@ -348,6 +408,14 @@ class StartupRecovery:
                 )
                 return []
             record = runtime.record or {}
+            backfill = (
+                backfill_from_payload(record["backfill"]) if record.get("backfill") else None
+            )
+            backfill_decided: frozenset[datetime] = frozenset()
+            if backfill is not None and backfill.state == "running":
+                backfill_decided = await backend.history.backfill_decided(
+                    schedule_id, backfill.start, backfill.end
+                )
             held = parse_instant(record["held"]) if record.get("held") else None
             waiting = tuple(parse_instant(t) for t in record.get("waiting", ()))
             last_decided = (
@@ -378,6 +446,9 @@ class StartupRecovery:
                     updated_at=_instant_or_none(folded["updated_at"]),
                     resumed_at=_instant_or_none(folded["resumed_at"]),
                     waiting=tuple(w for w in waiting if last_decided is None or w > last_decided),
+                    backfill=backfill,
+                    backfill_decided=backfill_decided,
+                    last_trigger=_instant_or_none(recovered.last_trigger_instant),
                 )
             )
             if not problems:
@@ -385,7 +456,9 @@ class StartupRecovery:
             replay = records[consumed:]
         for record in replay:
             try:
-                events.append(lifecycle_event(schedule_id, record))
+                events.append(
+                    await with_history(lifecycle_event(schedule_id, record), backend.history)
+                )
             except (InvalidDefinition, ValueError, KeyError) as exc:
                 events.extend(await self._damaged_record(schedule_id, record, str(exc)))
                 break
@@ -462,6 +535,7 @@ class StartupRecovery:
             run_id=occurrence.run_id,
             status=occurrence.status,
             seq=occurrence.seq,
+            origin=occurrence.origin,  # type: ignore[arg-type]
         )
         record: Mapping[str, Any] | None = None
         if occurrence.run_id is not None:
@@ -475,6 +549,7 @@ class StartupRecovery:
                     instant=admission.instant,
                     run_id=occurrence.run_id,
                     status=occurrence.status,  # type: ignore[arg-type]
+                    origin=admission.origin,
                 )
                 return kept, StoreProblem(
                     schedule_id=schedule_id,

@@ -40,11 +40,24 @@ from core.errors import (
     SchedulingError,
 )
 from core.occurrences import TERMINAL_RUN_STATUSES
+from core.operator_actions import Backfill, backfill_from_payload
+from core.recovery_checks import claimed_origin
 from core.schedule_state import lifecycle_state, oneshot_finished
 from shell.clock import Clock, ReadClock, SystemClock
 from shell.disk import OS_DISK, Disk
 from shell.file_backend import FileBackend
 from shell.history_cursor import decode_cursor, encode_cursor
+from shell.operator_requests import (
+    backfill_plan_view,
+    backfill_view,
+    checked_range,
+    overlap_argument,
+    predicted_trigger_instant,
+    refuse_unless_live,
+    running_backfill,
+    trigger_refusal,
+    wait_for_trigger,
+)
 from shell.ports import HostApi
 from shell.store_format import (
     StoreDamaged,
@@ -114,6 +127,8 @@ class LiveScheduleView:
     watermark: datetime
     # The instants whose runs are still active (admitted, running, interrupted).
     active: tuple[datetime, ...] = ()
+    # The schedule's backfill and its progress (rule Q), if it ever had one.
+    backfill: Backfill | None = None
 
 
 class _Service(Protocol):
@@ -382,6 +397,154 @@ class SchedulesApi:
         is never reused. Idempotent."""
         return await self._lifecycle(schedule_id, "deleted")
 
+    @store_call(writes=True)
+    async def trigger_schedule(
+        self, *, schedule_id: str, overlap: str | None = None
+    ) -> dict[str, Any]:
+        """Run the schedule now, once (rule P): one occurrence of its current
+        definition at this instant, recorded with origin "trigger". The
+        schedule's overlap policy applies unless `overlap="allow"`; a paused
+        schedule can be triggered, a deleted or blocked one cannot. Waits up
+        to `TRIGGER_WAIT_S` for the scheduler's decision and answers the
+        occurrence (`status` "requested" when it has not decided yet).
+        Raises `InvalidInput` (overlap), `NotFound`, and `InvalidState` when
+        the schedule cannot be triggered or its overlap policy refuses (then
+        nothing is recorded)."""
+        check = overlap_argument(overlap)
+        async with self._write_lock:
+            await self._check_owner()
+            snapshot = await self.definitions.get(schedule_id)
+            definition = refuse_unless_live(snapshot, "triggered")
+            now = self.clock.now()
+            live = self._service.live_view(schedule_id) if self._service is not None else None
+            taken: tuple[datetime, ...] = ()
+            if live is not None:
+                refusal = trigger_refusal(len(live.active), definition, check)
+                if refusal is not None:
+                    raise InvalidState(
+                        f"schedule {schedule_id!r} refuses a trigger now: {refusal}"
+                        ' (overlap="allow" runs it anyway)',
+                        data={"schedule_id": schedule_id, "reason": refusal},
+                    )
+                taken = (*live.active, *live.pending)
+            async with self._telling(schedule_id):
+                await self.definitions.apply_change(
+                    schedule_id, "triggered", at=now, action={"overlap": check}
+                )
+        self.store_health.succeeded("api")
+        self._changed(schedule_id)
+        instant = predicted_trigger_instant(definition, now, taken)
+        row = None
+        if self._service is not None:
+            row = await wait_for_trigger(self.history.occurrence_at, schedule_id, instant)
+        if row is not None and row["status"] in ("skipped-overlap", "skipped-misfire"):
+            raise InvalidState(
+                f"schedule {schedule_id!r} refused the trigger: {row['reason']}",
+                data={"schedule_id": schedule_id, "occurrence": row},
+            )
+        return {
+            "schedule_id": schedule_id,
+            "requested_at": format_instant(now),
+            "instant": row["instant"] if row is not None else format_instant(instant),
+            "status": row["status"] if row is not None else "requested",
+            "run_id": row["run_id"] if row is not None else None,
+            "overlap": check,
+        }
+
+    @store_call(writes=True)
+    async def backfill_schedule(
+        self,
+        *,
+        schedule_id: str,
+        start: str | datetime,
+        end: str | datetime,
+        overlap: str | None = None,
+    ) -> dict[str, Any]:
+        """Admit the calendar instants of `[start, end)` (both in the past) that
+        the scheduler decided without running them, oldest first, paced
+        (rule Q). At most `BACKFILL_LIMIT` calendar instants per request and
+        one backfill per schedule at a time. Answers the plan as the stores
+        show it now; `get_schedule` shows the progress. Raises `InvalidInput`
+        naming `start`, `end` (with the count beyond the bound) or `overlap`,
+        `NotFound`, and `InvalidState` for a deleted or blocked schedule or
+        one whose backfill is still running."""
+        check = overlap_argument(overlap)
+        async with self._write_lock:
+            await self._check_owner()
+            snapshot = await self.definitions.get(schedule_id)
+            definition = refuse_unless_live(snapshot, "backfilled")
+            now = self.clock.now()
+            first, last, instants = checked_range(definition, start, end, now)
+            live = self._service.live_view(schedule_id) if self._service is not None else None
+            loaded = await self.runtime.load(schedule_id)
+            running = live.backfill if live is not None else running_backfill(loaded.record)
+            if running is not None and running.state == "running":
+                raise InvalidState(
+                    f"schedule {schedule_id!r} has a backfill running"
+                    f" ({running.admitted} of {running.planned} admitted): cancel it first",
+                    data={"schedule_id": schedule_id, "backfill": backfill_view(running)},
+                )
+            if live is not None:
+                watermark, pending = live.watermark, (*live.pending, *live.active)
+            else:
+                record = loaded.record or {}
+                watermark = (
+                    parse_instant(record["watermark"])
+                    if record.get("watermark")
+                    else parse_instant(snapshot["created_at"])
+                )
+                pending = await self._pending_instants(schedule_id)
+            decided = await self.history.backfill_decided(schedule_id, first, last)
+            plan = backfill_plan_view(
+                start=first,
+                end=last,
+                overlap=check,
+                requested_at=now,
+                instants=instants,
+                watermark=watermark,
+                pending=pending,
+                decided=decided,
+            )
+            action = {"start": plan["start"], "end": plan["end"], "overlap": check}
+            async with self._telling(schedule_id):
+                await self.definitions.apply_change(schedule_id, "backfill", at=now, action=action)
+        self.store_health.succeeded("api")
+        self._changed(schedule_id)
+        return {"schedule_id": schedule_id, "backfill": plan}
+
+    @store_call(writes=True)
+    async def cancel_backfill(self, *, schedule_id: str) -> dict[str, Any]:
+        """Stop the schedule's running backfill: nothing more is admitted; its
+        runs already admitted go on. Raises `NotFound`, and `InvalidState`
+        when no backfill is running (or the schedule is deleted)."""
+        async with self._write_lock:
+            await self._check_owner()
+            snapshot = await self.definitions.get(schedule_id)
+            if snapshot["deleted"]:
+                raise InvalidState(
+                    f"schedule {schedule_id!r} is deleted", data={"schedule_id": schedule_id}
+                )
+            live = self._service.live_view(schedule_id) if self._service is not None else None
+            loaded = await self.runtime.load(schedule_id)
+            running = live.backfill if live is not None else running_backfill(loaded.record)
+            if running is None or running.state != "running":
+                raise InvalidState(
+                    f"schedule {schedule_id!r} has no backfill running",
+                    data={"schedule_id": schedule_id},
+                )
+            now = self.clock.now()
+            async with self._telling(schedule_id):
+                await self.definitions.apply_change(
+                    schedule_id, "backfill-cancelled", at=now, action={}
+                )
+        self.store_health.succeeded("api")
+        self._changed(schedule_id)
+        return {
+            "schedule_id": schedule_id,
+            "cancelled_at": format_instant(now),
+            "backfill": backfill_view(running),
+        }
+
     async def _lifecycle(self, schedule_id: str, kind: Any) -> dict[str, Any]:
         async with self._write_lock:
             await self._check_owner()
@@ -593,12 +756,15 @@ class SchedulesApi:
             or origin.get("kind") != "schedule"
         ):
             return
+        claimed = claimed_origin(origin)
+        if claimed is None:
+            return  # an origin that names no occurrence a history can hold
         schedule_id, instant = origin.get("schedule_id"), origin.get("instant")
         if not isinstance(schedule_id, str) or not isinstance(instant, str):
             return  # no instant at all: not an occurrence's run
         run_id = str(run.get("run_id"))
         try:
-            row = await self.history.occurrence_at(schedule_id, instant)
+            row = await self.history.occurrence_at(schedule_id, instant, claimed)
         except StoreDamaged as exc:
             await self._found_damaged(exc.problem)
             raise
@@ -697,7 +863,16 @@ class SchedulesApi:
             "blocked": blocked,
             "next_instant": next_instant,
             "held": format_instant(pending[0]) if pending else None,
+            "backfill": backfill_view(
+                live.backfill if live is not None else await self._stored_backfill(schedule_id)
+            ),
         }
+
+    async def _stored_backfill(self, schedule_id: str) -> Backfill | None:
+        loaded = await self.runtime.load(schedule_id)
+        if loaded.record is None or loaded.record.get("backfill") is None:
+            return None
+        return backfill_from_payload(loaded.record["backfill"])
 
     async def _oneshot_finished(
         self,

@@ -75,7 +75,13 @@ from shell.clock import Clock, SystemClock
 from shell.config import SchedulerServiceConfig
 from shell.observer import NullObserver, SchedulerObserver
 from shell.ports import HostApi, StopNotingHost, SweepingHost
-from shell.recovery import Recovered, RuntimeMark, StartupRecovery, lifecycle_event
+from shell.recovery import (
+    Recovered,
+    RuntimeMark,
+    StartupRecovery,
+    lifecycle_event,
+    with_history,
+)
 from shell.schedules_api import LiveScheduleView, SchedulesApi
 from shell.service_commands import CommandExecutor, CommittedRound
 from shell.service_housekeeping import Housekeeping
@@ -423,6 +429,7 @@ class SchedulerService:
             blocked=view.blocked,
             watermark=view.watermark,
             active=tuple(view.active),
+            backfill=view.backfill,
         )
 
     async def records_damaged(self, problem: StoreProblem) -> None:
@@ -636,6 +643,7 @@ class SchedulerService:
                         watermark=view.watermark,
                         held=view.held,
                         waiting=view.waiting,
+                        backfill=view.backfill,
                     )
                 )
         return await self._commands.commit(
@@ -685,9 +693,14 @@ class SchedulerService:
         events: list[Event] = []
         for record in records:
             try:
-                events.append(lifecycle_event(schedule_id, record))
+                event = lifecycle_event(schedule_id, record)
+                if schedule_id in self._state.schedules:
+                    event = await with_history(event, self._backend.history)
+                events.append(event)
             except (InvalidDefinition, ValueError, KeyError) as exc:
                 return [*events, *await self._damaged_record(schedule_id, record, str(exc))]
+            except StoreDamaged as exc:
+                return [*events, *await self._damaged(schedule_id, exc.problem)]
             self._consumed[schedule_id] = record["seq"]
             self._consumed_now.add(schedule_id)
         if schedule_id not in self._state.schedules and events:
@@ -795,7 +808,7 @@ class SchedulerService:
                 batch.abort()
             raise
         for schedule_id, _ in unseeded:
-            self._runtime_marks[schedule_id] = (None, (), 1)
+            self._runtime_marks[schedule_id] = (None, (), 1, None)
 
     # --- called by the executor ----------------------------------------------------
 

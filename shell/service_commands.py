@@ -50,6 +50,7 @@ from core.events import (
     RunStatusChanged,
 )
 from core.occurrences import RUN_STATUSES
+from core.operator_actions import backfill_to_payload
 from shell.clock import Clock
 from shell.observer import Decision, NullObserver, SchedulerObserver
 from shell.ports import BatchRunHost, HostApi, StagingRunHost
@@ -68,7 +69,7 @@ _log = logging.getLogger("shell.service")
 class CommittedRound:
     """What one round's commands produced for after the group commit."""
 
-    launches: list[tuple[str, str, datetime, dict[str, Any]]] = field(default_factory=list)
+    launches: list[tuple[str, str, datetime, dict[str, Any], str]] = field(default_factory=list)
     # Per admitted run id, what the host made of its record staged in the
     # round's own batch (`StagingRunHost`): the run id, or why not.
     staged_runs: dict[str, str | SchedulingError] = field(default_factory=dict)
@@ -188,7 +189,7 @@ class CommandExecutor:
         )
         if outcomes is None:
             return
-        for (_, run_id, _, _), outcome in zip(after.launches, outcomes, strict=True):
+        for (_, run_id, _, _, _), outcome in zip(after.launches, outcomes, strict=True):
             after.staged_runs[run_id] = outcome
 
     async def launch(self, after: CommittedRound) -> None:
@@ -205,7 +206,15 @@ class CommandExecutor:
                     format_instant(instant),
                 )
                 continue
-            creations.append((schedule_id, occurrence.run_id, instant, occurrence.snapshot))
+            creations.append(
+                (
+                    schedule_id,
+                    occurrence.run_id,
+                    instant,
+                    occurrence.snapshot,
+                    occurrence.origin,
+                )
+            )
         await self._create_and_launch_all(creations)
         for schedule_id, _, run_id in after.starts:
             await self._launch(schedule_id, run_id)
@@ -284,10 +293,17 @@ class CommandExecutor:
     # --- after the commit -------------------------------------------------------------
 
     async def _create_and_launch(
-        self, schedule_id: str, instant: datetime, run_id: str, snapshot: Mapping[str, Any]
+        self,
+        schedule_id: str,
+        instant: datetime,
+        run_id: str,
+        snapshot: Mapping[str, Any],
+        origin: str,
     ) -> None:
         try:
-            await self._host.admit_run(**_admission_request(schedule_id, run_id, instant, snapshot))
+            await self._host.admit_run(
+                **_admission_request(schedule_id, run_id, instant, snapshot, origin)
+            )
         except SchedulingError as exc:
             self._not_created(schedule_id, instant, run_id, exc)
             return
@@ -321,7 +337,7 @@ class CommandExecutor:
     async def _launch_staged(self, after: CommittedRound) -> None:
         """Launch the runs whose records the round's commit wrote."""
         launching: list[tuple[str, str]] = []
-        for schedule_id, run_id, instant, _ in after.launches:
+        for schedule_id, run_id, instant, _, _ in after.launches:
             outcome = after.staged_runs.get(run_id)
             if outcome is None:
                 continue
@@ -347,21 +363,21 @@ class CommandExecutor:
                 _log.error("run %s of %s could not be launched: %s", run_id, schedule_id, error)
 
     async def _create_and_launch_all(
-        self, creations: Sequence[tuple[str, str, datetime, Mapping[str, Any]]]
+        self, creations: Sequence[tuple[str, str, datetime, Mapping[str, Any], str]]
     ) -> None:
         """Create and launch the runs of admitted occurrences ((schedule id, run
-        id, instant, snapshot) each). A host that takes batches writes all run
+        id, instant, snapshot, origin) each). A host that takes batches writes all run
         records with one group commit, then all executing marks with another,
         instead of four fsyncs per run."""
         if len(creations) < 2 or not isinstance(self._host, BatchRunHost):
-            for schedule_id, run_id, instant, snapshot in creations:
-                await self._create_and_launch(schedule_id, instant, run_id, snapshot)
+            for schedule_id, run_id, instant, snapshot, origin in creations:
+                await self._create_and_launch(schedule_id, instant, run_id, snapshot, origin)
             return
         created = await self._host.admit_runs(
             [_admission_request(*creation) for creation in creations]
         )
         launching: list[tuple[str, str]] = []
-        for (schedule_id, run_id, instant, _), outcome in zip(creations, created, strict=True):
+        for (schedule_id, run_id, instant, _, _), outcome in zip(creations, created, strict=True):
             if isinstance(outcome, SchedulingError):
                 self._not_created(schedule_id, instant, run_id, outcome)
                 continue
@@ -377,19 +393,28 @@ class CommandExecutor:
 
 
 def _admission_request(
-    schedule_id: str, run_id: str, instant: datetime, snapshot: Mapping[str, Any]
+    schedule_id: str,
+    run_id: str,
+    instant: datetime,
+    snapshot: Mapping[str, Any],
+    origin: str = "schedule",
 ) -> dict[str, Any]:
-    """The host's admission of the run of an admitted occurrence."""
+    """The host's admission of the run of an admitted occurrence (`origin`:
+    who opened it, named in the run's origin as its `action` when an
+    operator's request did)."""
+    run_origin: dict[str, Any] = {
+        "kind": "schedule",
+        "schedule_id": schedule_id,
+        "instant": format_instant(instant),
+        "revision": snapshot["revision"],
+    }
+    if origin != "schedule":
+        run_origin["action"] = origin
     return {
         "deployment_id": snapshot["deployment_id"],
         "inputs": dict(snapshot["inputs"]),
         "max_steps": snapshot["max_steps"],
-        "origin": {
-            "kind": "schedule",
-            "schedule_id": schedule_id,
-            "instant": format_instant(instant),
-            "revision": snapshot["revision"],
-        },
+        "origin": run_origin,
         "run_id": run_id,
     }
 
@@ -448,7 +473,9 @@ class _Staging:
     def on_record(self, command: RecordOccurrence) -> None:
         self._stage_row(command)
         if command.status not in RUN_STATUSES:
-            self.after.decided[command.schedule_id] = command.instant
+            if command.origin == "schedule":
+                # Only a calendar row bounds the watermark (`_runtime_implied`).
+                self.after.decided[command.schedule_id] = command.instant
             self.after.decisions.append(
                 Decision(
                     schedule_id=command.schedule_id,
@@ -460,7 +487,9 @@ class _Staging:
 
     def on_admit(self, command: AdmitOccurrence) -> None:
         history = self._backend.history
-        self.after.decided[command.schedule_id] = command.instant
+        origin = None if command.origin == "schedule" else command.origin
+        if origin is None:
+            self.after.decided[command.schedule_id] = command.instant
         reason = self._verdicts[(command.schedule_id, command.instant)]
         if reason is not None:
             history.append_decision(
@@ -471,6 +500,7 @@ class _Staging:
                 revision=command.revision,
                 recorded_at=self.now,
                 batch=self.batch,
+                origin=origin,
             )
             self.after.decisions.append(
                 Decision(
@@ -501,15 +531,23 @@ class _Staging:
             snapshot=snapshot,
             recorded_at=self.now,
             batch=self.batch,
+            origin=origin,
         )
-        self.after.launches.append((command.schedule_id, run_id, command.instant, snapshot))
+        self.after.launches.append(
+            (command.schedule_id, run_id, command.instant, snapshot, command.origin)
+        )
         self.after.decisions.append(
             Decision(schedule_id=command.schedule_id, instant=command.instant, status="admitted")
         )
 
     def on_persist_runtime(self, command: PersistRuntime) -> None:
         lifecycle_seq = self._consumed.get(command.schedule_id, 0)
-        mark: RuntimeMark = (command.held, tuple(command.waiting), lifecycle_seq)
+        mark: RuntimeMark = (
+            command.held,
+            tuple(command.waiting),
+            lifecycle_seq,
+            command.backfill,
+        )
         if self._runtime_implied(command, mark):
             return
         self._backend.runtime.stage(
@@ -520,6 +558,9 @@ class _Staging:
             waiting=command.waiting,
             lifecycle_seq=lifecycle_seq,
             written_at=self.now,
+            backfill=None
+            if command.backfill is None
+            else backfill_to_payload(command.backfill),
         )
         self.after.runtime_marks[command.schedule_id] = mark
 
@@ -580,6 +621,7 @@ class _Staging:
             last_instant=command.last_instant if command.count > 1 else None,
             recorded_at=self.now,
             batch=self.batch,
+            origin=None if command.origin == "schedule" else command.origin,
         )
 
 

@@ -22,7 +22,7 @@ from shell.pg import locations
 from shell.pg.batch import PgBatch
 from shell.pg.database import Database
 from shell.pg.definitions import PgDefinitions, lifecycle_problem, snapshot_problem
-from shell.pg.history import OccurrenceRow, PgHistory
+from shell.pg.history import COLUMNS, OccurrenceRow, PgHistory, row_of
 from shell.pg.listener import LEADERSHIP, SCHEDULES, Listener
 from shell.pg.ownership import DEFAULT_LEASE_S, DEFAULT_RENEW_S, PgOwnership
 from shell.pg.runtime import PgRuntime, runtime_load
@@ -32,6 +32,35 @@ from shell.store_ports import BatchPort, RecordPart, ScheduleInputs, StoreWatche
 __all__ = ["PgBackend"]
 
 _OPEN: Final = "('admitted', 'running', 'interrupted')"
+
+# What a start reads of each history besides its open rows (see
+# `_RecoveryReader.schedule_ids`): the last row, the newest calendar
+# decision when the last row is an operator's, the newest trigger when the
+# last row is not one; the unique key's index finds both (calendar and
+# trigger instants strictly increase with seq).
+_ROW_COLUMNS: Final = tuple(c.strip() for c in COLUMNS.split(","))
+
+
+def _columns(alias: str) -> str:
+    return ", ".join(f"{alias}.{c}" for c in _ROW_COLUMNS)
+
+
+def _newest_of(origin: str, alias: str) -> str:
+    return (
+        f" LEFT JOIN LATERAL (SELECT {COLUMNS} FROM wf_occurrences"
+        f" WHERE schedule_id = s.schedule_id AND origin = '{origin}' AND o.origin <> '{origin}'"
+        f" ORDER BY instant DESC LIMIT 1) {alias} ON true"
+    )
+
+
+_LAST_ROWS: Final = (
+    f"SELECT s.schedule_id, {_columns('o')}, {_columns('c')}, {_columns('t')}"
+    " FROM wf_schedules s"
+    f" CROSS JOIN LATERAL (SELECT {COLUMNS} FROM wf_occurrences"
+    " WHERE schedule_id = s.schedule_id ORDER BY seq DESC LIMIT 1) o"
+    + _newest_of("schedule", "c")
+    + _newest_of("trigger", "t")
+)
 
 
 def _utc_now() -> datetime:
@@ -105,22 +134,24 @@ class _RecoveryReader:
                 lifecycle[schedule_id].append(record)
             cursor = await conn.execute("SELECT schedule_id, record FROM wf_schedule_runtime")
             runtime = {schedule_id: record for schedule_id, record in await cursor.fetchall()}
-            # The last row of each history: an index probe per schedule.
+            # The last row of each history (an index probe per schedule) and,
+            # where it is not theirs, the newest calendar decision and the
+            # newest trigger (a probe of the unique key's index each; the
+            # calendar's only behind an operator's last row).
+            cursor = await conn.execute(_LAST_ROWS)
+            last: dict[str, tuple[OccurrenceRow, OccurrenceRow | None, OccurrenceRow | None]] = {}
+            width = len(_ROW_COLUMNS)
+            for r in await cursor.fetchall():
+                rows = [r[1 + i * width : 1 + (i + 1) * width] for i in range(3)]
+                calendar, trigger = (row_of(v) if v[0] is not None else None for v in rows[1:])
+                last[r[0]] = (row_of(rows[0]), calendar, trigger)
             cursor = await conn.execute(
-                "SELECT s.schedule_id, o.seq, o.status, o.decision, o.latest FROM wf_schedules s"
-                " CROSS JOIN LATERAL (SELECT seq, status, decision, latest FROM wf_occurrences"
-                " WHERE schedule_id = s.schedule_id ORDER BY seq DESC LIMIT 1) o"
-            )
-            last = {
-                r[0]: OccurrenceRow(int(r[1]), r[2], r[3], r[4]) for r in await cursor.fetchall()
-            }
-            cursor = await conn.execute(
-                "SELECT schedule_id, seq, status, decision, latest FROM wf_occurrences"
+                f"SELECT schedule_id, {COLUMNS} FROM wf_occurrences"
                 f" WHERE status IN {_OPEN} ORDER BY schedule_id, seq"
             )
             opened: defaultdict[str, list[OccurrenceRow]] = defaultdict(list)
             for r in await cursor.fetchall():
-                opened[r[0]].append(OccurrenceRow(int(r[1]), r[2], r[3], r[4]))
+                opened[r[0]].append(row_of(r[1:]))
         for schedule_id, lifecycle_seq, snapshot_seq, revision, blocked, kind in schedules:
             self._inputs[schedule_id] = self._inputs_of(
                 schedule_id,
@@ -138,7 +169,7 @@ class _RecoveryReader:
         head: _SnapshotHead,
         stored_records: list[Any],
         stored_runtime: Any,
-        last: OccurrenceRow | None,
+        last: tuple[OccurrenceRow, OccurrenceRow | None, OccurrenceRow | None] | None,
         open_rows: list[OccurrenceRow],
     ) -> ScheduleInputs | StoreProblem:
         if not stored_records:
@@ -153,7 +184,13 @@ class _RecoveryReader:
         except RecordRefused as refused:
             return lifecycle_problem(schedule_id, refused)
         problem = head.problem(schedule_id, records)
-        recovered = self._backend.history.adopt(schedule_id, last, open_rows)
+        if last is None:
+            recovered = self._backend.history.adopt(schedule_id, None, open_rows)
+        else:
+            newest, calendar, trigger = last
+            recovered = self._backend.history.adopt(
+                schedule_id, newest, open_rows, calendar=calendar, trigger=trigger
+            )
         return ScheduleInputs(
             tuple(records),
             runtime_load(schedule_id, stored_runtime),

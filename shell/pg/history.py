@@ -6,9 +6,15 @@ rows the file store appends to `history.jsonl` (`shell/history_store.py`),
 and the latest status beside them. A decision inserts the row; a transition
 updates it. The primary key (schedule_id, seq) keeps seqs unique and makes a
 page a keyset scan (`seq >= cursor ORDER BY seq LIMIT n`): O(limit) at any
-history size. The unique key (schedule_id, instant) makes a second decision
-of one instant impossible in the database, besides the rule that decision
-instants strictly increase, which the owner checks before staging.
+history size. `origin` repeats who opened the occurrence (the decision
+row's "origin": "trigger" or "backfill", absent for the calendar's rows,
+'schedule' in the column). The unique key (schedule_id, origin, instant)
+makes a second decision of one instant by one origin impossible in the
+database (a backfill's row shares its instant with the calendar's row of
+that instant), besides the rules on the order of decisions, which the owner
+checks before staging (`shell.history_rows.State`: calendar instants
+strictly increase, and so do triggers' among themselves). Its index also
+finds the newest calendar and trigger decisions a start needs.
 
 The scheduler owns the histories it recovered: it keeps each one's state
 (count, last decision, open occurrences: `shell.history_rows.State`) in
@@ -24,14 +30,23 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Final
+from datetime import UTC, datetime
+from typing import Any, Final, NoReturn
 
 from core.errors import InvalidInput, InvalidState, NotFound, Problem
-from core.occurrences import TERMINAL_STATUSES
+from core.occurrences import ORIGINS, RUN_STATUSES, TERMINAL_STATUSES
 from shell.history_appends import SNAPSHOT_PROBLEM, DecisionAppend, TransitionAppend
 from shell.history_cursor import checked_row, encode_cursor, page_entry, page_start
-from shell.history_rows import Bad, Open, OpenOccurrence, State, apply_row, is_int, unknown
+from shell.history_rows import (
+    Bad,
+    Open,
+    OpenOccurrence,
+    State,
+    apply_row,
+    check_decision,
+    is_int,
+    unknown,
+)
 from shell.history_store import MAX_PAGE_LIMIT, HistoryRecovery
 from shell.pg import locations
 from shell.pg.batch import PHASE_HISTORY_DECISIONS, PHASE_HISTORY_TRANSITIONS, PgBatch
@@ -46,14 +61,26 @@ from shell.store_format import (
     parse_instant,
 )
 
-__all__ = ["OccurrenceRow", "PgHistory", "recovered_state"]
+__all__ = ["COLUMNS", "OccurrenceRow", "PgHistory", "recovered_state", "row_of"]
 
 # New rows are copied in (`shell.pg.batch`); rows go as JSON text the server
 # parses: encoded once, when staged (which also proves the row is JSON before
 # anything is staged).
-_INSERT: Final = "COPY wf_occurrences (schedule_id, seq, instant, status, decision) FROM STDIN"
+_INSERT: Final = (
+    "COPY wf_occurrences (schedule_id, seq, instant, status, decision, origin) FROM STDIN"
+)
 _UPDATE: Final = (
     "UPDATE wf_occurrences SET status = %s, latest = %s::jsonb WHERE schedule_id = %s AND seq = %s"
+)
+
+
+# The columns an `OccurrenceRow` is read from, in its order.
+COLUMNS: Final = "seq, status, decision, latest, origin"
+# The newest decision of one origin (the key's index, backwards): calendar
+# and trigger instants strictly increase with seq.
+_NEWEST_OF_ORIGIN: Final = (
+    f"SELECT {COLUMNS} FROM wf_occurrences WHERE schedule_id = %s AND origin = %s"
+    " ORDER BY instant DESC LIMIT 1"
 )
 
 
@@ -69,11 +96,13 @@ class OccurrenceRow:
     status: str
     decision: Any
     latest: Any
+    # The origin column ('schedule', 'trigger' or 'backfill').
+    origin: Any = "schedule"
 
 
-def _row(values: Sequence[Any]) -> OccurrenceRow:
-    """An `OccurrenceRow` from `SELECT seq, status, decision, latest`."""
-    return OccurrenceRow(int(values[0]), values[1], values[2], values[3])
+def row_of(values: Sequence[Any]) -> OccurrenceRow:
+    """An `OccurrenceRow` from `SELECT {COLUMNS}` (see `COLUMNS`)."""
+    return OccurrenceRow(int(values[0]), values[1], values[2], values[3], values[4])
 
 
 def _problem(schedule_id: str, seq: int | None, reason: str) -> StoreProblem:
@@ -85,25 +114,72 @@ def _problem(schedule_id: str, seq: int | None, reason: str) -> StoreProblem:
     )
 
 
-def _entry(schedule_id: str, row: OccurrenceRow, previous: datetime | None) -> dict[str, Any]:
-    """The page entry of `row`, checked by the row rules; `Bad` if it breaks them."""
+def _origin_refusal(row: OccurrenceRow, origin: str) -> Bad | None:
+    """Why `row`'s origin column contradicts its decision row's `origin`."""
+    if row.origin != origin:
+        return Bad(
+            f"its origin column says {row.origin!r} but its decision row says {origin!r}", row.seq
+        )
+    return None
+
+
+def _paged(
+    schedule_id: str, row: OccurrenceRow, previous: datetime | None
+) -> tuple[dict[str, Any], datetime | None]:
+    """The page entry of `row`, checked by the row rules and against its
+    origin column, with the newest calendar decision instant so far (see
+    `page_entry`); `Bad` if it breaks them."""
     decision = checked_row(row.decision, row.seq, decision=True)
     latest = checked_row(row.latest, row.seq, decision=False) if row.latest is not None else None
-    entry, _ = page_entry(row.seq, row.status, decision, latest, previous)
-    return entry
+    entry, newest = page_entry(row.seq, row.status, decision, latest, previous)
+    refusal = _origin_refusal(row, entry["origin"])
+    if refusal is not None:
+        raise refusal
+    return entry, newest
+
+
+def _entry(schedule_id: str, row: OccurrenceRow, previous: datetime | None) -> dict[str, Any]:
+    """The page entry of `row`, checked by the row rules; `Bad` if it breaks them."""
+    return _paged(schedule_id, row, previous)[0]
+
+
+def _decided_at(row: OccurrenceRow) -> datetime:
+    """The instant of `row`'s decision, the row checked by the decision rules
+    and against its origin column; `Bad` if it breaks them."""
+    decision = check_decision(checked_row(row.decision, row.seq, decision=True), row.seq)
+    refusal = _origin_refusal(row, decision.origin or "schedule")
+    if refusal is not None:
+        raise refusal
+    instant: datetime = decision.instant
+    return instant
 
 
 def recovered_state(
-    schedule_id: str, last: OccurrenceRow | None, open_rows: Sequence[OccurrenceRow]
+    schedule_id: str,
+    last: OccurrenceRow | None,
+    open_rows: Sequence[OccurrenceRow],
+    *,
+    calendar: OccurrenceRow | None = None,
+    trigger: OccurrenceRow | None = None,
 ) -> tuple[State, tuple[StoreProblem, ...]]:
-    """A history's state from its last row and its open rows (the rows a
-    start reads), each checked by the row rules; a row that breaks them is
-    the problem that blocks the schedule."""
+    """A history's state from the rows a start reads, each checked by the
+    row rules: its last row, its open rows, its newest calendar decision
+    (`calendar`: needed only when the last row is an operator's) and its
+    newest trigger (`trigger`: needed only when the last row is not it).
+    A row that breaks the rules is the problem that blocks the schedule."""
     state = State()
     if last is None:
         return state, ()
     try:
         entry = _entry(schedule_id, last, None)
+        newest: dict[str, dict[str, Any]] = {entry["origin"]: entry}
+        for origin, row in (("schedule", calendar), ("trigger", trigger)):
+            if row is None or origin in newest:
+                continue
+            found = _entry(schedule_id, row, None)
+            if found["origin"] != origin or row.seq > last.seq:
+                raise Bad(f"the newest {origin} decision is not one", row.seq)
+            newest[origin] = found
         for row in open_rows:
             opened = _entry(schedule_id, row, None) if row.seq != last.seq else entry
             if opened["status"] in TERMINAL_STATUSES:
@@ -124,14 +200,20 @@ def recovered_state(
                 revision=opened["revision"],
                 decided_at=opened["decided_at"],
                 updated_at=opened["updated_at"],
+                origin=opened["origin"],
             )
             state.by_instant[opened["instant"]] = row.seq
     except Bad as bad:
         seq = bad.seq if bad.seq is not None else last.seq
         return State(), (_problem(schedule_id, seq, bad.reason),)
     state.count = last.seq + 1
-    state.last_decided = parse_instant(entry["instant"])
-    state.last_decided_text = entry["instant"]
+    # The order each kind of row keeps (`State`): calendar decisions, and
+    # triggers among themselves.
+    if "schedule" in newest:
+        state.last_decided = parse_instant(newest["schedule"]["instant"])
+        state.last_decided_text = newest["schedule"]["instant"]
+    if "trigger" in newest:
+        state.last_trigger = parse_instant(newest["trigger"]["instant"])
     # Staged rows take "offsets" from here on (see `_stage`).
     state.size = 1
     return state, ()
@@ -159,9 +241,14 @@ class PgHistory:
         schedule_id: str,
         last: OccurrenceRow | None,
         open_rows: Sequence[OccurrenceRow],
+        *,
+        calendar: OccurrenceRow | None = None,
+        trigger: OccurrenceRow | None = None,
     ) -> HistoryRecovery:
-        """Own a history from the rows a recovery read."""
-        state, problems = recovered_state(schedule_id, last, open_rows)
+        """Own a history from the rows a recovery read (see `recovered_state`)."""
+        state, problems = recovered_state(
+            schedule_id, last, open_rows, calendar=calendar, trigger=trigger
+        )
         self._owned[schedule_id] = _Owned(state=state, problems=problems)
         return HistoryRecovery(
             schedule_id=schedule_id,
@@ -169,28 +256,41 @@ class PgHistory:
             last_decided_instant=state.last_decided_text,
             open_occurrences=tuple(state.open[s].public() for s in sorted(state.open)),
             problems=problems,
+            last_trigger_instant=None
+            if state.last_trigger is None
+            else format_instant(state.last_trigger),
         )
 
     async def recover(self, schedule_id: str) -> HistoryRecovery:
         """Own one schedule's history, read now."""
         check_schedule_id(schedule_id)
+        newest: dict[str, OccurrenceRow | None] = {}
         async with self._db.transaction("read a schedule's history") as conn:
             cursor = await conn.execute(
-                "SELECT seq, status, decision, latest FROM wf_occurrences"
+                f"SELECT {COLUMNS} FROM wf_occurrences"
                 " WHERE schedule_id = %s ORDER BY seq DESC LIMIT 1",
                 (schedule_id,),
             )
             found = await cursor.fetchone()
+            last = row_of(found) if found is not None else None
+            for origin in ("schedule", "trigger"):
+                if last is not None and last.origin != origin:
+                    cursor = await conn.execute(_NEWEST_OF_ORIGIN, (schedule_id, origin))
+                    row = await cursor.fetchone()
+                    newest[origin] = row_of(row) if row is not None else None
             cursor = await conn.execute(
-                "SELECT seq, status, decision, latest FROM wf_occurrences WHERE schedule_id = %s"
+                f"SELECT {COLUMNS} FROM wf_occurrences WHERE schedule_id = %s"
                 " AND status IN ('admitted', 'running', 'interrupted') ORDER BY seq",
                 (schedule_id,),
             )
-            open_rows = [
-                OccurrenceRow(int(r[0]), r[1], r[2], r[3]) for r in await cursor.fetchall()
-            ]
-        last = _row(found) if found is not None else None
-        return self.adopt(schedule_id, last, open_rows)
+            open_rows = [row_of(r) for r in await cursor.fetchall()]
+        return self.adopt(
+            schedule_id,
+            last,
+            open_rows,
+            calendar=newest.get("schedule"),
+            trigger=newest.get("trigger"),
+        )
 
     def forget(self, schedule_ids: Iterable[str] | None = None) -> None:
         """Stop owning these histories (all of them by default)."""
@@ -267,9 +367,11 @@ class PgHistory:
         last_instant: Instant | None = None,
         revision: int | None = None,
         snapshot: Mapping[str, Any] | None = None,
+        origin: str | None = None,
     ) -> int:
         """Stage the decision row that opens the occurrence at `instant` in
-        `batch`; returns its seq (see `HistoryStore.append_decision`)."""
+        `batch`; returns its seq (see `HistoryStore.append_decision`; an
+        operator's row names its `origin`)."""
         append = DecisionAppend.of(
             instant=instant,
             status=status,
@@ -281,6 +383,7 @@ class PgHistory:
             last_instant=last_instant,
             revision=revision,
             snapshot=snapshot,
+            origin=origin,
         )
         pg_batch: PgBatch = batch
         owned = self._get(schedule_id)
@@ -298,7 +401,14 @@ class PgHistory:
         pg_batch.add(
             PHASE_HISTORY_DECISIONS,
             _INSERT,
-            (schedule_id, row["seq"], parse_instant(row["instant"]), row["status"], document),
+            (
+                schedule_id,
+                row["seq"],
+                parse_instant(row["instant"]),
+                row["status"],
+                document,
+                row.get("origin", "schedule"),
+            ),
         )
         return int(row["seq"])
 
@@ -311,6 +421,7 @@ class PgHistory:
         snapshot: Mapping[str, Any],
         recorded_at: datetime,
         batch: Any,
+        origin: str | None = None,
     ) -> int:
         """`append_decision` of an `admitted` row (the file store's fast path
         writes the same row)."""
@@ -324,6 +435,7 @@ class PgHistory:
             run_id=run_id,
             revision=revision if is_int(revision) else None,
             snapshot=snapshot,
+            origin=origin,
         )
 
     def append_transition(
@@ -382,9 +494,13 @@ class PgHistory:
         self, schedule_id: str, *, limit: int, cursor: str | None = None
     ) -> tuple[list[dict[str, Any]], str | None]:
         """One page of occurrences, oldest first (see `HistoryStore.page`):
-        a keyset scan of at most `limit + 1` rows and the decision before them."""
+        a keyset scan of at most `limit + 1` rows and the decision before
+        them, and when that one is an operator's, the newest calendar
+        decision before it (the one the page's first calendar decision must
+        follow: an index scan back over the operators' rows)."""
         check_schedule_id(schedule_id)
         start = page_start(schedule_id, limit, cursor, max_limit=MAX_PAGE_LIMIT)
+        calendar_before: OccurrenceRow | None = None
         async with self._db.transaction("read a schedule's history") as conn:
             found = await conn.execute(
                 "SELECT 1 FROM wf_schedules WHERE schedule_id = %s", (schedule_id,)
@@ -394,13 +510,22 @@ class PgHistory:
                     f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
                 )
             rows_cursor = await conn.execute(
-                "SELECT seq, status, decision, latest FROM wf_occurrences"
+                f"SELECT {COLUMNS} FROM wf_occurrences"
                 " WHERE schedule_id = %s AND seq >= %s ORDER BY seq LIMIT %s",
                 (schedule_id, max(start - 1, 0), limit + 1 + (1 if start > 0 else 0)),
             )
-            fetched = [
-                OccurrenceRow(int(r[0]), r[1], r[2], r[3]) for r in await rows_cursor.fetchall()
-            ]
+            fetched = [row_of(r) for r in await rows_cursor.fetchall()]
+            # The row before the page is an operator's: find the calendar's.
+            first = fetched[0] if fetched else None
+            if first is not None and first.seq == start - 1 and first.origin != "schedule":
+                before_cursor = await conn.execute(
+                    f"SELECT {COLUMNS} FROM wf_occurrences WHERE schedule_id = %s"
+                    " AND seq < %s AND origin = 'schedule' ORDER BY seq DESC LIMIT 1",
+                    (schedule_id, start - 1),
+                )
+                found_before = await before_cursor.fetchone()
+                if found_before is not None:
+                    calendar_before = row_of(found_before)
         previous: datetime | None = None
         if start > 0:
             if not fetched or fetched[0].seq != start - 1:
@@ -409,12 +534,13 @@ class PgHistory:
                     [Problem(field="cursor", reason="is past the end of this history")],
                 )
             before = fetched.pop(0)
-            try:
-                decision = checked_row(before.decision, before.seq, decision=True)
-                previous = parse_instant(decision["instant"])
-            except (Bad, TypeError, ValueError) as exc:
-                reason = exc.reason if isinstance(exc, Bad) else f"bad instant: {exc}"
-                self._damaged(_problem(schedule_id, before.seq, reason))
+            if before.origin == "schedule":
+                previous = self._decided_at(schedule_id, before)
+            else:
+                # Checked all the same: its column may not be saying the truth.
+                self._decided_at(schedule_id, before)
+                if calendar_before is not None:
+                    previous = self._decided_at(schedule_id, calendar_before)
         more = len(fetched) > limit
         rows: list[dict[str, Any]] = []
         for expected, row in enumerate(fetched[:limit], start=start):
@@ -425,15 +551,21 @@ class PgHistory:
                     )
                 )
             try:
-                entry = _entry(schedule_id, row, previous)
+                entry, previous = _paged(schedule_id, row, previous)
             except Bad as bad:
                 self._damaged(_problem(schedule_id, row.seq, bad.reason))
-            previous = parse_instant(entry["instant"])
             rows.append(entry)
         next_cursor = encode_cursor(schedule_id, start + limit) if more else None
         return rows, next_cursor
 
-    def _damaged(self, problem: StoreProblem) -> Any:
+    def _decided_at(self, schedule_id: str, row: OccurrenceRow) -> datetime:
+        """`_decided_at` of a row a read found; damage if it breaks the rules."""
+        try:
+            return _decided_at(row)
+        except Bad as bad:
+            self._damaged(_problem(schedule_id, row.seq, bad.reason))
+
+    def _damaged(self, problem: StoreProblem) -> NoReturn:
         """A row a read found breaks the row rules: freeze an owned history
         (no more rows staged on it) and raise `StoreDamaged`."""
         owned = self._owned.get(problem.schedule_id)
@@ -460,16 +592,25 @@ class PgHistory:
             newest = await cursor.fetchone()
         return 0 if newest is None else int(newest[0]) + 1
 
-    async def occurrence_at(self, schedule_id: str, instant: Instant) -> dict[str, Any] | None:
-        """The page entry of the occurrence decided at `instant` (the unique
-        key finds it), or None."""
+    async def occurrence_at(
+        self, schedule_id: str, instant: Instant, origin: str = "schedule"
+    ) -> dict[str, Any] | None:
+        """The page entry of the occurrence of `origin` decided at `instant`
+        (the unique key finds it), or None."""
         check_schedule_id(schedule_id)
+        problems: list[Problem] = []
+        target: datetime | None = None
         try:
             target = parse_instant(canonical_instant(instant))
         except (TypeError, ValueError) as exc:
-            raise InvalidInput.from_problems(
-                "occurrence", [Problem(field="instant", reason=f"must be an instant: {exc}")]
-            ) from None
+            problems.append(Problem(field="instant", reason=f"must be an instant: {exc}"))
+        if origin not in ORIGINS:
+            problems.append(
+                Problem(field="origin", reason=f"must be one of {', '.join(sorted(ORIGINS))}")
+            )
+        if problems:
+            raise InvalidInput.from_problems("occurrence", problems)
+        assert target is not None
         async with self._db.transaction("read a schedule's history") as conn:
             found = await conn.execute(
                 "SELECT 1 FROM wf_schedules WHERE schedule_id = %s", (schedule_id,)
@@ -479,14 +620,14 @@ class PgHistory:
                     f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
                 )
             cursor = await conn.execute(
-                "SELECT seq, status, decision, latest FROM wf_occurrences"
-                " WHERE schedule_id = %s AND instant = %s",
-                (schedule_id, target),
+                f"SELECT {COLUMNS} FROM wf_occurrences"
+                " WHERE schedule_id = %s AND origin = %s AND instant = %s",
+                (schedule_id, origin, target),
             )
             found_row = await cursor.fetchone()
         if found_row is None:
             return None
-        row = _row(found_row)
+        row = row_of(found_row)
         try:
             entry = _entry(schedule_id, row, None)
         except Bad as bad:
@@ -501,3 +642,34 @@ class PgHistory:
                 )
             )
         return entry
+
+    async def backfill_decided(
+        self, schedule_id: str, start: datetime, end: datetime
+    ) -> frozenset[datetime]:
+        """The instants of `[start, end)` a backfill may not admit (rule Q):
+        admitted by the calendar (its latest status is a run status, whatever
+        the run became), or decided by a backfill. One query: a range scan of
+        the unique key's index for each of the two origins."""
+        check_schedule_id(schedule_id)
+        problems = [
+            Problem(field=name, reason="must be an aware datetime")
+            for name, value in (("start", start), ("end", end))
+            if not isinstance(value, datetime) or value.utcoffset() is None
+        ]
+        if problems:
+            raise InvalidInput.from_problems("backfill range", problems)
+        async with self._db.transaction("read a schedule's history") as conn:
+            cursor = await conn.execute(
+                "SELECT ARRAY(SELECT o.instant FROM wf_occurrences o"
+                " WHERE o.schedule_id = s.schedule_id AND o.origin IN ('schedule', 'backfill')"
+                " AND o.instant >= %s AND o.instant < %s"
+                " AND (o.origin = 'backfill' OR o.status = ANY(%s)))"
+                " FROM wf_schedules s WHERE s.schedule_id = %s",
+                (start, end, sorted(RUN_STATUSES), schedule_id),
+            )
+            found = await cursor.fetchone()
+        if found is None:
+            raise NotFound(
+                f"schedule {schedule_id!r} does not exist", data={"schedule_id": schedule_id}
+            )
+        return frozenset(instant.astimezone(UTC) for instant in found[0])

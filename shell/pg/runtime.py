@@ -7,7 +7,7 @@ with the history rows it depends on.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from psycopg.types.json import Jsonb
@@ -71,14 +71,17 @@ class PgRuntime:
         lifecycle_seq: int,
         written_at: Instant,
         waiting: Sequence[Instant] = (),
+        backfill: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Stage the record as an upsert of `batch`; returns the record."""
+        """Stage the record as an upsert of `batch`; returns the record
+        (with the schedule's backfill, when it has one)."""
         record = build_runtime_record(
             watermark=watermark,
             held=held,
             lifecycle_seq=lifecycle_seq,
             written_at=written_at,
             waiting=waiting,
+            backfill=backfill,
         )
         pg_batch: PgBatch = batch
         pg_batch.add(PHASE_RUNTIME, UPSERT_RUNTIME, (schedule_id, Jsonb(record)))

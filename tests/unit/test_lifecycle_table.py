@@ -16,6 +16,7 @@ from core.lifecycle import (
     LIFECYCLE_FIELDS,
     LIFECYCLE_KINDS,
     LIFECYCLE_TABLE,
+    OPERATOR_KINDS,
     LifecyclePhase,
     LifecycleRefusal,
     apply_record,
@@ -56,6 +57,8 @@ def _record(snapshot: dict[str, Any] | None, kind: str) -> dict[str, Any]:
     record: dict[str, Any] = {"seq": seq, "kind": kind, "at": LATER, "revision": revision}
     if kind in ("created", "updated"):
         record["definition"] = {"name": "new"}
+    if kind in OPERATOR_KINDS:
+        record["action"] = {"overlap": None}
     return record
 
 
@@ -85,6 +88,12 @@ ROWS: list[tuple[LifecyclePhase, str, str]] = [
     ("deleted", "paused", AFTER),
     ("deleted", "resumed", AFTER),
     ("deleted", "deleted", AFTER),
+    # An operator's request (rules P, Q) keeps the phase; never before a
+    # create or after a delete.
+    *[("absent", kind, BEFORE) for kind in ("triggered", "backfill", "backfill-cancelled")],
+    *[("active", kind, "active") for kind in ("triggered", "backfill", "backfill-cancelled")],
+    *[("paused", kind, "paused") for kind in ("triggered", "backfill", "backfill-cancelled")],
+    *[("deleted", kind, AFTER) for kind in ("triggered", "backfill", "backfill-cancelled")],
 ]
 PHASES = ("absent", "active", "paused", "deleted")
 
@@ -104,6 +113,12 @@ def test_transition(phase: LifecyclePhase, kind: str, outcome: str) -> None:
         assert phase_of(applied) == outcome
         assert applied["lifecycle_seq"] == record["seq"]
         assert applied["revision"] == record["revision"]
+        if kind in OPERATOR_KINDS:
+            # Nothing but the seq moves: the stamps stay as they were.
+            assert {k: v for k, v in applied.items() if k != "lifecycle_seq"} == {
+                k: v for k, v in (snapshot or {}).items() if k != "lifecycle_seq"
+            }
+            return
         assert applied[f"{kind}_at"] == LATER
         if kind in ("created", "updated"):
             assert applied["definition"] == {"name": "new"}
@@ -189,3 +204,12 @@ def test_check_order(
 def test_seq_refusal() -> None:
     assert seq_refusal(3, 3) is None
     assert seq_refusal(None, 1) == "seq None where 1 was expected (missing or duplicate)"
+
+
+def test_an_operator_request_needs_its_action() -> None:
+    snapshot = _snapshot("active")
+    record = _record(snapshot, "triggered")
+    del record["action"]
+    assert apply_record(snapshot, record) == LifecycleRefusal(
+        "line 5 (seq 5)", "a triggered record needs an action object"
+    )
