@@ -167,9 +167,7 @@ def recovered_run(
     instant, run_id = occurrence.instant, occurrence.run_id
     if run_id is None:
         return RunVerdict(
-            RecoveredRun(
-                instant=instant, run_id=None, status="admitted", origin=occurrence.origin
-            )
+            RecoveredRun(instant=instant, run_id=None, status="admitted", origin=occurrence.origin)
         )
     kept = RecoveredRun(
         instant=instant,

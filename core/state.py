@@ -211,6 +211,7 @@ class ScheduleView:
     deleted: bool
     blocked: str | None
     backfill: Backfill | None = None
+    last_trigger: datetime | None = None
     # Instant -> origin of each active run that an operator opened.
     operator_runs: Mapping[datetime, Origin] = field(default_factory=dict)
 
@@ -271,6 +272,7 @@ def schedule_view(state: SchedulerState, schedule_id: str) -> ScheduleView:
         deleted=sched.deleted,
         blocked=sched.blocked,
         backfill=sched.backfill,
+        last_trigger=sched.last_trigger,
         operator_runs={
             instant: run.origin for instant, run in sched.active.items() if run.origin != "schedule"
         },

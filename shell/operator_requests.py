@@ -83,10 +83,14 @@ def trigger_refusal(active: int, definition: ScheduleDefinition, overlap: str | 
 
 
 def predicted_trigger_instant(
-    definition: ScheduleDefinition, at: datetime, taken: tuple[datetime, ...]
+    definition: ScheduleDefinition,
+    at: datetime,
+    taken: tuple[datetime, ...],
+    after: datetime | None,
 ) -> datetime:
-    """The instant `decide` gives a trigger requested at `at` (rule P)."""
-    return trigger_instant(compile_trigger(definition.trigger), at, after=None, taken=taken)
+    """The instant `decide` gives a trigger requested at `at` (rule P), as far
+    as this process knows the schedule (`after`: its newest trigger)."""
+    return trigger_instant(compile_trigger(definition.trigger), at, after=after, taken=taken)
 
 
 def checked_range(

@@ -133,7 +133,7 @@ def _operator_event(schedule_id: str, kind: str, at: datetime, action: Any) -> E
         raise ValueError(f"a {kind} record needs an action object")
     overlap = action.get("overlap")
     if overlap is not None and overlap not in OVERLAP_OVERRIDES:
-        raise ValueError(f"action.overlap must be \"allow\" or null, got {overlap!r}")
+        raise ValueError(f'action.overlap must be "allow" or null, got {overlap!r}')
     if kind == "triggered":
         return ScheduleTriggered(schedule_id=schedule_id, at=at, overlap=overlap)
     if kind == "backfill":
@@ -408,9 +408,7 @@ class StartupRecovery:
                 )
                 return []
             record = runtime.record or {}
-            backfill = (
-                backfill_from_payload(record["backfill"]) if record.get("backfill") else None
-            )
+            backfill = backfill_from_payload(record["backfill"]) if record.get("backfill") else None
             backfill_decided: frozenset[datetime] = frozenset()
             if backfill is not None and backfill.state == "running":
                 backfill_decided = await backend.history.backfill_decided(

@@ -129,6 +129,8 @@ class LiveScheduleView:
     active: tuple[datetime, ...] = ()
     # The schedule's backfill and its progress (rule Q), if it ever had one.
     backfill: Backfill | None = None
+    # The newest trigger's instant (rule P: the next one comes after it).
+    last_trigger: datetime | None = None
 
 
 class _Service(Protocol):
@@ -418,7 +420,9 @@ class SchedulesApi:
             now = self.clock.now()
             live = self._service.live_view(schedule_id) if self._service is not None else None
             taken: tuple[datetime, ...] = ()
+            after: datetime | None = None
             if live is not None:
+                after = live.last_trigger
                 refusal = trigger_refusal(len(live.active), definition, check)
                 if refusal is not None:
                     raise InvalidState(
@@ -433,7 +437,7 @@ class SchedulesApi:
                 )
         self.store_health.succeeded("api")
         self._changed(schedule_id)
-        instant = predicted_trigger_instant(definition, now, taken)
+        instant = predicted_trigger_instant(definition, now, taken, after)
         row = None
         if self._service is not None:
             row = await wait_for_trigger(self.history.occurrence_at, schedule_id, instant)

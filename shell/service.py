@@ -430,6 +430,7 @@ class SchedulerService:
             watermark=view.watermark,
             active=tuple(view.active),
             backfill=view.backfill,
+            last_trigger=view.last_trigger,
         )
 
     async def records_damaged(self, problem: StoreProblem) -> None:

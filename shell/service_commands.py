@@ -558,9 +558,7 @@ class _Staging:
             waiting=command.waiting,
             lifecycle_seq=lifecycle_seq,
             written_at=self.now,
-            backfill=None
-            if command.backfill is None
-            else backfill_to_payload(command.backfill),
+            backfill=None if command.backfill is None else backfill_to_payload(command.backfill),
         )
         self.after.runtime_marks[command.schedule_id] = mark
 

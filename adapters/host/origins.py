@@ -2,7 +2,9 @@
 
 `{"kind": "manual"}` (the default), or
 `{"kind": "schedule", "schedule_id": str, "instant": ISO-8601 UTC, "revision": int >= 1}`
-for a run the scheduler admitted for one occurrence of a schedule revision.
+for a run the scheduler admitted for one occurrence of a schedule revision,
+with `"action": "trigger"` or `"backfill"` when an operator's request opened
+the occurrence (absent for a calendar instant).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ __all__ = ["MANUAL", "check_origin"]
 
 MANUAL: Final = {"kind": "manual"}
 _SCHEDULE_KEYS: Final = frozenset({"kind", "schedule_id", "instant", "revision"})
+_ACTIONS: Final = frozenset({"trigger", "backfill"})
 
 
 def check_origin(origin: Any) -> tuple[dict[str, Any], list[Problem]]:
@@ -44,8 +47,16 @@ def check_origin(origin: Any) -> tuple[dict[str, Any], list[Problem]]:
         return {}, [Problem(field="origin.kind", reason=reason)]
     problems = [
         Problem(field=f"origin.{key}", reason="unknown field for a schedule origin")
-        for key in sorted(set(origin) - _SCHEDULE_KEYS, key=str)
+        for key in sorted(set(origin) - _SCHEDULE_KEYS - {"action"}, key=str)
     ]
+    action = origin.get("action")
+    if "action" in origin and action not in _ACTIONS:
+        problems.append(
+            Problem(
+                field="origin.action",
+                reason=f"must be 'trigger' or 'backfill' when given, got {action!r}",
+            )
+        )
     schedule_id = origin.get("schedule_id")
     if not isinstance(schedule_id, str) or not 1 <= len(schedule_id) <= 128:
         problems.append(
@@ -66,4 +77,7 @@ def check_origin(origin: Any) -> tuple[dict[str, Any], list[Problem]]:
             )
         )
     problems += check_positive_int("origin.revision", origin.get("revision"))
-    return {key: origin.get(key) for key in sorted(_SCHEDULE_KEYS)}, problems
+    kept = {key: origin.get(key) for key in sorted(_SCHEDULE_KEYS)}
+    if "action" in origin:
+        kept["action"] = action
+    return kept, problems
