@@ -37,7 +37,6 @@ from core.errors import InvalidDefinition, NotFound, SchedulingError
 from core.events import (
     BackfillCancelled,
     BackfillRequested,
-    ScheduleTriggered,
     Event,
     RecordsContradicted,
     RecoveredRun,
@@ -47,6 +46,7 @@ from core.events import (
     SchedulePaused,
     ScheduleRecovered,
     ScheduleResumed,
+    ScheduleTriggered,
     ScheduleUpdated,
 )
 from core.lifecycle import OPERATOR_KINDS, LifecycleRefusal, apply_record
