@@ -18,6 +18,16 @@ run's status changes come back to `decide` as events. Everything that
 follows from one call at `now` (admissions, zero-length runs, freed slots)
 is fed back at the same `now` before the clock moves.
 
+Operator requests (rules P and Q) are delivered like the other actions, at
+their instant: a trigger as `ScheduleTriggered`, a backfill as
+`BackfillRequested`, a cancellation as `BackfillCancelled`. The service
+reads a backfill's `decided` instants from its history when it delivers the
+request; the engine keeps, per schedule, the instants that answer that
+question (admitted by the calendar, whatever the run became, or by a
+backfill) but only those inside the range of a backfill still to come, so
+it stays bounded by the scenario's ranges. Admissions of any origin become
+runs alike; rows and the summary name the origin.
+
 Rows are settled as described in `output.py` and handed to a sink at once;
 the engine keeps only open occurrences (active runs), so memory does not grow
 with the horizon.
@@ -26,7 +36,7 @@ with the horizon.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -48,6 +58,8 @@ from core.decide import decide, next_wakeup
 from core.definitions import CronTrigger, ScheduleDefinition
 from core.errors import CoreMisuse
 from core.events import (
+    BackfillCancelled,
+    BackfillRequested,
     Event,
     OccurrenceAdmitted,
     PreflightFailed,
@@ -56,9 +68,11 @@ from core.events import (
     ScheduleDeleted,
     SchedulePaused,
     ScheduleResumed,
+    ScheduleTriggered,
     ScheduleUpdated,
 )
-from core.occurrences import TERMINAL_RUN_STATUSES, RunStatus
+from core.occurrences import TERMINAL_RUN_STATUSES, Origin, RunStatus
+from core.operator_actions import backfill_to_payload
 from core.state import SchedulerState, initial_state, schedule_view
 
 __all__ = ["RunChangeObserver", "SimulationResult", "header", "simulate"]
@@ -93,6 +107,9 @@ class _OpenRun:
     run_id: str
     start: datetime
     status: RunStatus
+    origin: Origin
+    local: str
+    dst: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,16 +137,31 @@ class _Presenter:
                     (event.at, _compiled_cron(event.definition))
                 )
 
-    def describe(self, schedule_id: str, instant: datetime) -> tuple[str, str | None]:
+    def describe(
+        self,
+        schedule_id: str,
+        instant: datetime,
+        *,
+        as_of: datetime | None = None,
+        calendar: bool = True,
+    ) -> tuple[str, str | None]:
+        """`instant`'s local text and DST note. A calendar instant is told by
+        the definition that produced it; with `as_of` (an operator's
+        occurrence), by the definition current at that time. `calendar`
+        False: the instant is not one of the trigger's (a trigger request),
+        so it has no DST note."""
         versions = self._by_schedule[schedule_id]
         trigger = versions[0][1]
-        # Instants up to an update's time were produced by the older definition.
         for at, later in versions[1:]:
-            if at >= instant:
+            # Instants up to an update's time were produced by the older
+            # definition; a request at the update's time sees the newer one.
+            if (at >= instant) if as_of is None else (at > as_of):
                 break
             trigger = later
         if trigger is None:
             return _iso_text(instant), None
+        if not calendar:
+            return trigger.local(instant).isoformat(), None
         return _describe(trigger, instant)
 
 
@@ -171,6 +203,8 @@ def header(scenario: Scenario) -> dict[str, Any]:
         "events": [
             {"at": iso(e.at), "action": e.action, "schedule_id": e.schedule_id}
             | ({"revision": e.revision} if e.revision is not None else {})
+            | ({"start": iso(e.start), "end": iso(e.end)} if e.action == "backfill" else {})
+            | ({"overlap": e.overlap} if e.overlap is not None else {})
             for e in scenario.events
         ],
         "downtime": [{"from": iso(w.start), "to": iso(w.end)} for w in scenario.downtime],
@@ -186,19 +220,46 @@ def _timeline(scenario: Scenario) -> list[_Timed]:
     return entries
 
 
-def _to_event(entry: _Timed) -> Event:
-    if entry.schedule is not None:
-        return ScheduleCreated(definition=entry.schedule.definition, at=entry.at, revision=1)
-    event = entry.event
-    assert event is not None
-    if event.action == "pause":
-        return SchedulePaused(schedule_id=event.schedule_id, at=event.at)
-    if event.action == "resume":
-        return ScheduleResumed(schedule_id=event.schedule_id, at=event.at)
-    if event.action == "delete":
-        return ScheduleDeleted(schedule_id=event.schedule_id, at=event.at)
-    assert event.definition is not None and event.revision is not None
-    return ScheduleUpdated(definition=event.definition, revision=event.revision, at=event.at)
+class _DecidedInstants:
+    """Per schedule, what the history would answer a backfill request about
+    its range (`BackfillRequested.decided`, rule Q): the instants admitted by
+    the calendar (a run was created, whatever it became) and those a
+    backfill admitted (preflight-rejected ones included).
+
+    Only instants inside the range of a backfill request still to be
+    delivered are kept, and a delivered request's range is forgotten, so
+    memory is bounded by the scenario's backfill ranges (at most
+    `BACKFILL_LIMIT` calendar instants each), never by the horizon.
+    """
+
+    __slots__ = ("_kept", "_ranges")
+
+    def __init__(self, events: Iterable[OperatorEvent]) -> None:
+        self._ranges: dict[str, list[tuple[datetime, datetime]]] = {}
+        for event in events:
+            if event.action == "backfill":
+                assert event.start is not None and event.end is not None
+                self._ranges.setdefault(event.schedule_id, []).append((event.start, event.end))
+        self._kept: dict[str, set[datetime]] = {sid: set() for sid in self._ranges}
+
+    def note(self, schedule_id: str, instant: datetime) -> None:
+        ranges = self._ranges.get(schedule_id)
+        if ranges and _inside(instant, ranges):
+            self._kept[schedule_id].add(instant)
+
+    def take(self, schedule_id: str, start: datetime, end: datetime) -> frozenset[datetime]:
+        """The decided instants of `[start, end)`, for the request of that
+        range being delivered now."""
+        kept = self._kept[schedule_id]
+        found = frozenset(instant for instant in kept if start <= instant < end)
+        ranges = self._ranges[schedule_id]
+        ranges.remove((start, end))
+        self._kept[schedule_id] = {instant for instant in kept if _inside(instant, ranges)}
+        return found
+
+
+def _inside(instant: datetime, ranges: Sequence[tuple[datetime, datetime]]) -> bool:
+    return any(start <= instant < end for start, end in ranges)
 
 
 class _Engine:
@@ -227,6 +288,68 @@ class _Engine:
         self.runs_started = 0
         self.calls = 0
         self.warnings: list[str] = []
+        self.decided = _DecidedInstants(scenario.events)
+        # Schedules whose scenario asks for a backfill (their summary shows it).
+        self.backfilled = sorted({e.schedule_id for e in scenario.events if e.action == "backfill"})
+
+    # --- the timeline -------------------------------------------------------
+
+    def to_event(self, entry: _Timed) -> Event:
+        if entry.schedule is not None:
+            return ScheduleCreated(definition=entry.schedule.definition, at=entry.at, revision=1)
+        event = entry.event
+        assert event is not None
+        sid, at = event.schedule_id, event.at
+        if event.action == "pause":
+            return SchedulePaused(schedule_id=sid, at=at)
+        if event.action == "resume":
+            return ScheduleResumed(schedule_id=sid, at=at)
+        if event.action == "delete":
+            return ScheduleDeleted(schedule_id=sid, at=at)
+        if event.action == "trigger":
+            return ScheduleTriggered(schedule_id=sid, at=at, overlap=event.overlap)
+        if event.action == "backfill":
+            assert event.start is not None and event.end is not None
+            return BackfillRequested(
+                schedule_id=sid,
+                at=at,
+                start=event.start,
+                end=event.end,
+                overlap=event.overlap,
+                # As the service reads it from the history on delivery.
+                decided=self.decided.take(sid, event.start, event.end),
+            )
+        if event.action == "cancel-backfill":
+            return BackfillCancelled(schedule_id=sid, at=at)
+        assert event.definition is not None and event.revision is not None
+        return ScheduleUpdated(definition=event.definition, revision=event.revision, at=at)
+
+    def check_cancellations(self, events: Sequence[Event]) -> None:
+        """Warn of a cancellation that found no running backfill (the API
+        refuses it; `decide` ignores it)."""
+        for event in events:
+            if isinstance(event, BackfillCancelled):
+                backfill = schedule_view(self.state, event.schedule_id).backfill
+                if (
+                    backfill is None
+                    or backfill.state != "cancelled"
+                    or backfill.ended_at != event.at
+                ):
+                    self.warnings.append(
+                        f"{iso(event.at)}: cancel-backfill of schedule {event.schedule_id}:"
+                        " no backfill was running (the API would refuse it)"
+                    )
+
+    def describe(self, sid: str, instant: datetime, origin: Origin) -> tuple[str, str | None]:
+        """The local text and DST note of an occurrence of `origin`."""
+        if origin == "trigger":
+            return self.presenter.describe(sid, instant, as_of=instant, calendar=False)
+        if origin == "backfill":
+            # Planned from the definition current when it was requested.
+            backfill = schedule_view(self.state, sid).backfill
+            as_of = None if backfill is None else backfill.requested_at
+            return self.presenter.describe(sid, instant, as_of=as_of)
+        return self.presenter.describe(sid, instant)
 
     # --- commands ---------------------------------------------------------
 
@@ -252,12 +375,14 @@ class _Engine:
         return feedback
 
     def admit(self, command: AdmitOccurrence, now: datetime) -> list[Event]:
-        sid, instant = command.schedule_id, command.instant
+        sid, instant, origin = command.schedule_id, command.instant, command.origin
+        local, dst = self.describe(sid, instant, origin)
+        if origin == "backfill":
+            self.decided.note(sid, instant)  # any backfill row counts (rule Q)
         if self.scenario.deployment_missing(command.deployment_id, now):
             # As in the service, the shell writes the rejected row itself (in
             # command order) and tells decide, which releases the reservation.
             reason = f"deployment {command.deployment_id!r} not found"
-            local, dst = self.presenter.describe(sid, instant)
             self.emit(
                 Row(
                     schedule_id=sid,
@@ -266,13 +391,18 @@ class _Engine:
                     status="preflight-rejected",
                     dst=dst,
                     reason=reason,
+                    origin=origin,
                 )
             )
             return [PreflightFailed(schedule_id=sid, instant=instant, reason=reason)]
+        if origin == "schedule":
+            self.decided.note(sid, instant)  # admitted, whatever the run becomes
         self.runs_started += 1
         run_id = f"run-{self.runs_started:06d}"
         plan = self.models[sid].next_plan()
-        self.open[(sid, instant)] = _OpenRun(sid, instant, run_id, now, "admitted")
+        self.open[(sid, instant)] = _OpenRun(
+            sid, instant, run_id, now, "admitted", origin, local, dst
+        )
         self.active_by_schedule[sid] += 1
         self.active_total += 1
         self.summary.note_active(sid, self.active_by_schedule[sid], self.active_total)
@@ -296,7 +426,7 @@ class _Engine:
         if command.status in _RECORDED_BY_ENGINE:
             return
         sid = command.schedule_id
-        local, dst = self.presenter.describe(sid, command.instant)
+        local, dst = self.describe(sid, command.instant, command.origin)
         grouped = command.count > 1
         self.emit(
             Row(
@@ -309,6 +439,7 @@ class _Engine:
                 last_instant=command.last_instant if grouped else None,
                 dst=dst,
                 reason=command.reason,
+                origin=command.origin,
             )
         )
 
@@ -340,16 +471,16 @@ class _Engine:
         return RunStatusChanged(schedule_id=sid, instant=instant, run_id=run.run_id, status=status)
 
     def run_row(self, run: _OpenRun, end: datetime | None) -> Row:
-        local, dst = self.presenter.describe(run.schedule_id, run.instant)
         return Row(
             schedule_id=run.schedule_id,
             instant=run.instant,
-            local_instant=local,
+            local_instant=run.local,
             status=run.status,
             run_id=run.run_id,
             run_start=run.start,
             run_end=end,
-            dst=dst,
+            dst=run.dst,
+            origin=run.origin,
         )
 
     # --- the clock ----------------------------------------------------------
@@ -375,10 +506,11 @@ class _Engine:
                 break
             events = feedback
             while position < len(timeline) and timeline[position].at <= now:
-                events.append(_to_event(timeline[position]))
+                events.append(self.to_event(timeline[position]))
                 position += 1
             events += self.due_changes(now)
             self.state, commands = decide(self.state, now, events)
+            self.check_cancellations(events)
             self.calls += 1
             calls_here += 1
             if calls_here > _MAX_CALLS_PER_INSTANT:
@@ -420,6 +552,14 @@ class _Engine:
         for _, run in sorted(self.open.items()):
             self.emit(self.run_row(run, None))
         self.open.clear()
+        for sid in self.backfilled:
+            backfill = schedule_view(self.state, sid).backfill
+            if backfill is not None:
+                payload = backfill_to_payload(backfill)
+                remaining = payload.pop("remaining")
+                payload["remaining"] = len(remaining)
+                payload["next"] = remaining[0] if remaining else None
+                self.summary.note_backfill(sid, payload)
         for schedule in self.scenario.schedules:
             view = schedule_view(self.state, schedule.schedule_id)
             pending = sorted({*view.waiting, *((view.held,) if view.held else ())})

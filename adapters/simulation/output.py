@@ -1,6 +1,11 @@
 """Simulation output: one row per occurrence, a summary per schedule, and the
 four formats (`table`, `json`, `jsonl`, `csv`).
 
+Each row names its occurrence's `origin`: "schedule" for the calendar's,
+"trigger" or "backfill" for an operator's (rules P and Q). A backfilled
+instant may have two rows, the calendar's decision (skipped, superseded...)
+and the backfill's run.
+
 A row is written once, when its occurrence is settled: at its decision when
 that is final (skipped, coalesced, superseded, preflight-rejected), at its
 run's final status when it was admitted, or at the end of the horizon for
@@ -22,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol, TextIO
 
-from core.occurrences import OCCURRENCE_STATUSES
+from core.occurrences import OCCURRENCE_STATUSES, ORIGINS
 
 __all__ = [
     "ROW_FIELDS",
@@ -53,6 +58,7 @@ ROW_FIELDS: Final[tuple[str, ...]] = (
     "last_instant",
     "dst",
     "reason",
+    "origin",
 )
 # The order statuses are listed in summaries: the seed's vocabulary order.
 _STATUS_ORDER: Final[tuple[str, ...]] = (
@@ -70,6 +76,10 @@ _STATUS_ORDER: Final[tuple[str, ...]] = (
     "exhausted",
 )
 assert frozenset(_STATUS_ORDER) == OCCURRENCE_STATUSES
+# The order origins are listed in: the calendar's first.
+_ORIGIN_ORDER: Final[tuple[str, ...]] = ("schedule", "trigger", "backfill")
+assert frozenset(_ORIGIN_ORDER) == ORIGINS
+_ORIGIN_RANK: Final = {origin: rank for rank, origin in enumerate(_ORIGIN_ORDER)}
 
 
 def iso(instant: datetime | None) -> str | None:
@@ -87,7 +97,8 @@ def _seconds(value: float) -> float:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Row:
     """The final state of one occurrence (or of several missed instants when
-    `count > 1`, then `instant` is the last of them)."""
+    `count > 1`, then `instant` is the last of them). `origin` says who
+    opened it: the calendar ("schedule"), a trigger or a backfill."""
 
     schedule_id: str
     instant: datetime
@@ -101,6 +112,7 @@ class Row:
     last_instant: datetime | None = None
     dst: str | None = None
     reason: str | None = None
+    origin: str = "schedule"
 
     @property
     def lateness_s(self) -> float | None:
@@ -124,12 +136,14 @@ class Row:
             "last_instant": iso(self.last_instant),
             "dst": self.dst,
             "reason": self.reason,
+            "origin": self.origin,
         }
 
 
 def sorted_rows(rows: Iterable[Row]) -> list[Row]:
-    """Rows by instant, then schedule id (each occurrence is one row)."""
-    return sorted(rows, key=lambda row: (row.instant, row.schedule_id))
+    """Rows by instant, then schedule id, then origin (the calendar's row of a
+    backfilled instant before the backfill's)."""
+    return sorted(rows, key=lambda row: (row.instant, row.schedule_id, _ORIGIN_RANK[row.origin]))
 
 
 @dataclass(slots=True)
@@ -137,20 +151,29 @@ class _ScheduleTally:
     counts: dict[str, int] = field(default_factory=dict)
     rows: int = 0
     runs: int = 0
+    runs_by_origin: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_ORIGIN_ORDER, 0))
     max_active: int = 0
+    # Lateness of the calendar's runs only: a backfill's runs are late by
+    # design (days, for an old range) and a trigger's are not late at all.
     lateness_total: float = 0.0
     lateness_max: float | None = None
+    backfill: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        mean = None if self.runs == 0 else _seconds(self.lateness_total / self.runs)
-        return {
+        calendar_runs = self.runs_by_origin["schedule"]
+        mean = None if calendar_runs == 0 else _seconds(self.lateness_total / calendar_runs)
+        tally = {
             "counts": {s: self.counts[s] for s in _STATUS_ORDER if s in self.counts},
             "instants": sum(self.counts.values()),
             "rows": self.rows,
             "runs": self.runs,
+            "runs_by_origin": dict(self.runs_by_origin),
             "max_active": self.max_active,
             "lateness_s": {"mean": mean, "max": self.lateness_max},
         }
+        if self.backfill is not None:
+            tally["backfill"] = dict(self.backfill)
+        return tally
 
 
 class SummaryBuilder:
@@ -170,9 +193,15 @@ class SummaryBuilder:
         lateness = row.lateness_s
         if lateness is not None:
             tally.runs += 1
-            tally.lateness_total += lateness
-            if tally.lateness_max is None or lateness > tally.lateness_max:
-                tally.lateness_max = lateness
+            tally.runs_by_origin[row.origin] += 1
+            if row.origin == "schedule":
+                tally.lateness_total += lateness
+                if tally.lateness_max is None or lateness > tally.lateness_max:
+                    tally.lateness_max = lateness
+
+    def note_backfill(self, schedule_id: str, backfill: Mapping[str, Any]) -> None:
+        """The schedule's backfill as the horizon ended (its summary's `backfill`)."""
+        self._tallies[schedule_id].backfill = dict(backfill)
 
     def note_active(self, schedule_id: str, active: int, active_total: int) -> None:
         """Record that `schedule_id` has `active` runs (admitted, running or
@@ -186,9 +215,12 @@ class SummaryBuilder:
     def as_dict(self) -> dict[str, Any]:
         schedules = {sid: t.as_dict() for sid, t in sorted(self._tallies.items())}
         counts: dict[str, int] = {}
+        by_origin = dict.fromkeys(_ORIGIN_ORDER, 0)
         for tally in self._tallies.values():
             for status, n in tally.counts.items():
                 counts[status] = counts.get(status, 0) + n
+            for origin, n in tally.runs_by_origin.items():
+                by_origin[origin] += n
         return {
             "schedules": schedules,
             "totals": {
@@ -196,6 +228,7 @@ class SummaryBuilder:
                 "instants": sum(counts.values()),
                 "rows": sum(t.rows for t in self._tallies.values()),
                 "runs": sum(t.runs for t in self._tallies.values()),
+                "runs_by_origin": by_origin,
                 "max_active": self._max_active_total,
             },
         }
@@ -316,7 +349,7 @@ def render_table(
     console = Console(file=stream, force_terminal=terminal, width=width, highlight=False)
     title = header.get("title") or "simulation"
     occurrences = Table(title=f"{title}\n{header['start']} → {header['end']}")
-    for name in ("schedule", "instant (UTC)", "local", "status", "run"):
+    for name in ("schedule", "instant (UTC)", "local", "status", "origin", "run"):
         occurrences.add_column(name, no_wrap=name != "schedule")
     occurrences.add_column("late s", justify="right")
     occurrences.add_column("end (UTC)", no_wrap=True)
@@ -339,6 +372,7 @@ def render_table(
             _short(row.instant),
             row.local_instant.replace("T", " "),
             row.status,
+            row.origin,
             row.run_id or "",
             "" if lateness is None else f"{lateness:g}",
             end,
@@ -356,7 +390,7 @@ def render_table(
         per_schedule.add_row(
             schedule_id,
             str(tally["instants"]),
-            str(tally["runs"]),
+            f"{tally['runs']}{_operator_runs(tally.get('runs_by_origin', {}))}",
             str(tally["max_active"]),
             "" if lateness["mean"] is None else f"{lateness['mean']:g}",
             "" if lateness["max"] is None else f"{lateness['max']:g}",
@@ -366,6 +400,23 @@ def render_table(
     totals = summary.get("totals")
     if totals:
         console.print(
-            f"{totals['instants']} instants, {totals['runs']} runs, "
+            f"{totals['instants']} instants, "
+            f"{totals['runs']} runs{_operator_runs(totals.get('runs_by_origin', {}))}, "
             f"at most {totals['max_active']} active at once"
         )
+    for schedule_id, tally in schedules.items():
+        backfill = tally.get("backfill")
+        if backfill is not None:
+            console.print(
+                f"{schedule_id}: backfill of [{backfill['start']}, {backfill['end']})"
+                f" {backfill['state']}, {backfill['admitted']} of {backfill['planned']} admitted"
+                f" ({backfill['already_admitted']} admitted before,"
+                f" {backfill['left_to_calendar']} left to the calendar)",
+                markup=False,
+            )
+
+
+def _operator_runs(by_origin: Mapping[str, int]) -> str:
+    """` (1 trigger, 2 backfill)` when operators started runs, else nothing."""
+    operators = [f"{by_origin[o]} {o}" for o in _ORIGIN_ORDER[1:] if by_origin.get(o)]
+    return f" ({', '.join(operators)})" if operators else ""

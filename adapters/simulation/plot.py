@@ -13,8 +13,9 @@ runs): one band per schedule, split into as many lanes as the schedule ever
 had runs at once, so parallel runs never hide each other. Runs are bars from
 admission to end (to the horizon when still active), coloured by final
 status; the spans a run spent interrupted (waiting for input) are hatched on
-its bar. Occurrences without a run are marks (a row for several instants is
-a line from the first to a mark at the last). Instants that fell in a DST gap
+its bar, and a run an operator started (a trigger, a backfill) is outlined.
+Occurrences without a run are marks (a row for several instants is a line
+from the first to a mark at the last). Instants that fell in a DST gap
 or fold are marked on the band's upper edge. Paused and deleted spans are
 shaded on the band; downtime windows across every band.
 
@@ -87,6 +88,11 @@ _DST_MARKS: Final = {
     "fold": ("h", "#4e342e", "DST fold (local time repeated)"),
 }
 _INTERRUPTED_LABEL: Final = "interrupted span (waiting for input)"
+# Outlines of the runs an operator started: (edge colour, line style, label).
+_OPERATOR_OUTLINES: Final = {
+    "trigger": ("#000000", "solid", "run started by a trigger"),
+    "backfill": ("#000000", "dashed", "run started by a backfill"),
+}
 _BAR_HEIGHT: Final = 0.7
 
 
@@ -368,6 +374,7 @@ class _Drawing:
 
         bars: dict[str, list[list[tuple[float, float]]]] = {}
         pauses: list[list[tuple[float, float]]] = []
+        outlined: dict[str, list[list[tuple[float, float]]]] = {}
         points: dict[str, list[tuple[float, float]]] = {}
         spans: dict[str, list[list[tuple[float, float]]]] = {}
         centre_of = dict(zip(by_schedule, centres, strict=True))
@@ -376,9 +383,10 @@ class _Drawing:
                 y = y_of_run[(row.schedule_id, row.instant)]
                 x0 = self.num(row.run_start)
                 x1 = self.end if row.run_end is None else self.num(row.run_end)
-                bars.setdefault(row.status, []).append(
-                    _rectangle(x0, max(x1, x0 + 1e-5), y, _BAR_HEIGHT)
-                )
+                bar = _rectangle(x0, max(x1, x0 + 1e-5), y, _BAR_HEIGHT)
+                bars.setdefault(row.status, []).append(bar)
+                if row.origin in _OPERATOR_OUTLINES:
+                    outlined.setdefault(row.origin, []).append(bar)
                 for since, until in self.trace.interrupted.get((row.schedule_id, row.instant), ()):
                     u = self.end if until is None else self.num(until)
                     s0 = self.num(since)
@@ -422,6 +430,24 @@ class _Drawing:
                     label=_INTERRUPTED_LABEL,
                 )
             )
+        for origin, (edge, style, label) in _OPERATOR_OUTLINES.items():
+            if origin in outlined:
+                axes.add_collection(
+                    self.mpl_collections.PolyCollection(
+                        outlined[origin],
+                        facecolors="none",
+                        edgecolors=edge,
+                        linestyles=style,
+                        linewidths=1.2,
+                        zorder=2.6,
+                        label=label,
+                    )
+                )
+                self.handles.append(
+                    self.mpl_patches.Patch(
+                        facecolor="none", edgecolor=edge, linestyle=style, label=label
+                    )
+                )
         for status, lines in spans.items():
             colour = _MARKS.get(status, ("o", "#455a64"))[1]
             axes.add_collection(

@@ -5,15 +5,20 @@ A scenario is a JSON object:
     {"start": ISO, "end": ISO, "max_concurrent_runs": 4,
      "schedules": [{<create_schedule payload>, "created_at": ISO, "run": <run model>}],
      "events": [{"at": ISO, "action": "pause|resume|update|delete",
-                 "schedule_id": ..., "changes": {<update_schedule fields>}}],
+                 "schedule_id": ..., "changes": {<update_schedule fields>}},
+                {"at": ISO, "action": "trigger", "schedule_id": ..., "overlap": "allow"?},
+                {"at": ISO, "action": "backfill", "schedule_id": ...,
+                 "start": ISO, "end": ISO, "overlap": "allow"?},
+                {"at": ISO, "action": "cancel-backfill", "schedule_id": ...}],
      "downtime": [{"from": ISO, "to": ISO}],
      "missing_deployments": [{"deployment_id": ..., "from": ISO?, "to": ISO?}]}
 
 `parse_scenario` checks everything (the schedule payloads with the same
 parser as `create_schedule`, updates with the same patch rules as
-`update_schedule`) and raises one `InvalidInput` whose problems name each bad
-field as a path into the scenario (`schedules[0].trigger.expression`,
-`events[2].at`). Nothing here reads a file or a clock.
+`update_schedule`, backfill ranges with the same bounds as `backfill_schedule`)
+and raises one `InvalidInput` whose problems name each bad field as a path
+into the scenario (`schedules[0].trigger.expression`, `events[2].at`).
+Nothing here reads a file or a clock.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from adapters.simulation.runmodel import RunModelSpec
+from core.calendar import compile_trigger
 from core.definitions import (
     ScheduleDefinition,
     apply_update,
@@ -43,6 +49,7 @@ from core.definitions import (
     parse_update,
 )
 from core.errors import InvalidDefinition, InvalidInput, Problem
+from core.operator_actions import calendar_instants, range_problems
 
 __all__ = [
     "Action",
@@ -54,7 +61,9 @@ __all__ = [
     "parse_scenario",
 ]
 
-Action = Literal["pause", "resume", "update", "delete"]
+Action = Literal["pause", "resume", "update", "delete", "trigger", "backfill", "cancel-backfill"]
+# The operator's requests of rules P and Q (`core/operator_actions.py`).
+OPERATOR_REQUESTS: Final[frozenset[str]] = frozenset({"trigger", "backfill", "cancel-backfill"})
 _SIMULATION_KEYS: Final = ("created_at", "run")
 
 
@@ -84,6 +93,9 @@ class _RawEvent(_Raw):
     action: Action
     schedule_id: Annotated[str, Field(strict=True)]
     changes: dict[str, Any] | None = None
+    start: Instant | None = None
+    end: Instant | None = None
+    overlap: Literal["allow"] | None = None
 
 
 class _RawWindow(_Raw):
@@ -130,13 +142,19 @@ class ScenarioSchedule:
 @dataclass(frozen=True, slots=True)
 class OperatorEvent:
     """An operator action at `at`. For `update`, `definition` is the whole new
-    definition and `revision` its revision; both are None otherwise."""
+    definition and `revision` its revision; both are None otherwise. For
+    `backfill`, `start` and `end` are the range `[start, end)`; `overlap` is
+    a trigger's or backfill's override ("allow", or None: the schedule's
+    policy)."""
 
     at: datetime
     action: Action
     schedule_id: str
     definition: ScheduleDefinition | None = None
     revision: int | None = None
+    start: datetime | None = None
+    end: datetime | None = None
+    overlap: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,7 +275,7 @@ def _join_prefix(prefix: str, field: str) -> str:
     return f"{prefix}{field}" if field.startswith("[") else f"{prefix}.{field}"
 
 
-def _prefixed(prefix: str, error: InvalidDefinition) -> list[Problem]:
+def _prefixed(prefix: str, error: InvalidInput) -> list[Problem]:
     return [Problem(field=_join_prefix(prefix, p.field), reason=p.reason) for p in error.problems]
 
 
@@ -434,15 +452,29 @@ def _parse_events(
                 )
             )
             continue
-        if item.action != "update":
-            if item.changes is not None:
-                problems.append(
-                    Problem(field=f"{where}.changes", reason="is only allowed with action 'update'")
-                )
+        misplaced = _misplaced_fields(item, where)
+        if misplaced:
+            problems += misplaced
+            continue
+        if item.action == "backfill":
+            definition, _ = current[item.schedule_id]
+            more = _range_problems(item, definition, where)
+            if more:
+                problems += more
                 continue
+        if item.action != "update":
             if item.action == "delete":
                 deleted[item.schedule_id] = index
-            events.append(OperatorEvent(item.at, item.action, item.schedule_id))
+            events.append(
+                OperatorEvent(
+                    item.at,
+                    item.action,
+                    item.schedule_id,
+                    start=item.start,
+                    end=item.end,
+                    overlap=item.overlap,
+                )
+            )
             continue
         if item.changes is None:
             problems.append(
@@ -459,6 +491,48 @@ def _parse_events(
         current[item.schedule_id] = (updated, revision + 1)
         events.append(OperatorEvent(item.at, "update", item.schedule_id, updated, revision + 1))
     return events, problems
+
+
+# Which action each optional field of an event belongs to.
+_FIELD_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
+    "changes": ("update",),
+    "start": ("backfill",),
+    "end": ("backfill",),
+    "overlap": ("trigger", "backfill"),
+}
+
+
+def _misplaced_fields(item: _RawEvent, where: str) -> list[Problem]:
+    """A field the event's action does not take, or one it needs and lacks."""
+    problems: list[Problem] = []
+    for name, actions in _FIELD_ACTIONS.items():
+        present = getattr(item, name) is not None
+        if present and item.action not in actions:
+            allowed = " or ".join(repr(action) for action in actions)
+            reason = f"is only allowed with action {allowed}"
+            problems.append(Problem(field=f"{where}.{name}", reason=reason))
+        elif not present and name != "overlap" and item.action in actions:
+            reason = f"is required with action {item.action!r}"
+            problems.append(Problem(field=f"{where}.{name}", reason=reason))
+    return problems
+
+
+def _range_problems(item: _RawEvent, definition: ScheduleDefinition, where: str) -> list[Problem]:
+    """A backfill's range checked as `backfill_schedule` checks it, as of the
+    event's `at`: `start < end <= at`, and at most `BACKFILL_LIMIT` calendar
+    instants of the schedule's definition at that time (the count named)."""
+    problems = [
+        Problem(field=f"{where}.{p.field}", reason=p.reason)
+        for p in range_problems(item.start, item.end, item.at)
+    ]
+    if problems:
+        return problems
+    assert item.start is not None and item.end is not None
+    try:
+        calendar_instants(compile_trigger(definition.trigger), item.start, item.end)
+    except InvalidInput as exc:
+        return _prefixed(where, exc)
+    return []
 
 
 def _parse_downtime(

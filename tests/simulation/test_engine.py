@@ -80,6 +80,7 @@ def test_on_time_runs_complete_with_zero_lateness() -> None:
         "instants": 2,
         "rows": 2,
         "runs": 2,
+        "runs_by_origin": {"schedule": 2, "trigger": 0, "backfill": 0},
         "max_active": 1,
         "lateness_s": {"mean": 0.0, "max": 0.0},
     }

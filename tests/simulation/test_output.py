@@ -58,6 +58,7 @@ def test_row_as_dict_has_every_field_in_order() -> None:
         "last_instant": None,
         "dst": None,
         "reason": None,
+        "origin": "schedule",
     }
     assert MISSED.lateness_s is None
 
@@ -91,6 +92,7 @@ def test_summary_counts_instants_runs_activity_and_lateness() -> None:
         "instants": 2,
         "rows": 2,
         "runs": 2,
+        "runs_by_origin": {"schedule": 2, "trigger": 0, "backfill": 0},
         "max_active": 2,
         "lateness_s": {"mean": 6.0, "max": 10.5},
     }
@@ -101,6 +103,7 @@ def test_summary_counts_instants_runs_activity_and_lateness() -> None:
         "instants": 6,
         "rows": 3,
         "runs": 2,
+        "runs_by_origin": {"schedule": 2, "trigger": 0, "backfill": 0},
         "max_active": 3,
     }
 
@@ -143,6 +146,7 @@ def test_csv_streams_rows_with_empty_nulls() -> None:
         "last_instant": "2026-03-02T13:00:00Z",
         "dst": "gap",
         "reason": "",
+        "origin": "schedule",
     }
 
 

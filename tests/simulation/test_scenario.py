@@ -119,7 +119,12 @@ BAD_CASES: list[tuple[str, object, list[tuple[str, str]]]] = [
     (
         "unknown action",
         _event(action="stop"),
-        [("events[0].action", "'pause', 'resume', 'update' or 'delete'")],
+        [
+            (
+                "events[0].action",
+                "'pause', 'resume', 'update', 'delete', 'trigger', 'backfill' or 'cancel-backfill'",
+            )
+        ],
     ),
     (
         "event for an unknown schedule",
