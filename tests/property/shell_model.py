@@ -25,7 +25,7 @@ an admission can be cut between its row and its run.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
 
@@ -42,6 +42,8 @@ from core.commands import (
 from core.decide import decide
 from core.definitions import ScheduleDefinition
 from core.events import (
+    BackfillCancelled,
+    BackfillRequested,
     Event,
     OccurrenceAdmitted,
     PreflightFailed,
@@ -53,6 +55,7 @@ from core.events import (
     SchedulePaused,
     ScheduleRecovered,
     ScheduleResumed,
+    ScheduleTriggered,
     ScheduleUpdated,
 )
 from core.occurrences import (
@@ -62,6 +65,7 @@ from core.occurrences import (
     OccurrenceStatus,
     RunStatus,
 )
+from core.operator_actions import Backfill
 from core.state import SchedulerState, initial_state
 
 __all__ = [
@@ -77,7 +81,17 @@ __all__ = [
 ABANDONED = "abandoned at restart: external effects may already have occurred"
 AMBIGUOUS = "resume attempt has no result: failed closed, not retried"
 
-LIFECYCLE = (ScheduleCreated, ScheduleUpdated, SchedulePaused, ScheduleResumed, ScheduleDeleted)
+# Lifecycle changes and operator requests: journaled, replayed after a crash.
+LIFECYCLE = (
+    ScheduleCreated,
+    ScheduleUpdated,
+    SchedulePaused,
+    ScheduleResumed,
+    ScheduleDeleted,
+    ScheduleTriggered,
+    BackfillRequested,
+    BackfillCancelled,
+)
 
 # How far an admission got when the process died carrying it out.
 Partial = Literal["row", "created"]
@@ -95,6 +109,8 @@ class Row:
     count: int = 1
     first_instant: datetime | None = None
     last_instant: datetime | None = None
+    # Who opened the occurrence (transition rows: the open one they move).
+    origin: str = "schedule"
 
 
 @dataclass
@@ -123,7 +139,7 @@ class StoredRun:
     message: str | None = None
 
 
-Runtime = tuple[datetime, datetime | None, tuple[datetime, ...]]
+Runtime = tuple[datetime, datetime | None, tuple[datetime, ...], Backfill | None]
 
 
 @dataclass
@@ -166,6 +182,7 @@ class ShellModel:
         admissions at once. `crash_after=k` stops after k commands (the
         process died; `partial` says how far the k+1-th got if it was an
         admission); the caller should restart next."""
+        events = [self.with_history(e) for e in events]
         self.journal.extend(e for e in events if isinstance(e, LIFECYCLE))
         commands = self._decide(now, events)
         out = list(commands)
@@ -180,6 +197,37 @@ class ShellModel:
             out.extend(more)
             acks = self._execute(more, None, None)
         return out
+
+    def with_history(self, event: Event) -> Event:
+        """A backfill request with the instants of its range the history
+        shows decided, read as the shell delivers it (replays included)."""
+        if not isinstance(event, BackfillRequested):
+            return event
+        return replace(
+            event, decided=self.backfill_decided(event.schedule_id, event.start, event.end)
+        )
+
+    def backfill_decided(
+        self, schedule_id: str, start: datetime, end: datetime
+    ) -> frozenset[datetime]:
+        return frozenset(
+            r.instant
+            for r in self.rows
+            if r.schedule_id == schedule_id
+            and start <= r.instant < end
+            and r.status in DECISION_STATUSES
+            and (r.origin == "backfill" or (r.origin == "schedule" and r.status == "admitted"))
+        )
+
+    def _origin_of_open(self, schedule_id: str, instant: datetime) -> str:
+        """The origin of the open (admitted, not terminal) occurrence at `instant`."""
+        origin = "schedule"
+        for r in self.rows:
+            if r.schedule_id != schedule_id or r.instant != instant:
+                continue
+            if r.status == "admitted":
+                origin = r.origin
+        return origin
 
     def _decide(self, now: datetime, events: Sequence[Event]) -> tuple[Command, ...]:
         if self.observer is not None:
@@ -240,6 +288,9 @@ class ShellModel:
                     self._admit(command, started=False, with_run=partial == "created")
                 break
             if isinstance(command, RecordOccurrence):
+                origin = command.origin
+                if command.status not in DECISION_STATUSES:
+                    origin = self._origin_of_open(command.schedule_id, command.instant)
                 self.rows.append(
                     Row(
                         schedule_id=command.schedule_id,
@@ -250,6 +301,7 @@ class ShellModel:
                         count=command.count,
                         first_instant=command.first_instant,
                         last_instant=command.last_instant,
+                        origin=origin,
                     )
                 )
             elif isinstance(command, AdmitOccurrence):
@@ -265,6 +317,7 @@ class ShellModel:
                             command.instant,
                             "preflight-rejected",
                             reason=reason,
+                            origin=command.origin,
                         )
                     )
                     acks.append(
@@ -291,6 +344,7 @@ class ShellModel:
                     command.watermark,
                     command.held,
                     command.waiting,
+                    command.backfill,
                 )
             elif isinstance(command, BlockSchedule):
                 self.blocked[command.schedule_id] = command.diagnostic
@@ -303,7 +357,15 @@ class ShellModel:
         run_id = None
         if with_run:
             run_id = self._new_run(command.schedule_id, command.instant, started=started)
-        self.rows.append(Row(command.schedule_id, command.instant, "admitted", run_id=run_id))
+        self.rows.append(
+            Row(
+                command.schedule_id,
+                command.instant,
+                "admitted",
+                run_id=run_id,
+                origin=command.origin,
+            )
+        )
         return run_id
 
     def _new_run(self, schedule_id: str, instant: datetime, *, started: bool) -> str:
@@ -364,23 +426,32 @@ class ShellModel:
         s = self.schedules[schedule_id]
         rows = [r for r in self.rows if r.schedule_id == schedule_id]
         decided = [r for r in rows if r.status in DECISION_STATUSES]
-        terminal = {r.instant for r in rows if r.status in TERMINAL_STATUSES}
-        last_decided = max((r.instant for r in decided), default=None)
+        terminal = {(r.origin, r.instant) for r in rows if r.status in TERMINAL_STATUSES}
+        calendar = [r for r in decided if r.origin == "schedule"]
+        last_decided = max((r.instant for r in calendar), default=None)
+        last_trigger = max((r.instant for r in decided if r.origin == "trigger"), default=None)
 
         def is_decided(instant: datetime) -> bool:
             return any(
                 r.instant == instant
                 or (r.first_instant is not None and r.first_instant <= instant <= r.instant)
-                for r in decided
+                for r in calendar
             )
 
         active: list[RecoveredRun] = []
         for r in decided:
-            if r.status != "admitted" or r.instant in terminal:
+            if r.status != "admitted" or (r.origin, r.instant) in terminal:
                 continue
             run = self.runs.get((schedule_id, r.instant))
             if run is None:
-                active.append(RecoveredRun(instant=r.instant, run_id=None, status="admitted"))
+                active.append(
+                    RecoveredRun(
+                        instant=r.instant,
+                        run_id=None,
+                        status="admitted",
+                        origin=r.origin,  # type: ignore[arg-type]
+                    )
+                )
             else:
                 active.append(
                     RecoveredRun(
@@ -389,9 +460,15 @@ class ShellModel:
                         status=run.status,
                         message=run.message,
                         never_started=not run.started,
+                        origin=r.origin,  # type: ignore[arg-type]
                     )
                 )
-        watermark, held, waiting = self.runtime.get(schedule_id, (None, None, ()))
+        watermark, held, waiting, backfill = self.runtime.get(
+            schedule_id, (None, None, (), None)
+        )
+        backfill_decided: frozenset[datetime] = frozenset()
+        if backfill is not None and backfill.state == "running":
+            backfill_decided = self.backfill_decided(schedule_id, backfill.start, backfill.end)
         return ScheduleRecovered(
             definition=s.definition,
             revision=s.revision,
@@ -406,4 +483,7 @@ class ShellModel:
             updated_at=s.updated_at,
             resumed_at=s.resumed_at,
             waiting=tuple(t for t in waiting if not is_decided(t)),
+            backfill=backfill,
+            backfill_decided=backfill_decided,
+            last_trigger=last_trigger,
         )

@@ -32,12 +32,15 @@ from core.commands import (
 from core.decide import next_wakeup
 from core.definitions import apply_patch, parse_definition, parse_patch
 from core.events import (
+    BackfillCancelled,
+    BackfillRequested,
     CapacityChanged,
     Event,
     ScheduleCreated,
     ScheduleDeleted,
     SchedulePaused,
     ScheduleResumed,
+    ScheduleTriggered,
     ScheduleUpdated,
 )
 from tests.property.shell_model import ShellModel
@@ -153,6 +156,8 @@ def render(command: Command, day: date) -> str:
 
     if isinstance(command, RecordOccurrence):
         text = f"{command.schedule_id} {t(command.instant)} {command.status}"
+        if command.origin != "schedule":
+            text += f" {command.origin}"
         if command.count != 1:
             assert command.first_instant is not None
             text += f" x{command.count} {t(command.first_instant)}..{t(command.instant)}"
@@ -162,13 +167,17 @@ def render(command: Command, day: date) -> str:
             text += f' "{command.reason}"'
         return text
     if isinstance(command, AdmitOccurrence):
-        return f"admit {command.schedule_id} {t(command.instant)}"
+        text = f"admit {command.schedule_id} {t(command.instant)}"
+        return text if command.origin == "schedule" else f"{text} {command.origin}"
     if isinstance(command, PersistRuntime):
         text = f"persist {command.schedule_id} {t(command.watermark)}"
         if command.held is not None:
             text += f" held {t(command.held)}"
         if command.waiting:
             text += " waiting " + ",".join(t(w) for w in command.waiting)
+        backfill = command.backfill
+        if backfill is not None:
+            text += f" backfill {backfill.state} {backfill.admitted}/{backfill.planned}"
         return text
     if isinstance(command, CreateAdmittedRun):
         return f"create-run {command.schedule_id} {t(command.instant)}"
@@ -233,7 +242,16 @@ class Runner:
             verb = words[0]
             at = now
             rest = item
-            if " at " in item and verb in ("create", "pause", "resume", "delete", "update"):
+            if " at " in item and verb in (
+                "create",
+                "pause",
+                "resume",
+                "delete",
+                "update",
+                "trigger",
+                "backfill",
+                "cancel-backfill",
+            ):
                 rest, _, when = item.rpartition(" at ")
                 at = self.t(when)
                 words = rest.split(" ", 2)
@@ -252,6 +270,25 @@ class Runner:
                 events.append(ScheduleResumed(schedule_id=words[1], at=at))
             elif verb == "delete":
                 events.append(ScheduleDeleted(schedule_id=words[1], at=at))
+            elif verb == "trigger":
+                # `trigger r` or `trigger r allow`
+                overlap = "allow" if rest.split()[2:] == ["allow"] else None
+                events.append(ScheduleTriggered(schedule_id=words[1], at=at, overlap=overlap))
+            elif verb == "backfill":
+                # `backfill r 08:00..11:00` or `backfill r 08:00..11:00 allow`
+                parts = rest.split()
+                first, _, last = parts[2].partition("..")
+                events.append(
+                    BackfillRequested(
+                        schedule_id=parts[1],
+                        at=at,
+                        start=self.t(first),
+                        end=self.t(last),
+                        overlap="allow" if parts[3:] == ["allow"] else None,
+                    )
+                )
+            elif verb == "cancel-backfill":
+                events.append(BackfillCancelled(schedule_id=words[1], at=at))
             elif verb == "run":
                 parts = shlex.split(rest)
                 message = parts[4] if len(parts) > 4 else None
