@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 from urllib.parse import urlsplit, urlunsplit
@@ -61,6 +62,13 @@ def endpoint_url(url: str) -> str:
 def _compact(**params: Any) -> dict[str, Any]:
     # `None` means "not given" on the wire too: the server applies its default.
     return {name: value for name, value in params.items() if value is not None}
+
+
+def _instant(value: datetime | str) -> str:
+    """An instant as the wire carries it: ISO-8601 text (a datetime's own
+    `isoformat`, so a naive one is sent without an offset and refused by the
+    server, naming its field)."""
+    return value.isoformat() if isinstance(value, datetime) else value
 
 
 def _arguments(given: Mapping[str, Any]) -> dict[str, Any]:
@@ -278,6 +286,50 @@ class App:
         """Soft delete; runs and history survive. Raises NotFound."""
         result: dict[str, Any] = await self.call(
             "workflow.schedules.delete", {"schedule_id": schedule_id}
+        )
+        return result
+
+    async def trigger_schedule(
+        self, *, schedule_id: str, overlap: str | None = None
+    ) -> dict[str, Any]:
+        """Run the schedule now, once: `{"schedule_id", "requested_at",
+        "instant", "status", "run_id", "overlap"}` (`status` "requested" when
+        the scheduler had not decided within 10 s). `overlap="allow"` runs it
+        whatever the schedule's overlap policy. Raises InvalidState (the
+        overlap policy refuses: nothing recorded; deleted; blocked),
+        InvalidInput (`overlap`), NotFound."""
+        result: dict[str, Any] = await self.call(
+            "workflow.schedules.trigger", _compact(schedule_id=schedule_id, overlap=overlap)
+        )
+        return result
+
+    async def backfill_schedule(
+        self,
+        *,
+        schedule_id: str,
+        start: datetime | str,
+        end: datetime | str,
+        overlap: str | None = None,
+    ) -> dict[str, Any]:
+        """Admit the calendar instants of `[start, end)` (past, with a UTC
+        offset) that did not run, oldest first: `{"schedule_id", "backfill":
+        plan}`; `get_schedule`'s `backfill` shows the progress. Raises
+        InvalidInput naming `start`, `end` or `overlap`, InvalidState (a
+        backfill already running, deleted, blocked), NotFound."""
+        result: dict[str, Any] = await self.call(
+            "workflow.schedules.backfill",
+            _compact(
+                schedule_id=schedule_id, start=_instant(start), end=_instant(end), overlap=overlap
+            ),
+        )
+        return result
+
+    async def cancel_backfill(self, *, schedule_id: str) -> dict[str, Any]:
+        """Stop the running backfill (its runs already admitted go on):
+        `{"schedule_id", "cancelled_at", "backfill"}`. Raises InvalidState
+        when none is running, NotFound."""
+        result: dict[str, Any] = await self.call(
+            "workflow.schedules.backfill.cancel", {"schedule_id": schedule_id}
         )
         return result
 

@@ -94,6 +94,22 @@ UpdateScheduleParams = _definition_params(
 )
 
 
+class TriggerScheduleParams(Params):
+    schedule_id: str
+    # Left out (None) = the schedule's overlap policy; the API names a value
+    # other than "allow" as `invalid_input` (values are the API's to check).
+    overlap: str | None = None
+
+
+class BackfillScheduleParams(Params):
+    schedule_id: str
+    # ISO-8601 instants with an offset; the API parses them and names a bad
+    # one, a range that ends in the future or holds too many instants.
+    start: str
+    end: str
+    overlap: str | None = None
+
+
 class ListOccurrencesParams(Params):
     schedule_id: str
     limit: int | None = None
@@ -233,6 +249,27 @@ METHODS: Final[Mapping[str, Method]] = dict(
             "schedules",
             "delete_schedule",
             "Soft delete; runs and history survive.",
+        ),
+        _row(
+            "workflow.schedules.trigger",
+            TriggerScheduleParams,
+            "schedules",
+            "trigger_schedule",
+            "Run the schedule now, once (origin trigger); answers its occurrence.",
+        ),
+        _row(
+            "workflow.schedules.backfill",
+            BackfillScheduleParams,
+            "schedules",
+            "backfill_schedule",
+            "Admit the past range's instants that did not run (origin backfill); answers the plan.",
+        ),
+        _row(
+            "workflow.schedules.backfill.cancel",
+            ScheduleIdParams,
+            "schedules",
+            "cancel_backfill",
+            "Stop the schedule's running backfill (runs already admitted go on).",
         ),
         _row(
             "workflow.schedules.occurrences.list",
