@@ -1,6 +1,7 @@
 """Operator commands of `wf-schedule`, spoken to a running `wf-rpc-server`.
 
-Schedules: `create`, `list`, `get`, `update`, `pause`, `resume`, `delete`
+Schedules: `create`, `list`, `get`, `update`, `pause`, `resume`, `delete`,
+and the operator's requests `trigger`, `backfill`, `backfill-cancel`
 (`adapters.admin.schedules`), `occurrences` (`adapters.admin.occurrences`);
 `health`, plus `artifact create|get|list`, `deployment save|get|list|delete`
 and `run start|inspect|list` so a server can be set up from a terminal

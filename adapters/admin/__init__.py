@@ -2,7 +2,8 @@
 
 Modules: `session` (the options every command takes, the call to the server,
 failures and their exit statuses), `output` (tables, JSON, colours),
-`schedules` (create, list, get, update, pause, resume, delete), `occurrences`
+`schedules` (create, list, get, update, pause, resume, delete, trigger,
+backfill, backfill-cancel), `occurrences`
 (history, `--watch`, `--wait-for`) and `host` (health, artifacts,
 deployments, runs). `adapters.schedule_admin` puts them on the root command.
 

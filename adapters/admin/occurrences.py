@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
-from adapters.admin.output import occurrence_table, out, print_json, status_text, text
+from adapters.admin.output import (
+    occurrence_table,
+    origin_text,
+    out,
+    print_json,
+    status_text,
+    text,
+)
 from adapters.admin.schedules import ScheduleId
 from adapters.admin.session import (
     EXIT_OK,
@@ -59,8 +66,11 @@ def newest_first(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The history newest first: the synthesized pending candidates (not yet
     decided, so the newest) by instant, then the recorded rows in reverse order
     of recording."""
-    pending = [row for row in rows if row.get("recorded_at") is None]
-    recorded = [row for row in rows if row.get("recorded_at") is not None]
+    # A synthesized candidate has no `seq`: it is in no history yet. (Its
+    # instant orders it; a recorded row's seq, not its instant, says when it
+    # was recorded: a backfill records old instants last.)
+    pending = [row for row in rows if row.get("seq") is None]
+    recorded = [row for row in rows if row.get("seq") is not None]
     pending.sort(key=lambda row: str(row.get("instant", "")), reverse=True)
     return pending + recorded[::-1]
 
@@ -73,6 +83,9 @@ def _row_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
 def _row_line(row: Mapping[str, Any]) -> Text:
     count = row.get("count")
     line = text(f"{row.get('instant', '')}  ")
+    if row.get("origin") not in (None, "schedule"):
+        line.append_text(origin_text(row["origin"]))
+        line.append("  ")
     line.append_text(status_text(str(row.get("status", ""))))
     line.append(f"  {row.get('run_id') or '-'}")
     if count not in (None, 1):

@@ -26,18 +26,24 @@ if TYPE_CHECKING:
     from rich.text import Text
 
 __all__ = [
+    "ORIGIN_STYLES",
     "START_SERVER_HINT",
     "STATE_STYLES",
     "STATUS_STYLES",
+    "backfill_text",
     "err",
     "occurrence_table",
+    "origin_text",
     "out",
     "print_error",
     "print_json",
     "print_usage_error",
     "show",
+    "show_backfill_plan",
+    "show_cancelled_backfill",
     "show_run",
     "show_schedule",
+    "show_trigger",
     "state_text",
     "status_text",
     "table",
@@ -67,6 +73,14 @@ STATE_STYLES: Final[Mapping[str, str]] = {
     "finished": "blue",
     "paused": "yellow",
     "active": "green",
+}
+
+# Where an occurrence came from: the calendar (dim, as most rows are), or an
+# operator's request (`wf-schedule trigger`, `wf-schedule backfill`).
+ORIGIN_STYLES: Final[Mapping[str, str]] = {
+    "schedule": "dim",
+    "trigger": "bold magenta",
+    "backfill": "bold blue",
 }
 
 START_SERVER_HINT: Final = (
@@ -165,6 +179,8 @@ def show_schedule(schedule: Mapping[str, Any], as_json: bool, verb: str | None =
             continue  # shown last, coloured
         if key == "trigger":
             shown: Any = trigger_text(value)
+        elif key == "backfill" and isinstance(value, Mapping):
+            shown = backfill_text(value)
         elif isinstance(value, dict | list):
             shown = json.dumps(value)
         elif value is None:
@@ -176,6 +192,105 @@ def show_schedule(schedule: Mapping[str, Any], as_json: bool, verb: str | None =
     out().print(fields)
 
 
+def _range_text(backfill: Mapping[str, Any]) -> str:
+    return f"range {backfill.get('start')} to {backfill.get('end')} (end excluded)"
+
+
+def backfill_text(backfill: Mapping[str, Any]) -> str:
+    """A schedule's backfill (`get_schedule`'s `backfill`) in one line: its
+    state, its progress and its range, e.g. `running: 1 of 3 admitted, next
+    2026-01-05T07:00:00Z; range ... (requested ...)`."""
+    state = str(backfill.get("state"))
+    planned, admitted = backfill.get("planned"), backfill.get("admitted")
+    progress = f"{state}: {admitted} of {planned} admitted"
+    if state == "running" and backfill.get("next"):
+        progress += f", next {backfill['next']}"
+    elif state == "cancelled" and backfill.get("remaining"):
+        progress += f", {backfill['remaining']} not run"
+    left_out = [
+        f"{backfill[key]} {words}"
+        for key, words in (
+            ("already_admitted", "already admitted"),
+            ("left_to_calendar", "left to the calendar"),
+        )
+        if backfill.get(key)
+    ]
+    if left_out:
+        progress += f" ({', '.join(left_out)})"
+    overlap = ", overlap allowed" if backfill.get("overlap") == "allow" else ""
+    when = f"requested {backfill.get('requested_at')}"
+    if backfill.get("ended_at"):
+        when += f", ended {backfill['ended_at']}"
+    return f"{progress}; {_range_text(backfill)}{overlap} ({when})"
+
+
+def show_trigger(result: Mapping[str, Any], as_json: bool) -> None:
+    """What `trigger` answers: the occurrence it made, or that the scheduler
+    has not decided it yet."""
+    if as_json:
+        print_json(result)
+        return
+    schedule_id = result.get("schedule_id")
+    overlap = " (overlap allowed)" if result.get("overlap") == "allow" else ""
+    status = str(result.get("status"))
+    if status == "requested":
+        out().print(
+            f"triggered {schedule_id}{overlap}: requested at {result.get('requested_at')}, not"
+            f" decided yet (its occurrence will be {result.get('instant')}: see"
+            f" `wf-schedule occurrences {schedule_id}`)"
+        )
+        return
+    line = text(f"triggered {schedule_id}{overlap}: {result.get('instant')} ")
+    line.append_text(status_text(status))
+    if result.get("run_id"):
+        line.append(f", run {result['run_id']}")
+    else:
+        line.append(f" (no run: see `wf-schedule occurrences {schedule_id}`)")
+    out().print(line)
+
+
+def show_backfill_plan(result: Mapping[str, Any], as_json: bool) -> None:
+    """What `backfill` answers: the plan, and where to follow it."""
+    if as_json:
+        print_json(result)
+        return
+    schedule_id = result.get("schedule_id")
+    plan = result.get("backfill") or {}
+    planned = plan.get("planned")
+    overlap = ", overlap allowed" if plan.get("overlap") == "allow" else ""
+    if planned:
+        what = f"{planned} to run, {plan.get('first')} to {plan.get('last')}, oldest first"
+    else:
+        what = "nothing to run"
+    out().print(f"backfill of {schedule_id} requested: {what}{overlap}")
+    out().print(
+        f"  {_range_text(plan)}: {plan.get('instants')} calendar instants,"
+        f" {plan.get('already_admitted')} already admitted,"
+        f" {plan.get('left_to_calendar')} left to the calendar"
+    )
+    if planned:
+        out().print(f"  progress: `wf-schedule get {schedule_id}`", markup=False)
+
+
+def show_cancelled_backfill(result: Mapping[str, Any], as_json: bool) -> None:
+    """What `backfill-cancel` answers: how far the backfill had got."""
+    if as_json:
+        print_json(result)
+        return
+    backfill = result.get("backfill") or {}
+    out().print(
+        f"backfill of {result.get('schedule_id')} cancelled at {result.get('cancelled_at')}:"
+        f" {backfill.get('admitted')} of {backfill.get('planned')} admitted,"
+        f" {backfill.get('remaining')} not run ({_range_text(backfill)})"
+    )
+
+
+def origin_text(origin: object) -> Text:
+    """Where an occurrence came from (a row without one is the calendar's)."""
+    name = origin if isinstance(origin, str) else "schedule"
+    return text(name, style=ORIGIN_STYLES.get(name, ""))
+
+
 def status_text(status: str) -> Text:
     """An occurrence's or a run's status, coloured."""
     return text(status, style=STATUS_STYLES.get(status, ""))
@@ -183,12 +298,13 @@ def status_text(status: str) -> Text:
 
 def occurrence_table(rows: list[Mapping[str, Any]]) -> Table:
     rendered = table(box=None, pad_edge=False, header_style="bold")
-    for name in ("INSTANT", "STATUS", "RUN", "COUNT", "REASON"):
+    for name in ("INSTANT", "ORIGIN", "STATUS", "RUN", "COUNT", "REASON"):
         rendered.add_column(name, overflow="fold")
     for row in rows:
         count = row.get("count")
         rendered.add_row(
             str(row.get("instant", "")),
+            origin_text(row.get("origin")),
             status_text(str(row.get("status", ""))),
             str(row.get("run_id") or "-"),
             "" if count in (None, 1) else str(count),

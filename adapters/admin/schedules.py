@@ -1,5 +1,6 @@
 """The schedule commands of `wf-schedule`: `create`, `list`, `get`,
-`update`, `pause`, `resume`, `delete` (`occurrences` is in
+`update`, `pause`, `resume`, `delete`, and the operator's requests
+`trigger`, `backfill`, `backfill-cancel` (`occurrences` is in
 `adapters.admin.occurrences`).
 
 `create` and `update` take a definition from `--file`, from flags, or both
@@ -19,7 +20,17 @@ from typing import Annotated, Any, Final
 
 import typer
 
-from adapters.admin.output import out, print_json, show_schedule, state_text, table, trigger_text
+from adapters.admin.output import (
+    out,
+    print_json,
+    show_backfill_plan,
+    show_cancelled_backfill,
+    show_schedule,
+    show_trigger,
+    state_text,
+    table,
+    trigger_text,
+)
 from adapters.admin.session import (
     JsonOption,
     TokenOption,
@@ -37,11 +48,13 @@ __all__ = [
     "Overlap",
     "ScheduleId",
     "definition_flags",
+    "parse_ago",
     "parse_when",
     "register_schedule_commands",
 ]
 
 _RELATIVE: Final = re.compile(r"^\+(\d+(?:\.\d+)?)([smhd])$")
+_AGO: Final = re.compile(r"^-(\d+(?:\.\d+)?)([smhd])$")
 _UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -74,6 +87,17 @@ def parse_when(raw: str, now: datetime) -> str:
     if moment.tzinfo is None:
         raise typer.BadParameter("the time must include an offset, e.g. +00:00", param_hint="--at")
     return moment.isoformat()
+
+
+def parse_ago(raw: str, now: datetime) -> str:
+    """A backfill bound: `-N[s|m|h|d]` (that long before `now`) as UTC
+    ISO-8601 text; anything else is sent as typed, for the server to parse
+    (it names `start` or `end` when it cannot)."""
+    match = _AGO.match(raw.strip())
+    if match is None:
+        return raw.strip()
+    delta = timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+    return (now - delta).astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def _trigger_from_flags(
@@ -363,6 +387,89 @@ def delete(
     show_schedule(result, as_json, verb="deleted")
 
 
+AllowOverlap = Annotated[
+    bool,
+    typer.Option(
+        "--allow-overlap",
+        help='Run even when the schedule\'s overlap policy would refuse (overlap "allow").',
+    ),
+]
+
+
+def trigger(
+    schedule_id: ScheduleId,
+    allow_overlap: AllowOverlap = False,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Run the schedule now, once (its occurrence's origin is "trigger")."""
+    result = call_server(
+        url,
+        token,
+        as_json,
+        lambda app: app.trigger_schedule(
+            schedule_id=schedule_id, overlap="allow" if allow_overlap else None
+        ),
+    )
+    show_trigger(result, as_json)
+
+
+def backfill(
+    schedule_id: ScheduleId,
+    start: Annotated[
+        str,
+        typer.Option(
+            "--start",
+            help="First instant of the range (included): ISO-8601 with an offset, or -N[s|m|h|d]"
+            " for that long ago.",
+            show_default=False,
+        ),
+    ],
+    end: Annotated[
+        str,
+        typer.Option(
+            "--end",
+            help="End of the range (excluded), not in the future: ISO-8601 with an offset, or"
+            " -N[s|m|h|d].",
+            show_default=False,
+        ),
+    ],
+    allow_overlap: AllowOverlap = False,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Run the past range's calendar instants that did not run, oldest first."""
+    now = datetime.now(UTC)
+    first, last = parse_ago(start, now), parse_ago(end, now)
+    result = call_server(
+        url,
+        token,
+        as_json,
+        lambda app: app.backfill_schedule(
+            schedule_id=schedule_id,
+            start=first,
+            end=last,
+            overlap="allow" if allow_overlap else None,
+        ),
+    )
+    show_backfill_plan(result, as_json)
+
+
+def backfill_cancel(
+    schedule_id: ScheduleId,
+    url: UrlOption = DEFAULT_URL,
+    token: TokenOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Stop the schedule's running backfill (runs it already started go on)."""
+    result = call_server(
+        url, token, as_json, lambda app: app.cancel_backfill(schedule_id=schedule_id)
+    )
+    show_cancelled_backfill(result, as_json)
+
+
 def register_schedule_commands(app: typer.Typer) -> None:
     """Add the schedule commands to `app`."""
     app.command("create")(create)
@@ -372,3 +479,6 @@ def register_schedule_commands(app: typer.Typer) -> None:
     app.command("pause")(pause)
     app.command("resume")(resume)
     app.command("delete")(delete)
+    app.command("trigger")(trigger)
+    app.command("backfill")(backfill)
+    app.command("backfill-cancel")(backfill_cancel)
