@@ -16,6 +16,7 @@ from adapters.simulation.scenario import parse_scenario
 EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
 # The simulation examples (docs/examples/ holds other examples too).
 NAMES = (
+    "backfill-after-pause",
     "downtime-catch-up",
     "dst-autumn-berlin",
     "dst-spring-berlin",

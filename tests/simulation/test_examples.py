@@ -34,6 +34,7 @@ def _statuses(rows: Iterable[dict[str, Any]]) -> set[str]:
 def test_every_example_has_an_output() -> None:
     names = {p.name for p in scenarios()}
     assert names == {
+        "backfill-after-pause.json",
         "downtime-catch-up.json",
         "dst-autumn-berlin.json",
         "dst-spring-berlin.json",
@@ -115,3 +116,35 @@ def test_downtime_catch_up_under_each_policy() -> None:
         r for r in _rows(document, "misfire-skip-15min") if r["instant"] == "2026-03-02T15:00:00Z"
     )
     assert (allowance["status"], allowance["lateness_s"]) == ("completed", 600.0)
+
+
+def test_backfill_after_pause() -> None:
+    document = _load("backfill-after-pause.json")
+    etl = _rows(document, "hourly-etl")
+    by_origin = {
+        origin: [(r["instant"][11:16], r["status"]) for r in etl if r["origin"] == origin]
+        for origin in ("trigger", "backfill")
+    }
+    # The paused span (11:00-16:00) oldest first; 10:00 ran before the pause.
+    assert by_origin["backfill"] == [(f"{h}:00", "completed") for h in range(11, 17)]
+    backfilled = [r for r in etl if r["origin"] == "backfill"]
+    assert [r["run_start"][11:16] for r in backfilled] == [
+        "16:45",  # after the 16:20 trigger's run
+        "17:10",
+        "17:35",
+        "18:25",  # after 18:00's calendar run
+        "18:50",
+        "19:15",
+    ]
+    # The trigger at 16:20 runs; the one at 17:20 meets a backfill run.
+    assert by_origin["trigger"] == [("16:20", "completed"), ("17:20", "skipped-overlap")]
+    skipped = [r["instant"][11:16] for r in etl if r["status"] == "skipped-overlap"]
+    assert skipped == ["17:00", "17:20", "19:00"]
+    summary = document["summary"]["schedules"]
+    assert summary["hourly-etl"]["runs_by_origin"] == {"backfill": 6, "schedule": 15, "trigger": 1}
+    assert summary["hourly-etl"]["backfill"]["already_admitted"] == 1
+    # The daily report's week before it existed, cancelled after four runs.
+    report = summary["daily-report"]["backfill"]
+    assert (report["state"], report["admitted"], report["remaining"]) == ("cancelled", 4, 3)
+    assert report["next"] == "2026-02-27T06:00:00Z"
+    assert document["summary"]["warnings"] == []
