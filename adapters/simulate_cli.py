@@ -265,8 +265,9 @@ def register_simulate_command(app: typer.Typer) -> None:
         """Dry-run a scenario of schedules through the scheduler's real decisions.
 
         Runs the same decide() as the service on a virtual clock, with run
-        durations and outcomes, operator pauses/updates/deletes, scheduler
-        downtime and DST, and prints every occurrence with a summary.
+        durations and outcomes, operator pauses/updates/deletes, triggers and
+        backfills, scheduler downtime and DST, and prints every occurrence
+        (with its origin) and a summary.
         """
         from adapters.simulation.plot import (
             PLOT_SUFFIXES,
