@@ -101,6 +101,23 @@ def test_interrupted_spans_are_drawn_on_their_run() -> None:
     assert spans[0][2] == runs[0][2]  # on the run's own lane
 
 
+def test_runs_an_operator_started_are_outlined_on_their_bars() -> None:
+    scenario = parse_scenario(
+        json.loads((EXAMPLES / "backfill-after-pause.json").read_text("utf-8"))
+    )
+    figure = _figure(scenario)
+    completed = _bars(_collection(figure, "run completed"))
+    triggered = _bars(_collection(figure, "run started by a trigger"))
+    backfilled = _bars(_collection(figure, "run started by a backfill"))
+    # The 16:20 trigger's run, and the backfills' six plus four runs.
+    (trigger_bar,) = triggered
+    assert trigger_bar[:2] == pytest.approx((_at(16, 20), _at(16, 45)))
+    assert len(backfilled) == 10
+    assert set(triggered + backfilled) <= set(completed)  # outlines on the runs' own bars
+    legend = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
+    assert {"run started by a trigger", "run started by a backfill"} <= set(legend)
+
+
 @pytest.mark.parametrize(
     ("example", "kind", "instants"),
     [
