@@ -13,6 +13,13 @@ preflight failures, crashes and restarts, and checks after every step:
 - the state's structural invariants (one held candidate at most, indexes
   consistent, everything due settled);
 - decide never mutates its inputs and the same inputs give the same outputs.
+
+Operators trigger schedules and backfill past ranges (cancelling some) in
+between: no instant of a schedule is ever admitted twice, whatever opened
+it; a backfill only admits calendar instants; every trigger and backfill
+occurrence is decided once and ends once; only a trigger may go beyond the
+slot bound, and only a request with `overlap="allow"` beyond a schedule's
+overlap limit.
 """
 
 from __future__ import annotations
@@ -30,12 +37,15 @@ from core.calendar import CompiledTrigger, compile_trigger
 from core.decide import decide
 from core.errors import SchedulingError
 from core.events import (
+    BackfillCancelled,
+    BackfillRequested,
     CapacityChanged,
     Event,
     ScheduleCreated,
     ScheduleDeleted,
     SchedulePaused,
     ScheduleResumed,
+    ScheduleTriggered,
     ScheduleUpdated,
 )
 from core.occurrences import DECISION_STATUSES, TERMINAL_STATUSES
@@ -109,14 +119,31 @@ class HistoryChecker:
         self.seen = 0
         self.decisions: Counter[tuple[str, datetime]] = Counter()
         self.terminals: Counter[tuple[str, datetime]] = Counter()
+        # Operators' occurrences, by (origin, schedule, instant).
+        self.operator_decisions: Counter[tuple[str, str, datetime]] = Counter()
+        self.operator_terminals: Counter[tuple[str, str, datetime]] = Counter()
+        # Admissions by (schedule, instant), whatever opened them.
+        self.admissions: Counter[tuple[str, datetime]] = Counter()
+        # Every trigger a schedule ever had (a backfill plans its instants).
+        self.triggers: dict[str, list[CompiledTrigger]] = {}
         self.checked: dict[str, datetime] = {}
         self.open: set[tuple[str, datetime]] = set()
 
     def check(self) -> None:
         live = spans(self.model.delivered)
+        for sid, sid_spans in live.items():
+            self.triggers[sid] = [span.trigger for span in sid_spans]
         rows = self.model.rows
         for row in rows[self.seen :]:
-            self._row(row, live.get(row.schedule_id, []))
+            if row.status == "admitted":
+                self.admissions[(row.schedule_id, row.instant)] += 1
+                assert self.admissions[(row.schedule_id, row.instant)] == 1, (
+                    f"admitted twice: {row}"
+                )
+            if row.origin == "schedule":
+                self._row(row, live.get(row.schedule_id, []))
+            else:
+                self._operator_row(row)
         self.seen = len(rows)
         state = self.model.state
         for key in sorted(self.open):
@@ -170,6 +197,23 @@ class HistoryChecker:
                 self.terminals[key] += 1
                 assert self.terminals[key] == 1, f"two terminal rows: {row}"
 
+    def _operator_row(self, row: Row) -> None:
+        key = (row.origin, row.schedule_id, row.instant)
+        if row.status in DECISION_STATUSES:
+            self.operator_decisions[key] += 1
+            assert self.operator_decisions[key] == 1, f"decided twice: {row}"
+            assert row.count == 1, row
+        else:
+            assert self.operator_decisions[key] == 1, f"run row without admission: {row}"
+        if row.status in TERMINAL_STATUSES:
+            self.operator_terminals[key] += 1
+            assert self.operator_terminals[key] == 1, f"two terminal rows: {row}"
+        if row.origin == "backfill":
+            assert any(
+                trigger.next_after(row.instant - _TICK) == row.instant
+                for trigger in self.triggers.get(row.schedule_id, [])
+            ), f"a backfill admitted what is not a calendar instant: {row}"
+
     def _is_open(self, state: SchedulerState, sid: str, instant: datetime) -> bool:
         s = state.schedules[sid]
         if s.held == instant or instant in s.waiting:
@@ -187,6 +231,8 @@ class DecideMachine(RuleBasedStateMachine):
         self.high = BASE
         self.checker = HistoryChecker(self.model)
         self.counter = 0
+        # Schedules an operator's request with overlap="allow" was sent to.
+        self.allowed: set[str] = set()
 
     # --- purity ---------------------------------------------------------------
 
@@ -269,6 +315,53 @@ class DecideMachine(RuleBasedStateMachine):
             )
         self.step([event])
 
+    @rule(data=st.data(), allow=st.booleans())
+    def trigger(self, data: st.DataObject, allow: bool) -> None:
+        ids = self.live_ids()
+        if not ids:
+            return
+        sid = data.draw(st.sampled_from(ids))
+        if allow:
+            self.allowed.add(sid)
+        self.step(
+            [ScheduleTriggered(schedule_id=sid, at=self.high, overlap="allow" if allow else None)]
+        )
+
+    @rule(
+        data=st.data(),
+        back=st.sampled_from([timedelta(hours=1), timedelta(hours=6), timedelta(days=1)]),
+        allow=st.booleans(),
+    )
+    def backfill(self, data: st.DataObject, back: timedelta, allow: bool) -> None:
+        ids = self.live_ids()
+        if not ids:
+            return
+        sid = data.draw(st.sampled_from(ids))
+        running = self.model.state.schedules[sid].backfill
+        if running is not None and running.state == "running":
+            return  # the API refuses a second one
+        if allow:
+            self.allowed.add(sid)
+        start = self.high - back - timedelta(hours=2)
+        self.step(
+            [
+                BackfillRequested(
+                    schedule_id=sid,
+                    at=self.high,
+                    start=start,
+                    end=self.high,
+                    overlap="allow" if allow else None,
+                )
+            ]
+        )
+
+    @rule(data=st.data())
+    def cancel_backfill(self, data: st.DataObject) -> None:
+        ids = self.live_ids()
+        if ids:
+            sid = data.draw(st.sampled_from(ids))
+            self.step([BackfillCancelled(schedule_id=sid, at=self.high)])
+
     @rule(capacity=st.integers(1, 3))
     def capacity(self, capacity: int) -> None:
         self.model.capacity = capacity
@@ -331,12 +424,19 @@ class DecideMachine(RuleBasedStateMachine):
         if not admitted:
             return
         terminal = {
-            (r.schedule_id, r.instant) for r in self.model.rows if r.status in TERMINAL_STATUSES
+            (r.origin, r.schedule_id, r.instant)
+            for r in self.model.rows
+            if r.status in TERMINAL_STATUSES
         }
+        origin_of = {
+            (r.schedule_id, r.instant): r.origin for r in self.model.rows if r.status == "admitted"
+        }
+        # Only a trigger may start with every slot taken (rule P).
         holding = [
             run
             for key, run in self.model.runs.items()
-            if key not in terminal
+            if (origin_of.get(key, "schedule"), *key) not in terminal
+            and origin_of.get(key) != "trigger"
             and run.status in ("admitted", "running")
             and not run.interrupted_once
         ]
@@ -344,13 +444,17 @@ class DecideMachine(RuleBasedStateMachine):
         state = self.model.state
         for sid in {sid for sid, _ in admitted}:
             active = [
-                r.instant
+                (r.origin, r.instant)
                 for r in self.model.rows
                 if r.schedule_id == sid
                 and r.status == "admitted"
-                and (sid, r.instant) not in terminal
+                and (r.origin, sid, r.instant) not in terminal
             ]
             limit = state.schedules[sid].limit
+            backfill_runs = [instant for origin, instant in active if origin == "backfill"]
+            assert len(backfill_runs) <= limit, (sid, active, limit)
+            if sid in self.allowed:
+                continue  # an operator overrode the overlap policy
             assert len(active) <= limit, (sid, active, limit)
             assert len(schedule_view(state, sid).active) <= limit
 
