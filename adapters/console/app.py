@@ -36,10 +36,12 @@ from starlette.routing import Route
 
 from adapters.console.catalog import CatalogEntry, ScheduleCatalog
 from adapters.console.present import (
+    backfill_progress,
     css_class,
     duration_text,
     instant_in_zone,
     next_instants,
+    origin_label,
     parse_utc,
     reason_text,
     relative_text,
@@ -642,6 +644,7 @@ class Console:
                     "local": instant_in_zone(instant, zone) if instant else "-",
                     "relative": relative_text(instant, now) if instant else "-",
                     "why": reason_text(row, schedule),
+                    "origin_label": origin_label(row),
                 }
             )
         week = now - timedelta(days=7)
@@ -678,6 +681,7 @@ class Console:
                 "zone": zone,
                 "words": trigger_words(trigger),
                 "upcoming": next_instants(schedule, now, 10),
+                "backfill": backfill_progress(schedule.get("backfill"), zone, now),
                 "revisions": await self._revisions(schedule_id),
                 "rows": rows,
                 "next_cursor": ledger["next_cursor"],

@@ -17,10 +17,13 @@ from core.definitions import parse_definition
 from core.errors import InvalidDefinition
 
 __all__ = [
+    "ORIGIN_TITLES",
+    "backfill_progress",
     "css_class",
     "duration_text",
     "instant_in_zone",
     "next_instants",
+    "origin_label",
     "parse_utc",
     "relative_text",
     "trigger_words",
@@ -41,6 +44,72 @@ _MONTHS: Final = (
     "November",
     "December",
 )
+
+
+# An occurrence an operator asked for, as the ledger labels it (a calendar
+# occurrence has no label): its name, and what it means on hover.
+ORIGIN_TITLES: Final[Mapping[str, str]] = {
+    "trigger": "run now by an operator (trigger): an instant of its own, outside the calendar",
+    "backfill": "a past calendar instant that had not run, admitted by an operator's backfill",
+}
+
+
+def origin_label(row: Mapping[str, Any]) -> dict[str, str] | None:
+    """The ledger's label for an occurrence an operator asked for (`origin`
+    "trigger" or "backfill"): `{"name", "title"}`; None for the calendar's."""
+    origin = row.get("origin")
+    if not isinstance(origin, str) or origin not in ORIGIN_TITLES:
+        return None
+    return {"name": origin, "title": ORIGIN_TITLES[origin]}
+
+
+def backfill_progress(
+    backfill: Mapping[str, Any] | None, zone: object, now: datetime
+) -> dict[str, Any] | None:
+    """What the schedule page shows of its backfill (`get_schedule`'s
+    `backfill`): its state, `admitted` of `planned` as words and a percentage,
+    the range and the next instant in the schedule's zone, when it was
+    requested and ended. None when the schedule never had one."""
+    if not isinstance(backfill, Mapping):
+        return None
+    planned = backfill.get("planned")
+    admitted = backfill.get("admitted")
+    percent = 0
+    if isinstance(planned, int) and isinstance(admitted, int):
+        percent = 100 if planned <= 0 else min(100, 100 * admitted // planned)
+
+    def local(key: str) -> str:
+        instant = parse_utc(backfill.get(key))
+        return instant_in_zone(instant, zone) if instant is not None else "-"
+
+    def relative(key: str) -> str:
+        instant = parse_utc(backfill.get(key))
+        return relative_text(instant, now) if instant is not None else ""
+
+    left_out = [
+        f"{backfill[key]} {words}"
+        for key, words in (
+            ("already_admitted", "already admitted before"),
+            ("left_to_calendar", "left to the calendar"),
+        )
+        if backfill.get(key)
+    ]
+    return {
+        "state": backfill.get("state"),
+        "admitted": admitted,
+        "planned": planned,
+        "remaining": backfill.get("remaining"),
+        "percent": percent,
+        "words": f"{admitted} of {planned} admitted",
+        "start": local("start"),
+        "end": local("end"),
+        "next": local("next") if backfill.get("next") else None,
+        "overlap": "allowed" if backfill.get("overlap") == "allow" else "the schedule's policy",
+        "requested": local("requested_at"),
+        "requested_relative": relative("requested_at"),
+        "ended": local("ended_at") if backfill.get("ended_at") else None,
+        "left_out": ", ".join(left_out),
+    }
 
 
 def css_class(status: object) -> str:
