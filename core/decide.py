@@ -492,8 +492,12 @@ class _Decider:
             self.ignore_report(event, draft, str(refused))
             return
         pending = {*draft.active, *draft.waiting, *((draft.held,) if draft.held else ())}
+        # rule A: a paused schedule's span up to the request is consumed (the
+        # resume moves the watermark past it), so the calendar never decides
+        # those instants: they are the backfill's to take.
+        decided_upto = max(draft.watermark, min(at, self.now)) if draft.paused else draft.watermark
         plan = plan_backfill(
-            instants, watermark=draft.watermark, pending=pending, admitted=event.decided
+            instants, watermark=decided_upto, pending=pending, admitted=event.decided
         )
         # rule Q: the plan is fixed at the request; progress is durable in
         # the runtime record.

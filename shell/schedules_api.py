@@ -498,6 +498,9 @@ class SchedulesApi:
                     else parse_instant(snapshot["created_at"])
                 )
                 pending = await self._pending_instants(schedule_id)
+            if snapshot["paused"]:
+                # The paused span up to now is consumed: backfilled (rule Q).
+                watermark = max(watermark, now)
             decided = await self.history.backfill_decided(schedule_id, first, last)
             plan = backfill_plan_view(
                 start=first,

@@ -463,9 +463,7 @@ class ShellModel:
                         origin=r.origin,  # type: ignore[arg-type]
                     )
                 )
-        watermark, held, waiting, backfill = self.runtime.get(
-            schedule_id, (None, None, (), None)
-        )
+        watermark, held, waiting, backfill = self.runtime.get(schedule_id, (None, None, (), None))
         backfill_decided: frozenset[datetime] = frozenset()
         if backfill is not None and backfill.state == "running":
             backfill_decided = self.backfill_decided(schedule_id, backfill.start, backfill.end)
