@@ -243,6 +243,7 @@ class _Reader:
             revision=decision.get("revision"),
             decided_at=decided_at,
             updated_at=updated_at,
+            origin=decision.get("origin") or "schedule",
         )
 
 

@@ -8,7 +8,10 @@ one-shot whose run is still executing when the process dies in `restart`).
 consumes them), `hourly` with the service running. The phases cover a first
 start, create, admission, run start and stop, a run resume, update, pause,
 resume-schedule, delete, recovery after a death with a run in flight, and
-a clean stop followed by a start from the startup checkpoint it wrote.
+a clean stop followed by a start from the startup checkpoint it wrote, and
+an operator's trigger and backfill of `hourly` (three instants before it
+existed, admitted one at a time; the phase waits for the backfill to end so
+that every one of its writes is a crash point of this phase).
 The clock is fixed within each phase, so a crash at any point of a phase has
 a known `now` (`clock_during`).
 """
@@ -129,6 +132,34 @@ async def _stop_and_start(world: World) -> None:
     await world.boot()
 
 
+async def _trigger(world: World) -> None:
+    await world.schedules.trigger_schedule(schedule_id="hourly")
+    await _until_quiet(world, "hourly")
+
+
+async def _backfill(world: World) -> None:
+    await world.schedules.backfill_schedule(
+        schedule_id="hourly", start=hour(7).isoformat(), end=START.isoformat()
+    )
+    for _ in range(200):
+        await _until_quiet(world, "hourly")
+        backfill = (await world.schedules.get_schedule(schedule_id="hourly"))["backfill"]
+        if backfill["state"] != "running":
+            break
+    await _until_quiet(world, "hourly")
+
+
+async def _until_quiet(world: World, schedule_id: str) -> None:
+    """Settle until no run of the schedule is admitted or running (its runs
+    execute on their own tasks; their ends reach the history a round later)."""
+    for _ in range(200):
+        await world.settle()
+        rows = await world.decided(schedule_id)
+        if all(row["status"] not in ("admitted", "running") for row in rows):
+            return
+        await asyncio.sleep(0.01)
+
+
 async def _delete(world: World) -> None:
     await world.schedules.delete_schedule(schedule_id="hourly")
     await world.settle()
@@ -142,6 +173,8 @@ PHASES: tuple[Phase, ...] = (
     Phase("resume-run", hour(10) + timedelta(minutes=10), _resume_run),
     Phase("update", hour(10) + timedelta(minutes=20), _update),
     Phase("pause", hour(10) + timedelta(minutes=30), _pause),
+    Phase("trigger", hour(10) + timedelta(minutes=40), _trigger),
+    Phase("backfill", hour(10) + timedelta(minutes=50), _backfill),
     Phase("admission-11", hour(11), _settle),
     Phase("resume-schedule", hour(11) + timedelta(minutes=10), _resume_schedule),
     Phase("delete", hour(11) + timedelta(minutes=20), _delete),
