@@ -5,6 +5,7 @@ of `occurrences`, and `--last` after a backfill."""
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -80,7 +81,7 @@ def _row(seq: int | None, instant: str, origin: str | None, status: str) -> dict
 
 
 def test_the_occurrence_table_shows_each_rows_origin() -> None:
-    rows = [
+    rows: list[Mapping[str, Any]] = [
         _row(0, "2026-01-05T10:00:00Z", "schedule", "completed"),
         _row(1, "2026-01-05T10:20:00Z", "trigger", "completed"),
         _row(2, "2026-01-05T06:00:00Z", "backfill", "running"),

@@ -182,7 +182,8 @@ async def test_a_trigger_the_overlap_policy_refuses_answers_invalid_state(live: 
 
 
 async def _run_status(app: App, run_id: str, wanted: str) -> bool:
-    return (await app.inspect_run(run_id))["status"] == wanted
+    run = await app.inspect_run(run_id)
+    return bool(run["status"] == wanted)
 
 
 async def _rows_with_runs(live: Live, schedule_id: str, count: int) -> list[dict[str, Any]] | None:
