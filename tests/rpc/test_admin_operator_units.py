@@ -5,6 +5,7 @@ of `occurrences`, and `--last` after a backfill."""
 from __future__ import annotations
 
 import io
+import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 from rich.console import Console
 
 from adapters.admin.occurrences import newest_first
-from adapters.admin.output import backfill_text, occurrence_table
+from adapters.admin.output import backfill_text, occurrence_table, show_trigger
 from adapters.admin.schedules import parse_ago
 
 NOW = datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
@@ -113,3 +114,43 @@ def test_newest_first_goes_by_recording_not_by_instant() -> None:
         (1, "06:00"),
         (0, "10:00"),
     ]
+
+
+TRIGGERED = {
+    "schedule_id": "hourly",
+    "requested_at": "2026-01-05T10:20:00Z",
+    "instant": "2026-01-05T10:20:00Z",
+    "status": "admitted",
+    "run_id": "run-000007",
+    "overlap": None,
+}
+
+
+@pytest.mark.parametrize(
+    ("answer", "line"),
+    [
+        (TRIGGERED, "triggered hourly: 2026-01-05T10:20:00Z admitted, run run-000007"),
+        (
+            TRIGGERED | {"overlap": "allow", "status": "completed"},
+            "triggered hourly (overlap allowed): 2026-01-05T10:20:00Z completed, run run-000007",
+        ),
+        (
+            TRIGGERED | {"status": "preflight-rejected", "run_id": None},
+            "triggered hourly: 2026-01-05T10:20:00Z preflight-rejected"
+            " (no run: see `wf-schedule occurrences hourly`)",
+        ),
+        (
+            # No scheduler decided it within the call's wait.
+            TRIGGERED | {"status": "requested", "run_id": None},
+            "triggered hourly: requested at 2026-01-05T10:20:00Z, not decided yet (its"
+            " occurrence will be 2026-01-05T10:20:00Z: see `wf-schedule occurrences hourly`)",
+        ),
+    ],
+)
+def test_what_trigger_prints(
+    answer: dict[str, Any], line: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    show_trigger(answer, as_json=False)
+    assert capsys.readouterr().out == line + "\n"
+    show_trigger(answer, as_json=True)
+    assert json.loads(capsys.readouterr().out) == answer
