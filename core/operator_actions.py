@@ -48,6 +48,7 @@ from core.errors import InvalidInput, Problem
 __all__ = [
     "BACKFILL_LIMIT",
     "BACKFILL_STATES",
+    "EARLIEST_START",
     "OVERLAP_OVERRIDES",
     "Backfill",
     "BackfillPlan",
@@ -76,6 +77,9 @@ BackfillState = Literal["running", "done", "cancelled"]
 BACKFILL_STATES: Final[frozenset[str]] = frozenset(get_args(BackfillState))
 
 _TICK: Final = timedelta(microseconds=1)
+# A backfill reaches back no further than the Unix epoch: far enough for any
+# schedule, and clear of the calendar arithmetic's limits at year 1.
+EARLIEST_START: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -173,6 +177,8 @@ def range_problems(start: object, end: object, now: datetime) -> list[Problem]:
     if problems:
         return problems
     assert isinstance(start, datetime) and isinstance(end, datetime)
+    if start < EARLIEST_START:
+        problems.append(Problem(field="start", reason=f"must not be before {_iso(EARLIEST_START)}"))
     if not start < end:
         problems.append(Problem(field="end", reason="must be after start"))
     if end > now:

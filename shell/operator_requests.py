@@ -104,7 +104,7 @@ def checked_range(
         if isinstance(value, str):
             try:
                 parsed[name] = parse_instant(value)
-            except ValueError as exc:
+            except (ValueError, OverflowError) as exc:
                 problems.append(Problem(field=name, reason=f"must be an instant: {exc}"))
         else:
             parsed[name] = value

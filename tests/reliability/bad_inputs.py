@@ -395,6 +395,30 @@ _list_runs = broken(
 
 _no_params = broken(st.just({"no_such_param": 1}))
 
+_bad_overlaps = st.sampled_from(["skip", "parallel", "", "ALLOW", " allow", 1, True, [], {}])
+
+_trigger = broken(
+    st.just({"schedule_id": "hourly"}),
+    _set("schedule_id", bad_ids | not_strings | st.none()),
+    _set("overlap", _bad_overlaps),
+)
+
+_backfill = broken(
+    st.just(
+        {"schedule_id": "hourly", "start": "2026-03-01T00:00:00Z", "end": "2026-03-01T05:00:00Z"}
+    ),
+    _set("schedule_id", bad_ids | not_strings | st.none()),
+    _set("start", bad_instants | not_strings | st.none()),
+    _set("end", bad_instants | not_strings | st.none()),
+    # Before any start, or in the future: whatever the other fields say.
+    _set("end", st.sampled_from(["1999-01-01T00:00:00Z", "2999-01-01T00:00:00Z"])),
+    # More than 1,000 hourly instants before the good end.
+    _set("start", st.just("2000-01-01T00:00:00Z")),
+    _set("overlap", _bad_overlaps),
+    _drop("start"),
+    _drop("end"),
+)
+
 METHOD_PARAMS: Final[Mapping[str, st.SearchStrategy[Params]]] = {
     "workflow.schedules.create": _create_schedule,
     "workflow.schedules.get": _schedule_id_only,
@@ -407,6 +431,13 @@ METHOD_PARAMS: Final[Mapping[str, st.SearchStrategy[Params]]] = {
     "workflow.schedules.resume": _schedule_id_only,
     "workflow.schedules.delete": _schedule_id_only,
     "workflow.schedules.occurrences.list": _list_occurrences,
+    "workflow.schedules.trigger": _trigger,
+    "workflow.schedules.backfill": _backfill,
+    # No backfill runs in the rig's store: even a well-formed cancel is refused.
+    "workflow.schedules.backfill.cancel": broken(
+        st.just({"schedule_id": "hourly"}),
+        _set("schedule_id", bad_ids | not_strings | st.none()),
+    ),
     "workflow.artifacts.create_from_plan": _create_artifact,
     "workflow.artifacts.get": _get_artifact,
     "workflow.artifacts.list": _no_params,
