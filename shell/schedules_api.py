@@ -617,6 +617,8 @@ class SchedulesApi:
                     "last_instant": None,
                     "recorded_at": None,
                     "revision": None,
+                    # Only calendar instants are ever held or waiting.
+                    "origin": "schedule",
                 }
                 for instant in await self._pending_instants(schedule_id)
             ]
