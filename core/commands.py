@@ -46,8 +46,10 @@ class RecordOccurrence(Command):
     count: int = 1
     first_instant: datetime | None = None
     last_instant: datetime | None = None
-    # A decision row of a trigger or a backfill names its origin (rule P, Q).
+    # A decision row of a trigger or a backfill names its origin (rule P, Q),
+    # a trigger's its request (`ScheduleTriggered.request`).
     origin: Origin = "schedule"
+    request: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,8 +67,9 @@ class AdmitOccurrence(Command):
     inputs: dict[str, Any]
     max_steps: int | None
     # "trigger" or "backfill" for an operator's occurrence (rules P, Q): its
-    # rows and its run name the origin.
+    # rows and its run name the origin; a trigger's row names its request.
     origin: Origin = "schedule"
+    request: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -436,9 +436,11 @@ class _Decider:
             raise self.misuse(event, draft, "a deleted schedule cannot be triggered")
         at = _checked_utc(event.at, "ScheduleTriggered.at")
         overlap = self.checked_override(event, draft, event.overlap)
-        if draft.last_trigger is not None and at <= draft.last_trigger:
-            # rule P: a request replayed after a crash whose row is durable
-            # (triggers' instants only increase): decided already.
+        request = event.request
+        known = draft.last_trigger_request
+        if request is not None and known is not None and request <= known:
+            # rule P: a request delivered again after a crash whose row is
+            # durable (requests are decided in log order): decided already.
             return
         if draft.blocked is not None:
             # rule I: a blocked schedule admits nothing; its runtime record is
@@ -449,6 +451,8 @@ class _Decider:
         taken = {*draft.active, *draft.waiting, *((draft.held,) if draft.held else ())}
         instant = trigger_instant(draft.trigger, at, after=draft.last_trigger, taken=taken)
         draft.last_trigger = instant
+        if request is not None:
+            draft.last_trigger_request = request
         schedule_id = draft.schedule_id
         late = self.now - at
         refusal = overlap_refusal(len(draft.active), draft.limit, overlap)
@@ -456,14 +460,28 @@ class _Decider:
             # rule P with rule K: a request read after the schedule's allowance
             # (the scheduler was down) is decided as missed, never run late.
             reason = f"the trigger was read {late.total_seconds():g} s after it was made"
-            self.record(schedule_id, instant, "skipped-misfire", reason=reason, origin="trigger")
+            self.record(
+                schedule_id,
+                instant,
+                "skipped-misfire",
+                reason=reason,
+                origin="trigger",
+                request=request,
+            )
         elif refusal is not None:
             # The API refuses this before writing the request; a place taken in
             # between is recorded, so the request is accounted for.
-            self.record(schedule_id, instant, "skipped-overlap", reason=refusal, origin="trigger")
+            self.record(
+                schedule_id,
+                instant,
+                "skipped-overlap",
+                reason=refusal,
+                origin="trigger",
+                request=request,
+            )
         else:
             # rule P: no waiting for a slot, but the run holds one from now on.
-            self.admit(draft, instant, "trigger")
+            self.admit(draft, instant, "trigger", request)
             self.decide_waiting_when_overlap_full(draft)  # rule H
         self.reindex(draft)
 
@@ -701,6 +719,7 @@ class _Decider:
         if event.last_trigger is not None:
             triggers.append(_checked_utc(event.last_trigger, "ScheduleRecovered.last_trigger"))
         draft.last_trigger = max(triggers, default=None)
+        draft.last_trigger_request = event.last_trigger_request
         if event.backfill is not None:
             # rule M for rule Q: what the history shows decided is not admitted again.
             draft.backfill = event.backfill.without(event.backfill_decided)
@@ -925,7 +944,13 @@ class _Decider:
                     self.record(draft.schedule_id, instant, "superseded", reason=reason)
             draft.waiting = ()
 
-    def admit(self, draft: _ScheduleDraft, instant: datetime, origin: Origin = "schedule") -> None:
+    def admit(
+        self,
+        draft: _ScheduleDraft,
+        instant: datetime,
+        origin: Origin = "schedule",
+        request: int | None = None,
+    ) -> None:
         definition = draft.definition
         self.commands.append(
             AdmitOccurrence(
@@ -938,6 +963,7 @@ class _Decider:
                 else {},
                 max_steps=definition.max_steps,
                 origin=origin,
+                request=request,
             )
         )
         draft.active = draft.active.with_run(instant, _IN_FLIGHT[origin])
@@ -1171,6 +1197,7 @@ class _Decider:
         run_id: str | None = None,
         reason: str | None = None,
         origin: Origin = "schedule",
+        request: int | None = None,
     ) -> None:
         self.commands.append(
             RecordOccurrence(
@@ -1180,6 +1207,7 @@ class _Decider:
                 run_id=run_id,
                 reason=reason,
                 origin=origin,
+                request=request,
             )
         )
 
@@ -1277,6 +1305,7 @@ class _ScheduleDraft:
         "due",
         "held",
         "last_trigger",
+        "last_trigger_request",
         "latest",
         "limit",
         "next_instant",
@@ -1309,6 +1338,7 @@ class _ScheduleDraft:
     allowance: timedelta
     backfill: Backfill | None
     last_trigger: datetime | None
+    last_trigger_request: int | None
 
     @classmethod
     def of(cls, schedule: ScheduleState) -> _ScheduleDraft:
@@ -1333,6 +1363,7 @@ class _ScheduleDraft:
         draft.allowance = schedule.allowance
         draft.backfill = schedule.backfill
         draft.last_trigger = schedule.last_trigger
+        draft.last_trigger_request = schedule.last_trigger_request
         return draft
 
     @classmethod
@@ -1357,6 +1388,7 @@ class _ScheduleDraft:
         draft.queued = None
         draft.backfill = None
         draft.last_trigger = None
+        draft.last_trigger_request = None
         draft.set_definition(definition, revision)
         return draft
 
@@ -1391,6 +1423,7 @@ class _ScheduleDraft:
             allowance=self.allowance,
             backfill=self.backfill,
             last_trigger=self.last_trigger,
+            last_trigger_request=self.last_trigger_request,
         )
 
     def describe(self) -> str:

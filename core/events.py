@@ -85,6 +85,9 @@ class ScheduleTriggered(Event):
     schedule_id: str
     at: datetime
     overlap: str | None = None
+    # The request's seq in the schedule's lifecycle log: its row names it, so
+    # a request delivered again after a crash is known decided.
+    request: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -198,9 +201,11 @@ class ScheduleRecovered(Event):
     # runtime record after their rows: they are not admitted again).
     backfill: Backfill | None = None
     backfill_decided: frozenset[datetime] = frozenset()
-    # The newest trigger row's instant: a trigger request replayed after a
-    # crash that is not after it was decided already.
+    # The newest trigger row's instant (the next trigger comes after it) and
+    # the lifecycle seq of its request: a request replayed after a crash
+    # whose seq is not after it was decided already.
     last_trigger: datetime | None = None
+    last_trigger_request: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

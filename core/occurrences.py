@@ -31,6 +31,7 @@ __all__ = [
     "RunStatus",
     "decision_row_refusal",
     "origin_row_refusal",
+    "request_refusal",
     "run_row_refusal",
     "span_refusal",
 ]
@@ -174,4 +175,16 @@ def origin_row_refusal(origin: object, status: str, count: object) -> str | None
         return f"a {origin} row cannot be {status}"
     if count != 1:
         return f"a {origin} row stands for one occurrence, not {count!r}"
+    return None
+
+
+def request_refusal(origin: object, request: object) -> str | None:
+    """Why a decision row cannot name `request` (the lifecycle seq of the
+    trigger request it decided; None: names none), or None."""
+    if request is None:
+        return None
+    if origin != "trigger":
+        return "only a trigger's row names its request"
+    if not _positive_int(request):
+        return f"request must be a positive integer, got {request!r}"
     return None

@@ -164,8 +164,10 @@ class ScheduleState:
     allowance: timedelta
     # The schedule's backfill (rule Q): running, or the last one ended.
     backfill: Backfill | None = None
-    # The instant of the newest trigger decided (rule P), None before any.
+    # The instant of the newest trigger decided (rule P), None before any,
+    # and the lifecycle seq of its request (None: not known).
     last_trigger: datetime | None = None
+    last_trigger_request: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from core.errors import InvalidInput, InvalidState, Problem
-from core.occurrences import DECISION_STATUSES, RUN_STATUSES, origin_row_refusal
+from core.occurrences import (
+    DECISION_STATUSES,
+    RUN_STATUSES,
+    origin_row_refusal,
+    request_refusal,
+)
 from shell.history_rows import Bad, Open, State, check_snapshot, enter_decision, is_int
 from shell.store_format import Instant, canonical_instant, parse_instant
 
@@ -43,6 +48,7 @@ class DecisionAppend:
     revision: int | None
     snapshot: dict[str, Any] | None
     origin: str | None = None
+    request: int | None = None
 
     @classmethod
     def of(
@@ -59,6 +65,7 @@ class DecisionAppend:
         revision: int | None = None,
         snapshot: Mapping[str, Any] | None = None,
         origin: str | None = None,
+        request: int | None = None,
     ) -> DecisionAppend:
         """Raises `InvalidInput` naming every malformed argument (see
         `HistoryStore.append_decision`)."""
@@ -110,6 +117,9 @@ class DecisionAppend:
         refusal = origin_row_refusal(origin, status, count)
         if refusal is not None:
             problems.append(Problem(field="origin", reason=refusal))
+        refusal = request_refusal(origin, request)
+        if refusal is not None:
+            problems.append(Problem(field="request", reason=refusal))
         if problems:
             raise InvalidInput.from_problems("history row", problems)
         assert instant_text is not None and recorded_text is not None
@@ -125,6 +135,7 @@ class DecisionAppend:
             revision=revision,
             snapshot=dict(snapshot) if snapshot is not None else None,
             origin=origin,
+            request=request,
         )
 
     def build(self, state: State) -> dict[str, Any]:
@@ -143,6 +154,8 @@ class DecisionAppend:
             row.update(count=self.count, first_instant=self.first_text, last_instant=self.last_text)
         if self.origin is not None:
             row["origin"] = self.origin
+        if self.request is not None:
+            row["request"] = self.request
         return row
 
     def enter(self, state: State, row: Mapping[str, Any], offset: int, length: int) -> None:
@@ -169,6 +182,7 @@ class DecisionAppend:
             revision=self.revision,
             snapshot=dict(self.snapshot) if self.snapshot is not None else None,
             origin=self.origin,
+            request=self.request,
         )
 
 

@@ -22,6 +22,7 @@ from core.occurrences import (
     TERMINAL_STATUSES,
     decision_row_refusal,
     origin_row_refusal,
+    request_refusal,
     run_row_refusal,
     span_refusal,
 )
@@ -139,6 +140,8 @@ class State:
     # Index entries changed since the last index write.
     touched: dict[int, Entry] = field(default_factory=dict)
     last_trigger: datetime | None = None
+    # The lifecycle seq of the newest trigger row's request (when it names one).
+    last_trigger_request: int | None = None
 
     def copy(self) -> State:
         return State(
@@ -151,6 +154,7 @@ class State:
             dict(self.by_instant),
             {},
             self.last_trigger,
+            self.last_trigger_request,
         )
 
 
@@ -258,6 +262,8 @@ class _Decision(NamedTuple):
     snapshot: dict[str, Any] | None
     # None for a calendar row; "trigger" or "backfill" (rules P, Q).
     origin: str | None
+    # A trigger row's request (its lifecycle seq), when it names one.
+    request: int | None
 
 
 class _Transition(NamedTuple):
@@ -302,6 +308,10 @@ def check_decision(row: Mapping[str, Any], seq: int) -> _Decision:
     refusal = origin_row_refusal(origin, status, count)
     if refusal is not None:
         raise Bad(refusal, seq)
+    request = row.get("request")
+    refusal = request_refusal(origin, request)
+    if refusal is not None:
+        raise Bad(refusal, seq)
     return _Decision(
         status=status,
         instant=instant,
@@ -313,6 +323,7 @@ def check_decision(row: Mapping[str, Any], seq: int) -> _Decision:
         revision=revision,
         snapshot=snapshot,
         origin=origin,
+        request=request,
     )
 
 
@@ -355,6 +366,7 @@ def _apply_decision(state: State, row: dict[str, Any], seq: int, offset: int, le
         revision=fields.revision,
         snapshot=fields.snapshot,
         origin=fields.origin,
+        request=fields.request,
     )
 
 
@@ -374,6 +386,7 @@ def enter_decision(
     revision: int | None,
     snapshot: dict[str, Any] | None,
     origin: str | None = None,
+    request: int | None = None,
 ) -> None:
     """Enter a well-formed decision row (seq == state.count) into `state`, or
     raise `Bad` when it is out of its order (see `State`)."""
@@ -400,6 +413,8 @@ def enter_decision(
         state.last_decided_text = instant_text
     elif origin == "trigger":
         state.last_trigger = instant
+        if request is not None:
+            state.last_trigger_request = request
     entry = Entry(offset, length, offset, length, status)
     state.touched[seq] = entry
     if status == "admitted":

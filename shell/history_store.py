@@ -71,7 +71,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
@@ -134,6 +134,9 @@ _encode_cursor: Final = encode_cursor
 _CLUSTER_GAP: Final = 64 << 10
 # Index entries read at once by a newest-first scan.
 _SCAN_CHUNK: Final = 256
+# How far the clocks of the servers of one store may disagree (a trigger
+# row may be recorded this much before the instant its request named).
+_CLOCKS_AGREE_WITHIN: Final = timedelta(hours=1)
 
 
 # --- public values -------------------------------------------------------------------
@@ -153,8 +156,10 @@ class HistoryRecovery:
     last_decided_instant: str | None
     open_occurrences: tuple[OpenOccurrence, ...]
     problems: tuple[StoreProblem, ...] = ()
-    # The newest trigger row replayed or scanned (see `State.last_trigger`).
+    # The newest trigger row replayed or scanned (see `State.last_trigger`),
+    # and the lifecycle seq of its request.
     last_trigger_instant: str | None = None
+    last_trigger_request: int | None = None
     dropped_torn_bytes: int = 0
     index_rebuilt: bool = False
     tail_rows: int = 0
@@ -266,6 +271,7 @@ class HistoryStore:
             last_trigger_instant=None
             if state.last_trigger is None
             else format_instant(state.last_trigger),
+            last_trigger_request=state.last_trigger_request,
             dropped_torn_bytes=loaded.dropped,
             index_rebuilt=loaded.rebuilt,
             tail_rows=loaded.tail_rows,
@@ -315,6 +321,7 @@ class HistoryStore:
                 for o in (state.open[seq] for seq in sorted(state.open))
             ],
             None if state.last_trigger is None else format_instant(state.last_trigger),
+            state.last_trigger_request,
         ]
 
     def adopt_state(self, schedule_id: str, exported: Sequence[Any]) -> HistoryRecovery:
@@ -330,6 +337,10 @@ class HistoryStore:
         last_trigger = later[0] if later else None
         if last_trigger is not None:
             state.last_trigger = parse_instant(last_trigger)
+        last_request = later[1] if len(later) > 1 else None
+        if last_request is not None and not is_int(last_request):
+            raise ValueError(f"malformed history export for {schedule_id!r}")
+        state.last_trigger_request = last_request
         if last_text is not None:
             state.last_decided = parse_instant(last_text)
             state.last_decided_text = last_text
@@ -351,6 +362,7 @@ class HistoryStore:
             last_decided_instant=last_text,
             open_occurrences=tuple(state.open[s].public() for s in sorted(state.open)),
             last_trigger_instant=last_trigger,
+            last_trigger_request=last_request,
         )
 
     def sync_recovered(self) -> None:
@@ -513,6 +525,7 @@ class HistoryStore:
         recorded_at: datetime,
         batch: GroupCommit,
         origin: str | None = None,
+        request: int | None = None,
     ) -> int:
         """Stage the `admitted` row of `instant` in `batch`; returns its seq.
 
@@ -536,6 +549,7 @@ class HistoryStore:
                 revision=revision if is_int(revision) else None,
                 snapshot=snapshot,
                 origin=origin,
+                request=request,
                 batch=batch,
             )
         problems: list[Problem] = []
@@ -638,6 +652,7 @@ class HistoryStore:
         snapshot: Mapping[str, Any] | None = None,
         batch: GroupCommit | None = None,
         origin: str | None = None,
+        request: int | None = None,
     ) -> int:
         """Append the decision row that opens the occurrence at `instant`;
         returns its seq.
@@ -664,6 +679,7 @@ class HistoryStore:
             revision=revision,
             snapshot=snapshot,
             origin=origin,
+            request=request,
         )
         return self._stage(self._owned(schedule_id), batch, append.build, append.enter)
 
@@ -784,8 +800,11 @@ class HistoryStore:
         found by a binary search over the calendar decisions, which strictly
         increase (stepping over operators' rows): O(log n) reads. An
         operator's row is searched from the newest back to the first row
-        recorded before `instant` (it was recorded after its request, which
-        is after the instant): O(rows since then). Each row read is checked
+        recorded an hour before `instant`: a backfill's row is recorded after
+        its request, which is after the instant; a trigger's instant is its
+        request's time (moved on by microseconds), and the request may come
+        from a server whose clock runs ahead of the scheduler's. O(rows
+        since then). Each row read is checked
         as a page checks it. Raises `NotFound`, `StoreDamaged` (also when the
         history stops at damage before `instant`), and `InvalidInput` for an
         instant that is not one."""
@@ -809,7 +828,8 @@ class HistoryStore:
         if opened is not None and state.open[opened].origin == origin:
             return entry_at(opened)
         if origin != "schedule":
-            for seq, _, decision in self._decisions_newest_first(files, state, overlay, target):
+            since = target - _CLOCKS_AGREE_WITHIN
+            for seq, _, decision in self._decisions_newest_first(files, state, overlay, since):
                 if decision.origin == origin and decision.instant == target:
                     return entry_at(seq)
             return None

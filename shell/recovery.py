@@ -122,11 +122,11 @@ def lifecycle_event(schedule_id: str, record: Mapping[str, Any]) -> Event:
     if kind == "deleted":
         return ScheduleDeleted(schedule_id=schedule_id, at=at)
     if kind in OPERATOR_KINDS:
-        return _operator_event(schedule_id, kind, at, record["action"])
+        return _operator_event(schedule_id, kind, at, record["action"], record["seq"])
     raise ValueError(f"unknown lifecycle record kind {kind!r}")
 
 
-def _operator_event(schedule_id: str, kind: str, at: datetime, action: Any) -> Event:
+def _operator_event(schedule_id: str, kind: str, at: datetime, action: Any, seq: int) -> Event:
     """The event of an operator's request (rules P, Q); a backfill's
     `decided` instants are read by `with_history` when it is delivered."""
     if not isinstance(action, Mapping):
@@ -135,7 +135,7 @@ def _operator_event(schedule_id: str, kind: str, at: datetime, action: Any) -> E
     if overlap is not None and overlap not in OVERLAP_OVERRIDES:
         raise ValueError(f'action.overlap must be "allow" or null, got {overlap!r}')
     if kind == "triggered":
-        return ScheduleTriggered(schedule_id=schedule_id, at=at, overlap=overlap)
+        return ScheduleTriggered(schedule_id=schedule_id, at=at, overlap=overlap, request=seq)
     if kind == "backfill":
         return BackfillRequested(
             schedule_id=schedule_id,
@@ -447,6 +447,7 @@ class StartupRecovery:
                     backfill=backfill,
                     backfill_decided=backfill_decided,
                     last_trigger=_instant_or_none(recovered.last_trigger_instant),
+                    last_trigger_request=recovered.last_trigger_request,
                 )
             )
             if not problems:

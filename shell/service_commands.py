@@ -501,6 +501,7 @@ class _Staging:
                 recorded_at=self.now,
                 batch=self.batch,
                 origin=origin,
+                request=command.request,
             )
             self.after.decisions.append(
                 Decision(
@@ -532,6 +533,7 @@ class _Staging:
             recorded_at=self.now,
             batch=self.batch,
             origin=origin,
+            request=command.request,
         )
         self.after.launches.append(
             (command.schedule_id, run_id, command.instant, snapshot, command.origin)
@@ -620,6 +622,7 @@ class _Staging:
             recorded_at=self.now,
             batch=self.batch,
             origin=None if command.origin == "schedule" else command.origin,
+            request=command.request,
         )
 
 

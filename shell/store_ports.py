@@ -153,6 +153,7 @@ class HistoryPort(Protocol):
         revision: int | None = None,
         snapshot: Mapping[str, Any] | None = None,
         origin: str | None = None,
+        request: int | None = None,
     ) -> int: ...
 
     def stage_admitted(
@@ -165,6 +166,7 @@ class HistoryPort(Protocol):
         recorded_at: datetime,
         batch: Any,
         origin: str | None = None,
+        request: int | None = None,
     ) -> int: ...
 
     def append_transition(

@@ -214,6 +214,8 @@ def recovered_state(
         state.last_decided_text = newest["schedule"]["instant"]
     if "trigger" in newest:
         state.last_trigger = parse_instant(newest["trigger"]["instant"])
+        request = newest["trigger"].get("request")
+        state.last_trigger_request = request if is_int(request) else None
     # Staged rows take "offsets" from here on (see `_stage`).
     state.size = 1
     return state, ()
@@ -259,6 +261,7 @@ class PgHistory:
             last_trigger_instant=None
             if state.last_trigger is None
             else format_instant(state.last_trigger),
+            last_trigger_request=state.last_trigger_request,
         )
 
     async def recover(self, schedule_id: str) -> HistoryRecovery:
@@ -368,6 +371,7 @@ class PgHistory:
         revision: int | None = None,
         snapshot: Mapping[str, Any] | None = None,
         origin: str | None = None,
+        request: int | None = None,
     ) -> int:
         """Stage the decision row that opens the occurrence at `instant` in
         `batch`; returns its seq (see `HistoryStore.append_decision`; an
@@ -384,6 +388,7 @@ class PgHistory:
             revision=revision,
             snapshot=snapshot,
             origin=origin,
+            request=request,
         )
         pg_batch: PgBatch = batch
         owned = self._get(schedule_id)
@@ -422,6 +427,7 @@ class PgHistory:
         recorded_at: datetime,
         batch: Any,
         origin: str | None = None,
+        request: int | None = None,
     ) -> int:
         """`append_decision` of an `admitted` row (the file store's fast path
         writes the same row)."""
@@ -436,6 +442,7 @@ class PgHistory:
             revision=revision if is_int(revision) else None,
             snapshot=snapshot,
             origin=origin,
+            request=request,
         )
 
     def append_transition(

@@ -111,6 +111,8 @@ class Row:
     last_instant: datetime | None = None
     # Who opened the occurrence (transition rows: the open one they move).
     origin: str = "schedule"
+    # A trigger row's request (its seq among the schedule's requests).
+    request: int | None = None
 
 
 @dataclass
@@ -164,6 +166,8 @@ class ShellModel:
     observer: Callable[[SchedulerState, datetime, Sequence[Event]], None] | None = None
     # Admissions carried out since the last call of `take_admissions`.
     admissions: list[tuple[str, datetime]] = field(default_factory=list)
+    # The last seq given to a trigger request (the lifecycle log numbers them).
+    request_seq: int = 0
 
     def __post_init__(self) -> None:
         self.state = initial_state(max_concurrent_runs=self.capacity)
@@ -182,7 +186,7 @@ class ShellModel:
         admissions at once. `crash_after=k` stops after k commands (the
         process died; `partial` says how far the k+1-th got if it was an
         admission); the caller should restart next."""
-        events = [self.with_history(e) for e in events]
+        events = [self.with_history(self.numbered(e)) for e in events]
         self.journal.extend(e for e in events if isinstance(e, LIFECYCLE))
         commands = self._decide(now, events)
         out = list(commands)
@@ -197,6 +201,14 @@ class ShellModel:
             out.extend(more)
             acks = self._execute(more, None, None)
         return out
+
+    def numbered(self, event: Event) -> Event:
+        """A trigger request as its lifecycle record delivers it: with its
+        seq (a replayed one keeps the seq it was given)."""
+        if not isinstance(event, ScheduleTriggered) or event.request is not None:
+            return event
+        self.request_seq += 1
+        return replace(event, request=self.request_seq)
 
     def with_history(self, event: Event) -> Event:
         """A backfill request with the instants of its range the history
@@ -302,6 +314,7 @@ class ShellModel:
                         first_instant=command.first_instant,
                         last_instant=command.last_instant,
                         origin=origin,
+                        request=command.request,
                     )
                 )
             elif isinstance(command, AdmitOccurrence):
@@ -318,6 +331,7 @@ class ShellModel:
                             "preflight-rejected",
                             reason=reason,
                             origin=command.origin,
+                            request=command.request,
                         )
                     )
                     acks.append(
@@ -364,6 +378,7 @@ class ShellModel:
                 "admitted",
                 run_id=run_id,
                 origin=command.origin,
+                request=command.request,
             )
         )
         return run_id
@@ -429,7 +444,9 @@ class ShellModel:
         terminal = {(r.origin, r.instant) for r in rows if r.status in TERMINAL_STATUSES}
         calendar = [r for r in decided if r.origin == "schedule"]
         last_decided = max((r.instant for r in calendar), default=None)
-        last_trigger = max((r.instant for r in decided if r.origin == "trigger"), default=None)
+        triggers = [r for r in decided if r.origin == "trigger"]
+        last_trigger = max((r.instant for r in triggers), default=None)
+        last_request = max((r.request for r in triggers if r.request is not None), default=None)
 
         def is_decided(instant: datetime) -> bool:
             return any(
@@ -484,4 +501,5 @@ class ShellModel:
             backfill=backfill,
             backfill_decided=backfill_decided,
             last_trigger=last_trigger,
+            last_trigger_request=last_request,
         )

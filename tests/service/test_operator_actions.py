@@ -74,7 +74,11 @@ async def test_a_trigger_on_a_calendar_instant_takes_the_next_microsecond(
     answer = await harness.schedules.trigger_schedule(schedule_id="hourly")
     again = await harness.schedules.trigger_schedule(schedule_id="hourly", overlap="allow")
     assert answer["instant"] == "2026-03-02T10:00:00.000001Z"
+    # A second request in the same microsecond is a second occurrence, not
+    # taken for the first one delivered again.
     assert again["instant"] == "2026-03-02T10:00:00.000002Z"
+    assert answer["status"] in RAN and again["status"] in RAN, (answer, again)
+    assert answer["run_id"] != again["run_id"]
 
 
 async def test_overlap_refuses_a_trigger_and_records_nothing_unless_allowed(

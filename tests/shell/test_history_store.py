@@ -92,6 +92,7 @@ def test_page_entry_shows_latest_status_and_decision_fields(history: HistoryStor
             "revision": 3,
             "decided_at": "2024-01-01T00:00:00Z",
             "updated_at": "2024-01-01T00:00:30Z",
+            "origin": "schedule",
         },
         {
             "seq": 1,
@@ -105,6 +106,7 @@ def test_page_entry_shows_latest_status_and_decision_fields(history: HistoryStor
             "revision": None,
             "decided_at": "2024-01-01T00:01:00Z",
             "updated_at": "2024-01-01T00:01:00Z",
+            "origin": "schedule",
         },
     ]
 
