@@ -134,6 +134,8 @@ _encode_cursor: Final = encode_cursor
 _CLUSTER_GAP: Final = 64 << 10
 # Index entries read at once by a newest-first scan.
 _SCAN_CHUNK: Final = 256
+# Bytes of the log read at once by a sequential search.
+_READ_CHUNK: Final = 4 << 20
 # How far the clocks of the servers of one store may disagree (a trigger
 # row may be recorded this much before the instant its request named).
 _CLOCKS_AGREE_WITHIN: Final = timedelta(hours=1)
@@ -833,23 +835,10 @@ class HistoryStore:
                 if decision.origin == origin and decision.instant == target:
                     return entry_at(seq)
             return None
-        low, high = 0, state.count
-        while low < high:
-            middle = (low + high) // 2
-            seq = middle
-            decision = self._decision_at(files, state, overlay, seq)
-            while decision.origin is not None and seq + 1 < high:
-                seq += 1
-                decision = self._decision_at(files, state, overlay, seq)
-            if decision.origin is not None:
-                high = middle  # only operators' rows from `middle` on
-                continue
-            if decision.instant == target:
-                return entry_at(seq)
-            if decision.instant < target:
-                low = seq + 1
-            else:
-                high = middle
+        seq = self._first_calendar_at_or_after(files, state, overlay, target)
+        found, decision = self._next_calendar(files, state, overlay, seq)
+        if decision is not None and decision.instant == target:
+            return entry_at(found)
         return None
 
     def backfill_decided(
@@ -857,21 +846,106 @@ class HistoryStore:
     ) -> frozenset[datetime]:
         """The instants of `[start, end)` a backfill may not admit (rule Q):
         admitted by the calendar (whatever their run became), or decided by
-        a backfill. Reads the rows recorded since `start`, newest first (a
-        row about an instant is recorded at or after it)."""
+        a backfill.
+
+        The calendar rows of the range follow one another among the calendar
+        rows: a binary search finds the first, and they are read up to `end`.
+        A backfill's row was written after its request, and so after the
+        newest calendar row older than `start` (the calendar had decided past
+        the instants the backfill made up for): the log from that row on is
+        searched for the bytes `backfill`, and only the lines holding them
+        are parsed. O(log n + the range's rows) row reads and one sequential
+        read of the log since the range's start (`bench/backfill.py`)."""
         files = self._files(schedule_id)
         state, overlay, problems = self._reading_state(files)
         if problems:
             raise StoreDamaged(problems[0])
         found: set[datetime] = set()
-        for _, entry, decision in self._decisions_newest_first(files, state, overlay, start):
-            if not start <= decision.instant < end:
-                continue
-            if decision.origin == "backfill" or (
-                decision.origin is None and entry.status in RUN_STATUSES
-            ):
+        first = self._first_calendar_at_or_after(files, state, overlay, start)
+        seq, decision = self._next_calendar(files, state, overlay, first)
+        while decision is not None and decision.instant < end:
+            (entry,) = self._page_entries(files, state, overlay, seq, seq + 1)
+            if entry.status in RUN_STATUSES:
                 found.add(decision.instant)
+            seq, decision = self._next_calendar(files, state, overlay, seq + 1)
+        begin = 0
+        for previous in range(first - 1, -1, -1):
+            (entry,) = self._page_entries(files, state, overlay, previous, previous + 1)
+            if self._decision_row(files, entry, previous).origin is None:
+                begin = entry.decision_off
+                break
+        for offset, line in self._lines_holding(files, b"backfill", begin, state.size):
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue  # damage is a page's to name; this line names no backfill
+            if not isinstance(row, dict) or row.get("origin") != "backfill" or "update" in row:
+                continue
+            row_seq = row.get("seq")
+            if not is_int(row_seq):
+                continue
+            try:
+                backfilled = check_decision(row, row_seq)
+            except Bad as bad:
+                self._row_damaged(files, offset, row_seq, bad.reason)
+            if start <= backfilled.instant < end:
+                found.add(backfilled.instant)
         return frozenset(found)
+
+    def _next_calendar(
+        self, files: ScheduleFiles, state: State, overlay: Mapping[int, Entry], seq: int
+    ) -> tuple[int, Any]:
+        """The first calendar decision at or after `seq` and its checked row
+        (`state.count` and None when there is none)."""
+        while seq < state.count:
+            decision = self._decision_at(files, state, overlay, seq)
+            if decision.origin is None:
+                return seq, decision
+            seq += 1
+        return state.count, None
+
+    def _first_calendar_at_or_after(
+        self, files: ScheduleFiles, state: State, overlay: Mapping[int, Entry], target: datetime
+    ) -> int:
+        """The seq of the first calendar decision at or after `target`
+        (`state.count` when there is none). A binary search: "the first
+        calendar row from seq on is at or after `target`, or there is none"
+        holds from some seq on, since calendar decisions strictly increase."""
+        low, high = 0, state.count
+        while low < high:
+            middle = (low + high) // 2
+            seq, decision = self._next_calendar(files, state, overlay, middle)
+            if decision is None or decision.instant >= target:
+                high = middle
+            else:
+                low = seq + 1
+        return self._next_calendar(files, state, overlay, low)[0]
+
+    def _lines_holding(
+        self, files: ScheduleFiles, needle: bytes, begin: int, end: int
+    ) -> Iterator[tuple[int, bytes]]:
+        """(offset, line) of each complete line of the log in `[begin, end)`
+        that holds `needle`, read sequentially in chunks."""
+        fd = self.disk.open(files.history)
+        try:
+            position, carry = begin, b""
+            while position < end:
+                chunk = fd.read_at(min(_READ_CHUNK, end - position), position)
+                if not chunk:
+                    break
+                data = carry + chunk
+                base = position - len(carry)
+                position += len(chunk)
+                cut = data.rfind(b"\n") + 1
+                carry = data[cut:]
+                hit = data.find(needle, 0, cut)
+                while hit >= 0:
+                    line_start = data.rfind(b"\n", 0, hit) + 1
+                    line_end = data.index(b"\n", hit) + 1
+                    yield base + line_start, data[line_start:line_end]
+                    hit = data.find(needle, line_end, cut)
+        finally:
+            fd.close()
 
     def _decisions_newest_first(
         self, files: ScheduleFiles, state: State, overlay: Mapping[int, Entry], since: datetime
