@@ -820,11 +820,7 @@ class SchedulesApi:
         live = self._service.live_view(schedule_id) if self._service is not None else None
         if live is not None:
             return live.pending
-        loaded = await self.runtime.load(schedule_id)
-        if loaded.record is None:
-            return ()
-        instants = [loaded.record.get("held"), *loaded.record.get("waiting", ())]
-        return tuple(sorted(parse_instant(text) for text in instants if text))
+        return _pending_in((await self.runtime.load(schedule_id)).record)
 
     async def _present(self, snapshot: Mapping[str, Any], now: datetime) -> dict[str, Any]:
         schedule_id = snapshot["schedule_id"]
@@ -841,7 +837,16 @@ class SchedulesApi:
             except InvalidDefinition:
                 upcoming = None
             next_instant = format_instant(upcoming) if upcoming is not None else None
-        pending = await self._pending_instants(schedule_id)
+        backfill: Backfill | None = None
+        if live is not None:
+            pending, backfill = live.pending, live.backfill
+        else:
+            # One read of the runtime record for both (a listing does this
+            # for every schedule on a server that does not lead).
+            loaded = await self.runtime.load(schedule_id)
+            pending = _pending_in(loaded.record)
+            if loaded.record is not None and loaded.record.get("backfill") is not None:
+                backfill = backfill_from_payload(loaded.record["backfill"])
         blocked = snapshot.get("blocked")
         if blocked is None and live is not None and live.blocked is not None:
             blocked = {"file": None, "record": None, "reason": live.blocked, "at": None}
@@ -872,16 +877,8 @@ class SchedulesApi:
             "blocked": blocked,
             "next_instant": next_instant,
             "held": format_instant(pending[0]) if pending else None,
-            "backfill": backfill_view(
-                live.backfill if live is not None else await self._stored_backfill(schedule_id)
-            ),
+            "backfill": backfill_view(backfill),
         }
-
-    async def _stored_backfill(self, schedule_id: str) -> Backfill | None:
-        loaded = await self.runtime.load(schedule_id)
-        if loaded.record is None or loaded.record.get("backfill") is None:
-            return None
-        return backfill_from_payload(loaded.record["backfill"])
 
     async def _oneshot_finished(
         self,
@@ -926,6 +923,14 @@ class SchedulesApi:
             recorded_status=recorded,
             open_instants=pending,
         )
+
+
+def _pending_in(record: Mapping[str, Any] | None) -> tuple[datetime, ...]:
+    """The held and waiting instants a runtime record holds, sorted."""
+    if record is None:
+        return ()
+    instants = [record.get("held"), *record.get("waiting", ())]
+    return tuple(sorted(parse_instant(text) for text in instants if text))
 
 
 def _instant_or_none(text: object) -> datetime | None:
