@@ -801,12 +801,11 @@ class HistoryStore:
         at `instant`, or None when there is none. A calendar decision is
         found by a binary search over the calendar decisions, which strictly
         increase (stepping over operators' rows): O(log n) reads. An
-        operator's row is searched from the newest back to the first row
-        recorded an hour before `instant`: a backfill's row is recorded after
-        its request, which is after the instant; a trigger's instant is its
-        request's time (moved on by microseconds), and the request may come
-        from a server whose clock runs ahead of the scheduler's. O(rows
-        since then). Each row read is checked
+        backfill's row by the search of `backfill_decided`. A trigger's row
+        from the newest back to the first row recorded an hour before
+        `instant`: a trigger's instant is its request's time (moved on by
+        microseconds), and the request may come from a server whose clock
+        runs ahead of the scheduler's. O(rows since then). Each row read is checked
         as a page checks it. Raises `NotFound`, `StoreDamaged` (also when the
         history stops at damage before `instant`), and `InvalidInput` for an
         instant that is not one."""
@@ -830,10 +829,14 @@ class HistoryStore:
         if opened is not None and state.open[opened].origin == origin:
             return entry_at(opened)
         if origin != "schedule":
-            since = target - _CLOCKS_AGREE_WITHIN
-            for seq, _, decision in self._decisions_newest_first(files, state, overlay, since):
-                if decision.origin == origin and decision.instant == target:
-                    return entry_at(seq)
+            # A trigger's instant is its request's time (moved on by
+            # microseconds); the request may come from a server whose clock
+            # runs ahead of the scheduler's.
+            since = target if origin == "backfill" else target - _CLOCKS_AGREE_WITHIN
+            first = self._first_calendar_at_or_after(files, state, overlay, since)
+            for seq, decision in self._operator_rows(files, state, overlay, origin, first):
+                if decision.instant == target:
+                    return entry_at(seq)  # an operator's instant is decided once
             return None
         seq = self._first_calendar_at_or_after(files, state, overlay, target)
         found, decision = self._next_calendar(files, state, overlay, seq)
@@ -868,29 +871,47 @@ class HistoryStore:
             if entry.status in RUN_STATUSES:
                 found.add(decision.instant)
             seq, decision = self._next_calendar(files, state, overlay, seq + 1)
+        for _, backfilled in self._operator_rows(files, state, overlay, "backfill", first):
+            if start <= backfilled.instant < end:
+                found.add(backfilled.instant)
+        return frozenset(found)
+
+    def _operator_rows(
+        self,
+        files: ScheduleFiles,
+        state: State,
+        overlay: Mapping[int, Entry],
+        origin: str,
+        first: int,
+    ) -> Iterator[tuple[int, Any]]:
+        """(seq, checked decision) of every row of `origin` ("trigger" or
+        "backfill") whose instant may be at or after calendar decision
+        `first`'s. Such a row was written after the newest calendar row
+        before `first`: a backfill's after its request, when the calendar had
+        decided past the instant it makes up for; a trigger's after the
+        calendar rows up to its request, which `decide` writes first. The log
+        from that row on is searched for the bytes of `origin`, and only the
+        lines that hold them are parsed."""
         begin = 0
         for previous in range(first - 1, -1, -1):
             (entry,) = self._page_entries(files, state, overlay, previous, previous + 1)
             if self._decision_row(files, entry, previous).origin is None:
                 begin = entry.decision_off
                 break
-        for offset, line in self._lines_holding(files, b"backfill", begin, state.size):
+        for offset, line in self._lines_holding(files, origin.encode(), begin, state.size):
             try:
                 row = json.loads(line)
             except ValueError:
-                continue  # damage is a page's to name; this line names no backfill
-            if not isinstance(row, dict) or row.get("origin") != "backfill" or "update" in row:
+                continue  # damage is a page's to name; this line names no operator
+            if not isinstance(row, dict) or row.get("origin") != origin or "update" in row:
                 continue
             row_seq = row.get("seq")
             if not is_int(row_seq):
                 continue
             try:
-                backfilled = check_decision(row, row_seq)
+                yield row_seq, check_decision(row, row_seq)
             except Bad as bad:
                 self._row_damaged(files, offset, row_seq, bad.reason)
-            if start <= backfilled.instant < end:
-                found.add(backfilled.instant)
-        return frozenset(found)
 
     def _next_calendar(
         self, files: ScheduleFiles, state: State, overlay: Mapping[int, Entry], seq: int
@@ -926,6 +947,8 @@ class HistoryStore:
     ) -> Iterator[tuple[int, bytes]]:
         """(offset, line) of each complete line of the log in `[begin, end)`
         that holds `needle`, read sequentially in chunks."""
+        if begin >= end:
+            return  # nothing to read (a history with no rows has no log yet)
         fd = self.disk.open(files.history)
         try:
             position, carry = begin, b""
@@ -946,23 +969,6 @@ class HistoryStore:
                     hit = data.find(needle, line_end, cut)
         finally:
             fd.close()
-
-    def _decisions_newest_first(
-        self, files: ScheduleFiles, state: State, overlay: Mapping[int, Entry], since: datetime
-    ) -> Iterator[tuple[int, Entry, Any]]:
-        """(seq, index entry, checked decision) from the newest occurrence
-        back, until one recorded before `since`."""
-        high = state.count
-        while high > 0:
-            low = max(0, high - _SCAN_CHUNK)
-            entries = self._page_entries(files, state, overlay, low, high)
-            for seq in range(high - 1, low - 1, -1):
-                entry = entries[seq - low]
-                decision = self._decision_row(files, entry, seq)
-                if parse_instant(decision.recorded_text) < since:
-                    return
-                yield seq, entry, decision
-            high = low
 
     def _decision_at(
         self, files: ScheduleFiles, state: State, overlay: Mapping[int, Entry], seq: int
