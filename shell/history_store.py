@@ -71,7 +71,7 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
@@ -136,10 +136,6 @@ _CLUSTER_GAP: Final = 64 << 10
 _SCAN_CHUNK: Final = 256
 # Bytes of the log read at once by a sequential search.
 _READ_CHUNK: Final = 4 << 20
-# How far the clocks of the servers of one store may disagree (a trigger
-# row may be recorded this much before the instant its request named).
-_CLOCKS_AGREE_WITHIN: Final = timedelta(hours=1)
-
 
 # --- public values -------------------------------------------------------------------
 
@@ -800,13 +796,10 @@ class HistoryStore:
         """The page entry (see `page`) of the occurrence of `origin` decided
         at `instant`, or None when there is none. A calendar decision is
         found by a binary search over the calendar decisions, which strictly
-        increase (stepping over operators' rows): O(log n) reads. An
-        backfill's row by the search of `backfill_decided`. A trigger's row
-        from the newest back to the first row recorded an hour before
-        `instant`: a trigger's instant is its request's time (moved on by
-        microseconds), and the request may come from a server whose clock
-        runs ahead of the scheduler's. O(rows since then). Each row read is checked
-        as a page checks it. Raises `NotFound`, `StoreDamaged` (also when the
+        increase (stepping over operators' rows): O(log n) reads. A
+        trigger's or a backfill's row by one sequential search of the log
+        for its origin (`_operator_rows`). Each row read is checked as a
+        page checks it. Raises `NotFound`, `StoreDamaged` (also when the
         history stops at damage before `instant`), and `InvalidInput` for an
         instant that is not one."""
         try:
@@ -829,12 +822,7 @@ class HistoryStore:
         if opened is not None and state.open[opened].origin == origin:
             return entry_at(opened)
         if origin != "schedule":
-            # A trigger's instant is its request's time (moved on by
-            # microseconds); the request may come from a server whose clock
-            # runs ahead of the scheduler's.
-            since = target if origin == "backfill" else target - _CLOCKS_AGREE_WITHIN
-            first = self._first_calendar_at_or_after(files, state, overlay, since)
-            for seq, decision in self._operator_rows(files, state, overlay, origin, first):
+            for seq, decision in self._operator_rows(files, state, origin):
                 if decision.instant == target:
                     return entry_at(seq)  # an operator's instant is decided once
             return None
@@ -853,12 +841,9 @@ class HistoryStore:
 
         The calendar rows of the range follow one another among the calendar
         rows: a binary search finds the first, and they are read up to `end`.
-        A backfill's row was written after its request, and so after the
-        newest calendar row older than `start` (the calendar had decided past
-        the instants the backfill made up for): the log from that row on is
-        searched for the bytes `backfill`, and only the lines holding them
-        are parsed. O(log n + the range's rows) row reads and one sequential
-        read of the log since the range's start (`bench/backfill.py`)."""
+        Backfill rows are found by `_operator_rows`. O(log n + the range's
+        rows) row reads and one sequential read of the log
+        (`bench/backfill.py`)."""
         files = self._files(schedule_id)
         state, overlay, problems = self._reading_state(files)
         if problems:
@@ -871,34 +856,21 @@ class HistoryStore:
             if entry.status in RUN_STATUSES:
                 found.add(decision.instant)
             seq, decision = self._next_calendar(files, state, overlay, seq + 1)
-        for _, backfilled in self._operator_rows(files, state, overlay, "backfill", first):
+        for _, backfilled in self._operator_rows(files, state, "backfill"):
             if start <= backfilled.instant < end:
                 found.add(backfilled.instant)
         return frozenset(found)
 
     def _operator_rows(
-        self,
-        files: ScheduleFiles,
-        state: State,
-        overlay: Mapping[int, Entry],
-        origin: str,
-        first: int,
+        self, files: ScheduleFiles, state: State, origin: str
     ) -> Iterator[tuple[int, Any]]:
         """(seq, checked decision) of every row of `origin` ("trigger" or
-        "backfill") whose instant may be at or after calendar decision
-        `first`'s. Such a row was written after the newest calendar row
-        before `first`: a backfill's after its request, when the calendar had
-        decided past the instant it makes up for; a trigger's after the
-        calendar rows up to its request, which `decide` writes first. The log
-        from that row on is searched for the bytes of `origin`, and only the
-        lines that hold them are parsed."""
-        begin = 0
-        for previous in range(first - 1, -1, -1):
-            (entry,) = self._page_entries(files, state, overlay, previous, previous + 1)
-            if self._decision_row(files, entry, previous).origin is None:
-                begin = entry.decision_off
-                break
-        for offset, line in self._lines_holding(files, origin.encode(), begin, state.size):
+        "backfill"), oldest first. Their instants follow no order of the log
+        that a search could narrow down safely (a held calendar instant may
+        be decided after a backfill of newer ones, a clock may step back), so
+        the whole log is searched for the bytes of `origin` and only the
+        lines that hold them are parsed: one sequential read."""
+        for offset, line in self._lines_holding(files, origin.encode(), 0, state.size):
             try:
                 row = json.loads(line)
             except ValueError:
