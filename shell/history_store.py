@@ -132,8 +132,6 @@ _encode_cursor: Final = encode_cursor
 
 # A page reads rows less than this far apart with one pread.
 _CLUSTER_GAP: Final = 64 << 10
-# Index entries read at once by a newest-first scan.
-_SCAN_CHUNK: Final = 256
 # Bytes of the log read at once by a sequential search.
 _READ_CHUNK: Final = 4 << 20
 
