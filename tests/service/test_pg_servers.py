@@ -330,3 +330,36 @@ def test_a_server_whose_process_is_gone_is_surely_dead_and_a_live_one_is_not() -
 def _start_of(pid: int) -> int:
     stat = Path(f"/proc/{pid}/stat").read_text()
     return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+async def test_a_trigger_and_a_backfill_made_on_a_standby_are_decided_by_the_leader(
+    pair: Pair,
+) -> None:
+    await pair.boot()
+    a, b = pair.a, pair.b
+    await _hourly(b, inputs={"when": {"$bind": "occurrence.instant"}})
+    await until(lambda: _known(a, "hourly"), "the leader knows the new schedule")
+    await pair.at(hour(10, 20))
+    # The standby has no live view: it writes the request and waits for the
+    # leader's row, read through the database.
+    answer = await b.schedules.trigger_schedule(schedule_id="hourly")
+    assert answer["instant"] == "2026-03-02T10:20:00Z"
+    assert answer["status"] in {"admitted", "running", "completed"} and answer["run_id"]
+    await until(_status_is(b, answer["run_id"], "completed"), "the triggered run ran on the leader")
+    # 09:00 came before the schedule existed: the backfill made on the
+    # standby is planned and admitted by the leader.
+    plan = await b.schedules.backfill_schedule(
+        schedule_id="hourly", start=hour(9).isoformat(), end=hour(9, 30).isoformat()
+    )
+    assert plan["backfill"]["planned"] == 1
+    await until(
+        lambda: _backfill_state(b, "done"), "the leader admitted the backfill's one instant"
+    )
+    rows = [(r["instant"][11:19], r["origin"]) for r in await b.occurrences("hourly")]
+    assert rows == [("10:00:00", "schedule"), ("10:20:00", "trigger"), ("09:00:00", "backfill")]
+    assert await a.occurrences("hourly") == await b.occurrences("hourly")
+
+
+async def _backfill_state(on: Harness, state: str) -> bool:
+    backfill = (await on.schedules.get_schedule(schedule_id="hourly"))["backfill"]
+    return backfill is not None and backfill["state"] == state
