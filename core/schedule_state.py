@@ -16,8 +16,9 @@ First rule that applies (a decision table, `tests/unit/test_schedule_state.py`):
    paused span (after the pause, up to the resume or now): a resume starts
    after the resume time, so the paused span is consumed and never replayed.
    Closed: no run of it is still active (admitted, running or interrupted,
-   which a resume payload may still continue) and it is not held or waiting
-   for a slot. A paused fired one-shot is `finished` too:
+   which a resume payload may still continue), it is not held or waiting
+   for a slot, and no occurrence an operator asked for (a trigger, rule P)
+   is still open. A paused fired one-shot is `finished` too:
    nothing more can ever happen to it, and resuming it changes nothing.
 4. `paused`.
 5. `active`: everything else, including a one-shot whose run is still going
@@ -57,9 +58,10 @@ def oneshot_finished(
     `watermark`: the schedule's watermark (None: not known). `recorded_status`:
     the latest status of the history row decided at `at` (None: no row, or
     not read). `open_instants`: the instants held, waiting for a slot, or with
-    a run still active, as far as the caller knows them.
+    a run still active, as far as the caller knows them: `at`'s, or a
+    trigger's, which keeps a fired one-shot open while it runs.
     """
-    if at in open_instants:
+    if open_instants:
         return False
     if recorded_status is not None:
         # A row that is not terminal is a run still going (the history may

@@ -61,6 +61,11 @@ ONESHOT: list[tuple[str, dict[str, Any], bool]] = [
     ("preflight rejected", {"recorded_status": "preflight-rejected"}, True),
     ("superseded by a pause", {"recorded_status": "superseded", "paused": True}, True),
     ("run still running (live)", {"open_instants": (AT,)}, False),
+    (
+        "completed, a trigger's run still running (live)",
+        {"recorded_status": "completed", "open_instants": (AFTER,)},
+        False,
+    ),
     ("run still running (history)", {"recorded_status": "running"}, False),
     ("run interrupted, may resume", {"recorded_status": "interrupted"}, False),
     ("admitted, run not started", {"recorded_status": "admitted"}, False),
