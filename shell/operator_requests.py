@@ -28,7 +28,6 @@ from core.operator_actions import (
     backfill_from_payload,
     backfill_to_payload,
     calendar_instants,
-    check_overlap_override,
     overlap_refusal,
     plan_backfill,
     range_problems,
@@ -41,7 +40,6 @@ __all__ = [
     "backfill_plan_view",
     "backfill_view",
     "checked_range",
-    "overlap_argument",
     "predicted_trigger_instant",
     "refuse_unless_live",
     "running_backfill",
@@ -167,11 +165,6 @@ def backfill_view(backfill: Backfill | None) -> dict[str, Any] | None:
     payload["remaining"] = len(remaining)
     payload["next"] = remaining[0] if remaining else None
     return payload
-
-
-def overlap_argument(value: object) -> str | None:
-    """The request's `overlap`, or InvalidInput naming it."""
-    return check_overlap_override(value)
 
 
 async def wait_for_trigger(

@@ -40,7 +40,7 @@ from core.errors import (
     SchedulingError,
 )
 from core.occurrences import TERMINAL_RUN_STATUSES
-from core.operator_actions import Backfill, backfill_from_payload
+from core.operator_actions import Backfill, backfill_from_payload, check_overlap_override
 from core.recovery_checks import claimed_origin
 from core.schedule_state import lifecycle_state, oneshot_finished
 from shell.clock import Clock, ReadClock, SystemClock
@@ -51,7 +51,6 @@ from shell.operator_requests import (
     backfill_plan_view,
     backfill_view,
     checked_range,
-    overlap_argument,
     predicted_trigger_instant,
     refuse_unless_live,
     running_backfill,
@@ -412,7 +411,7 @@ class SchedulesApi:
         Raises `InvalidInput` (overlap), `NotFound`, and `InvalidState` when
         the schedule cannot be triggered or its overlap policy refuses (then
         nothing is recorded)."""
-        check = overlap_argument(overlap)
+        check = check_overlap_override(overlap)
         async with self._write_lock:
             await self._check_owner()
             snapshot = await self.definitions.get(schedule_id)
@@ -472,7 +471,7 @@ class SchedulesApi:
         naming `start`, `end` (with the count beyond the bound) or `overlap`,
         `NotFound`, and `InvalidState` for a deleted or blocked schedule or
         one whose backfill is still running."""
-        check = overlap_argument(overlap)
+        check = check_overlap_override(overlap)
         async with self._write_lock:
             await self._check_owner()
             snapshot = await self.definitions.get(schedule_id)
