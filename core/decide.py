@@ -247,6 +247,9 @@ def next_wakeup(state: SchedulerState) -> datetime | None:
 
 
 _ONE_MICROSECOND: Final = timedelta(microseconds=1)
+# Queued after every candidate (rule Q: a backfill takes a slot only when no
+# scheduled instant waits for one); "" names no schedule.
+_AFTER_EVERY_INSTANT: Final = datetime.max.replace(tzinfo=UTC)
 # Rebuild an index once stale entries outnumber live ones by this much.
 _COMPACT_SLACK: Final = 64
 
@@ -510,12 +513,12 @@ class _Decider:
             self.ignore_report(event, draft, str(refused))
             return
         pending = {*draft.active, *draft.waiting, *((draft.held,) if draft.held else ())}
-        # rule A: a paused schedule's span up to the request is consumed (the
-        # resume moves the watermark past it), so the calendar never decides
-        # those instants: they are the backfill's to take.
-        decided_upto = max(draft.watermark, min(at, self.now)) if draft.paused else draft.watermark
         plan = plan_backfill(
-            instants, watermark=decided_upto, pending=pending, admitted=event.decided
+            instants,
+            watermark=draft.watermark,
+            pending=pending,
+            admitted=event.decided,
+            paused_until=min(at, self.now) if draft.paused else None,
         )
         # rule Q: the plan is fixed at the request; progress is durable in
         # the runtime record.
@@ -1014,25 +1017,16 @@ class _Decider:
                 continue
             instant = backfill.remaining[0]
             self.admit(draft, instant, "backfill")
-            draft.backfill = backfill.admitting(instant, self.now)
+            draft.backfill = backfill.admitting(self.now)
             if draft.backfill.state != "running":
                 self.backfilling.discard(schedule_id)
             self.decide_waiting_when_overlap_full(draft)  # rule H
             self.reindex(draft)
 
     def live_candidate_waits(self) -> bool:
-        """True when a scheduled instant still waits for a slot (it goes first)."""
-        while self.slot_queue:
-            top = self.slot_queue.peek()
-            assert top is not None
-            other = self.current(top[1])
-            if other is not None and other.queued == top[0] and _slot_candidate(other) == top[0]:
-                return True
-            if other is not None and other.queued == top[0]:
-                self.draft(top[1]).queued = None
-                self.queue_live -= 1
-            self.slot_queue.pop()
-        return False
+        """True when a scheduled instant still waits for a slot (it goes first):
+        a slot is free but not for an instant after every queued one."""
+        return not self.slot_free_for(_AFTER_EVERY_INSTANT, "")
 
     def slot_free_for(self, instant: datetime, schedule_id: str) -> bool:
         """True when `instant` may take a slot now: one is free and no live

@@ -105,8 +105,8 @@ class Backfill:
     left_to_calendar: int = 0
     ended_at: datetime | None = None
 
-    def admitting(self, instant: datetime, now: datetime) -> Backfill:
-        """This backfill after admitting `instant`, its oldest remaining one."""
+    def admitting(self, now: datetime) -> Backfill:
+        """This backfill after admitting its oldest remaining instant at `now`."""
         remaining = self.remaining[1:]
         return replace(
             self,
@@ -229,15 +229,20 @@ def plan_backfill(
     watermark: datetime,
     pending: Collection[datetime],
     admitted: Collection[datetime],
+    paused_until: datetime | None = None,
 ) -> BackfillPlan:
     """Which of the range's calendar `instants` a backfill admits (rule Q):
     not one the calendar has not decided yet (after `watermark`, or in
     `pending`: held, waiting or active), nor one in `admitted` (admitted
-    before, or decided by an earlier backfill)."""
+    before, or decided by an earlier backfill). `paused_until`: the schedule
+    is paused and the request made then; the paused span up to it is
+    consumed (rule A: the resume moves the watermark past it, so the
+    calendar never decides those instants) and is the backfill's to take."""
+    decided_upto = watermark if paused_until is None else max(watermark, paused_until)
     plan: list[datetime] = []
     already = left = 0
     for instant in instants:
-        if instant > watermark or instant in pending:
+        if instant > decided_upto or instant in pending:
             left += 1
         elif instant in admitted:
             already += 1

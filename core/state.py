@@ -214,8 +214,6 @@ class ScheduleView:
     blocked: str | None
     backfill: Backfill | None = None
     last_trigger: datetime | None = None
-    # Instant -> origin of each active run that an operator opened.
-    operator_runs: Mapping[datetime, Origin] = field(default_factory=dict)
 
 
 def initial_state(*, max_concurrent_runs: int) -> SchedulerState:
@@ -275,9 +273,6 @@ def schedule_view(state: SchedulerState, schedule_id: str) -> ScheduleView:
         blocked=sched.blocked,
         backfill=sched.backfill,
         last_trigger=sched.last_trigger,
-        operator_runs={
-            instant: run.origin for instant, run in sched.active.items() if run.origin != "schedule"
-        },
     )
 
 

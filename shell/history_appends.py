@@ -138,6 +138,31 @@ class DecisionAppend:
             request=request,
         )
 
+    @classmethod
+    def admitted(
+        cls,
+        *,
+        instant: Instant,
+        run_id: str,
+        snapshot: Mapping[str, Any],
+        recorded_at: Instant,
+        origin: str | None = None,
+        request: int | None = None,
+    ) -> DecisionAppend:
+        """The `admitted` row of an admission, at its snapshot's revision
+        (`stage_admitted`'s general path on every backend)."""
+        revision = snapshot.get("revision") if isinstance(snapshot, Mapping) else None
+        return cls.of(
+            instant=instant,
+            status="admitted",
+            recorded_at=recorded_at,
+            run_id=run_id,
+            revision=revision if is_int(revision) else None,
+            snapshot=snapshot,
+            origin=origin,
+            request=request,
+        )
+
     def build(self, state: State) -> dict[str, Any]:
         """The decision row, at the next seq of `state`."""
         row: dict[str, Any] = {

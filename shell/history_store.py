@@ -535,19 +535,15 @@ class HistoryStore:
         general path: they are few.
         """
         if origin is not None:
-            revision = snapshot.get("revision") if isinstance(snapshot, Mapping) else None
-            return self.append_decision(
-                schedule_id,
+            append = DecisionAppend.admitted(
                 instant=instant,
-                status="admitted",
-                recorded_at=recorded_at,
                 run_id=run_id,
-                revision=revision if is_int(revision) else None,
                 snapshot=snapshot,
+                recorded_at=recorded_at,
                 origin=origin,
                 request=request,
-                batch=batch,
             )
+            return self._stage(self._owned(schedule_id), batch, append.build, append.enter)
         problems: list[Problem] = []
 
         def aware(value: datetime, name: str) -> str:

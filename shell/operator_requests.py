@@ -42,7 +42,7 @@ __all__ = [
     "checked_range",
     "predicted_trigger_instant",
     "refuse_unless_live",
-    "running_backfill",
+    "stored_backfill",
     "trigger_refusal",
     "wait_for_trigger",
 ]
@@ -117,12 +117,11 @@ def checked_range(
     return first, last, instants
 
 
-def running_backfill(record: Mapping[str, Any] | None) -> Backfill | None:
-    """The running backfill a runtime record holds, if any."""
+def stored_backfill(record: Mapping[str, Any] | None) -> Backfill | None:
+    """The backfill a runtime record holds (running or ended), if any."""
     if record is None or record.get("backfill") is None:
         return None
-    backfill = backfill_from_payload(record["backfill"])
-    return backfill if backfill.state == "running" else None
+    return backfill_from_payload(record["backfill"])
 
 
 def backfill_plan_view(
@@ -135,11 +134,18 @@ def backfill_plan_view(
     watermark: datetime,
     pending: tuple[datetime, ...],
     decided: frozenset[datetime],
+    paused_until: datetime | None,
 ) -> dict[str, Any]:
     """What a backfill request answers: its plan as the stores show it now
     (the scheduler plans again when it applies the request, from the same
     rule, and that plan is the one `get_schedule` then shows)."""
-    plan = plan_backfill(instants, watermark=watermark, pending=pending, admitted=decided)
+    plan = plan_backfill(
+        instants,
+        watermark=watermark,
+        pending=pending,
+        admitted=decided,
+        paused_until=paused_until,
+    )
     return {
         "start": format_instant(start),
         "end": format_instant(end),

@@ -33,7 +33,7 @@ from datetime import datetime
 from typing import Any
 
 from core.definitions import parse_definition
-from core.errors import InvalidDefinition, NotFound, SchedulingError
+from core.errors import InvalidDefinition, InvalidInput, NotFound, SchedulingError
 from core.events import (
     BackfillCancelled,
     BackfillRequested,
@@ -50,7 +50,7 @@ from core.events import (
     ScheduleUpdated,
 )
 from core.lifecycle import OPERATOR_KINDS, LifecycleRefusal, apply_record
-from core.operator_actions import OVERLAP_OVERRIDES, Backfill, backfill_from_payload
+from core.operator_actions import Backfill, backfill_from_payload, check_overlap_override
 from core.recovery_checks import (
     OpenAdmission,
     RunClaim,
@@ -131,9 +131,10 @@ def _operator_event(schedule_id: str, kind: str, at: datetime, action: Any, seq:
     `decided` instants are read by `with_history` when it is delivered."""
     if not isinstance(action, Mapping):
         raise ValueError(f"a {kind} record needs an action object")
-    overlap = action.get("overlap")
-    if overlap is not None and overlap not in OVERLAP_OVERRIDES:
-        raise ValueError(f'action.overlap must be "allow" or null, got {overlap!r}')
+    try:
+        overlap = check_overlap_override(action.get("overlap"), "action.overlap")
+    except InvalidInput as bad:
+        raise ValueError(str(bad)) from None
     if kind == "triggered":
         return ScheduleTriggered(schedule_id=schedule_id, at=at, overlap=overlap, request=seq)
     if kind == "backfill":

@@ -40,7 +40,7 @@ from core.errors import (
     SchedulingError,
 )
 from core.occurrences import TERMINAL_RUN_STATUSES
-from core.operator_actions import Backfill, backfill_from_payload, check_overlap_override
+from core.operator_actions import Backfill, check_overlap_override
 from core.recovery_checks import claimed_origin
 from core.schedule_state import lifecycle_state, oneshot_finished
 from shell.clock import Clock, ReadClock, SystemClock
@@ -53,7 +53,7 @@ from shell.operator_requests import (
     checked_range,
     predicted_trigger_instant,
     refuse_unless_live,
-    running_backfill,
+    stored_backfill,
     trigger_refusal,
     wait_for_trigger,
 )
@@ -480,7 +480,7 @@ class SchedulesApi:
             first, last, instants = checked_range(definition, start, end, now)
             live = self._service.live_view(schedule_id) if self._service is not None else None
             loaded = await self.runtime.load(schedule_id)
-            running = live.backfill if live is not None else running_backfill(loaded.record)
+            running = live.backfill if live is not None else stored_backfill(loaded.record)
             if running is not None and running.state == "running":
                 raise InvalidState(
                     f"schedule {schedule_id!r} has a backfill running"
@@ -497,9 +497,6 @@ class SchedulesApi:
                     else parse_instant(snapshot["created_at"])
                 )
                 pending = await self._pending_instants(schedule_id)
-            if snapshot["paused"]:
-                # The paused span up to now is consumed: backfilled (rule Q).
-                watermark = max(watermark, now)
             decided = await self.history.backfill_decided(schedule_id, first, last)
             plan = backfill_plan_view(
                 start=first,
@@ -510,6 +507,7 @@ class SchedulesApi:
                 watermark=watermark,
                 pending=pending,
                 decided=decided,
+                paused_until=now if snapshot["paused"] else None,
             )
             action = {"start": plan["start"], "end": plan["end"], "overlap": check}
             async with self._telling(schedule_id):
@@ -532,7 +530,7 @@ class SchedulesApi:
                 )
             live = self._service.live_view(schedule_id) if self._service is not None else None
             loaded = await self.runtime.load(schedule_id)
-            running = live.backfill if live is not None else running_backfill(loaded.record)
+            running = live.backfill if live is not None else stored_backfill(loaded.record)
             if running is None or running.state != "running":
                 raise InvalidState(
                     f"schedule {schedule_id!r} has no backfill running",
@@ -844,8 +842,7 @@ class SchedulesApi:
             # for every schedule on a server that does not lead).
             loaded = await self.runtime.load(schedule_id)
             pending = _pending_in(loaded.record)
-            if loaded.record is not None and loaded.record.get("backfill") is not None:
-                backfill = backfill_from_payload(loaded.record["backfill"])
+            backfill = stored_backfill(loaded.record)
         blocked = snapshot.get("blocked")
         if blocked is None and live is not None and live.blocked is not None:
             blocked = {"file": None, "record": None, "reason": live.blocked, "at": None}

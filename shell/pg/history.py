@@ -390,6 +390,9 @@ class PgHistory:
             origin=origin,
             request=request,
         )
+        return self._stage_decision(schedule_id, batch, append)
+
+    def _stage_decision(self, schedule_id: str, batch: Any, append: DecisionAppend) -> int:
         pg_batch: PgBatch = batch
         owned = self._get(schedule_id)
         shadow = self._shadow(owned, pg_batch, schedule_id)
@@ -431,19 +434,15 @@ class PgHistory:
     ) -> int:
         """`append_decision` of an `admitted` row (the file store's fast path
         writes the same row)."""
-        revision = snapshot.get("revision") if isinstance(snapshot, Mapping) else None
-        return self.append_decision(
-            schedule_id,
+        append = DecisionAppend.admitted(
             instant=instant,
-            status="admitted",
-            recorded_at=recorded_at,
-            batch=batch,
             run_id=run_id,
-            revision=revision if is_int(revision) else None,
             snapshot=snapshot,
+            recorded_at=recorded_at,
             origin=origin,
             request=request,
         )
+        return self._stage_decision(schedule_id, batch, append)
 
     def append_transition(
         self,
