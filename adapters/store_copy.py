@@ -41,9 +41,10 @@ from psycopg.types.json import Jsonb
 
 from adapters.host.artifacts import ArtifactStore
 from adapters.host.deployments import DeploymentStore
-from adapters.host.file_persistence import FileArtifacts, FileDeployments, FileRunCounter, FileRuns
+from adapters.host.file_persistence import FileArtifacts, FileDeployments, FileRunCounter
 from adapters.host.identifiers import parse_run_id
 from adapters.host.records import schedule_id_of
+from adapters.host.run_log import FileRunLog
 from adapters.host.runs import RunStore
 from core.errors import InvalidState, SchedulingError, StoreUnavailable
 from shell.definition_store import DefinitionStore
@@ -119,12 +120,14 @@ async def _read_source(root: Path) -> _Source:
     source = _Source()
     artifacts = ArtifactStore(FileArtifacts(root))
     deployments = DeploymentStore(FileDeployments(root))
-    runs = RunStore(FileRuns(root))
+    runs = RunStore(FileRunLog(root))
     findings = [
         *await artifacts.load(),
         *await deployments.load(),
         *await runs.load(_utc_now_text, recover=False),
     ]
+    # The unfinished last write of a run log is no damage: nothing relied on it.
+    findings = [f for f in findings if f.get("finding") != "torn-tail"]
     if findings:
         listed = "; ".join(f"{f.get('file')}: {f.get('reason')}" for f in findings[:5])
         more = f" (and {len(findings) - 5} more)" if len(findings) > 5 else ""

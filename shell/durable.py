@@ -57,6 +57,7 @@ import logging
 import os
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Final, Literal, Protocol, TypeAlias
 
 from core.errors import StoreFenced
@@ -102,6 +103,11 @@ class Journal(Protocol):
     @property
     def disk(self) -> Disk:
         """The disk of the journal, which is the disk of the batch's files."""
+        ...
+
+    @property
+    def store_root(self) -> Path:
+        """The store whose files the journal's records write."""
         ...
 
     def write(self, entries: Sequence[JournalEntry]) -> None:
@@ -563,6 +569,17 @@ class GroupCommit:
     def state(self) -> str:
         """ "open", "committed", "aborted" or "crashed" (a SimulatedCrash)."""
         return self._state
+
+    @property
+    def disk(self) -> Disk:
+        """The disk the batch's files live on."""
+        return self._disk
+
+    @property
+    def journal_root(self) -> str | None:
+        """The store root of the batch's journal; None for a batch without one
+        (its writes are flushed file by file)."""
+        return None if self._journal is None else str(self._journal.store_root)
 
     def __len__(self) -> int:
         return len(self._appends) + len(self._late_appends) + len(self._replaces)

@@ -357,11 +357,12 @@ class FileBackend:
         return files.relative(cast(str, getattr(files, part)))
 
     def run_location(self, run_id: str) -> str:
-        # The host keeps one record per run under <store_root>/runs (docs/host.md).
-        return f"runs/{run_id}.json"
+        # The host appends run records to the segments of <store_root>/run-log
+        # (docs/host.md); stores written before kept runs/<run_id>.json.
+        return f"run-log ({run_id})"
 
     def is_run_location(self, location: str) -> bool:
-        return location.startswith("runs/")
+        return location.startswith(("run-log", "runs/"))
 
     async def open_owned(self) -> None:
         if self.journal is not None:

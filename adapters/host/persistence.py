@@ -72,7 +72,9 @@ class Stored(Generic[K]):
     says why). `document` is the JSON read, unless `error` says why it could
     not be read. `columns` are the values a table keeps beside the document
     (PostgreSQL's `wf_runs.status` and `schedule_id`), for the store to check
-    against it; None where there are none.
+    against it; None where there are none. `finding` names what a location
+    holding no record is: "unreadable" (damage), or "torn-tail" (the
+    unfinished last write of a log, which nothing relied on).
     """
 
     location: str
@@ -80,6 +82,7 @@ class Stored(Generic[K]):
     document: Any = None
     error: str | None = None
     columns: dict[str, Any] | None = field(default=None)
+    finding: str = "unreadable"
 
 
 class ArtifactPersistence(Protocol):

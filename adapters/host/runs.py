@@ -130,7 +130,7 @@ class RunStore:
                     {
                         "run_id": None,
                         "file": stored.location,
-                        "finding": "unreadable",
+                        "finding": stored.finding,
                         "reason": stored.error,
                     }
                 )

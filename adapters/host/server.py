@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from core.errors import SchedulerUnavailable
 from shell.clock import ReadClock
+from shell.disk import OS_DISK, Disk
 from shell.journal import replay_journal
 from shell.lock import SchedulerLock
 from shell.store_health import StoreHealth
@@ -29,8 +30,9 @@ from .api import WorkflowApi
 from .artifacts import ArtifactStore
 from .counter import RunIdCounter
 from .deployments import DeploymentStore
-from .file_persistence import FileArtifacts, FileDeployments, FileRunCounter, FileRuns
+from .file_persistence import FileArtifacts, FileDeployments, FileRunCounter
 from .persistence import complete
+from .run_log import FileRunLog
 from .runs import RunStore
 from .storage import ensure_dir
 
@@ -161,7 +163,7 @@ def _server(
     return server
 
 
-def _refuse_if_owned(store_root: Path) -> None:
+def _refuse_if_owned(store_root: Path, disk: Disk) -> None:
     """Raise SchedulerUnavailable (naming the holder) when a scheduler in
     another process owns the store: the recovery below would declare that
     process's executing runs abandoned while they still execute.
@@ -176,7 +178,7 @@ def _refuse_if_owned(store_root: Path) -> None:
         return
     probe.acquire()
     try:
-        replay_journal(store_root)
+        replay_journal(store_root, disk=disk)
     finally:
         probe.release()
 
@@ -199,6 +201,7 @@ def build_local_static_workflow_server(
     *,
     schedules_factory: SchedulesFactory | None = None,
     clock: Callable[[], datetime] | None = None,
+    disk: Disk = OS_DISK,
 ) -> LocalStaticWorkflowServer:
     """Open (creating if needed) the store at `root`, recover it, and return the server.
 
@@ -211,17 +214,19 @@ def build_local_static_workflow_server(
     With `schedules=True`, `server.api.schedules` is `schedules_factory(server)`,
     or `shell.schedules_api.build_schedules_api(server)` when no factory is
     given (SchedulerUnavailable if that module is missing). `clock` (aware
-    datetimes) stamps records; it defaults to the system clock.
+    datetimes) stamps records; it defaults to the system clock. `disk` holds
+    the run log and the commit journal (the scheduler's stores must be built
+    on the same one; tests simulate it).
     """
     store_root = Path(root)
-    _refuse_if_owned(store_root)
+    _refuse_if_owned(store_root, disk)
     ensure_dir(store_root)
     read_clock = clock or _utc_now
     now = _timestamp(read_clock)
     stores = _Stores(
         artifacts=ArtifactStore(FileArtifacts(store_root)),
         deployments=DeploymentStore(FileDeployments(store_root)),
-        runs=RunStore(FileRuns(store_root)),
+        runs=RunStore(FileRunLog(store_root, disk=disk)),
         counter=RunIdCounter(FileRunCounter(store_root / "counters" / "run_id")),
     )
     # The file stores never suspend: their load runs to completion here.

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import json
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -23,8 +22,10 @@ from psycopg.types.json import Jsonb
 from adapters import build_local_static_workflow_server
 from adapters.host import LocalStaticWorkflowServer, build_postgres_workflow_server
 from adapters.host.identifiers import parse_run_id
+from adapters.host.run_log import LOG_DIR
 from core.errors import StoreUnavailable
 from shell.pg.database import Database
+from tests import run_log_files
 from tests.pgdeath import die_on_the_database
 
 from .samples import APPROVAL_PLAN, GREETING_PLAN, chain_plan, sleep_plan
@@ -147,14 +148,13 @@ class HostStore:
     def location(self, run_id: str) -> str:
         """How findings and errors name the run's record."""
         if self.kind == "files":
-            return str(self.root / "runs" / f"{run_id}.json")
+            return f"{self.root / LOG_DIR} ({run_id})"
         return f"table wf_runs, run_id {run_id!r}"
 
     def record(self, run_id: str) -> Any:
         """The stored record of the run, as JSON (None: there is none)."""
         if self.kind == "files":
-            path = self.root / "runs" / f"{run_id}.json"
-            return json.loads(path.read_text()) if path.exists() else None
+            return run_log_files.read_record(self.root, run_id)
         with self.connect() as conn:
             row = conn.execute(
                 "SELECT record FROM wf_runs WHERE run_number = %s", (parse_run_id(run_id),)
@@ -165,7 +165,7 @@ class HostStore:
         """Replace the stored record of the run with `document` (a row keeps
         its columns in step with it, as far as the document says)."""
         if self.kind == "files":
-            (self.root / "runs" / f"{run_id}.json").write_text(json.dumps(document))
+            run_log_files.append_document(self.root, run_id, document)
             return
         status = document.get("status") if isinstance(document, dict) else None
         origin = document.get("origin") if isinstance(document, dict) else None

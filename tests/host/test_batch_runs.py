@@ -6,13 +6,10 @@ PostgreSQL (the `host` fixture); spare files and failing flushes on files
 from __future__ import annotations
 
 import asyncio
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-import adapters.host.storage as storage
 from adapters.host import LocalStaticWorkflowServer
 from adapters.host.schemas import validate_instance
 from core.errors import AlreadyExists, InvalidInput, InvalidState, NotFound
@@ -204,10 +201,10 @@ async def test_a_failed_flush_fails_every_writer_of_the_batch(
         for run_id in ids
     ]
 
-    def full(items: Any, **kwargs: Any) -> None:
+    def full(*args: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr("adapters.host.file_persistence.atomic_write_many", full)
+    monkeypatch.setattr("adapters.host.run_log._pwrite_all", full)
     results = await asyncio.gather(*(store.commit(r) for r in records), return_exceptions=True)
     assert all(isinstance(r, OSError) for r in results)
     assert all(store.get(run_id).updated_at != "2026-03-02T10:00:00Z" for run_id in ids)
@@ -228,14 +225,6 @@ async def test_a_crash_before_any_record_of_a_batch_leaves_none_written(
         set_fault_injector(previous)
     assert all(host.record(run_id) is None for run_id in ids)
     assert crash.seen.count("after:run:admitted") == 0
-
-
-async def test_atomic_write_many_leaves_no_temporaries(tmp_path: Path) -> None:
-    targets = [tmp_path / "d" / f"r{i}.json" for i in range(12)]
-    storage.atomic_write_many([(path, f'{{"n": {i}}}\n') for i, path in enumerate(targets)])
-    assert [json.loads(p.read_text())["n"] for p in targets] == list(range(12))
-    storage.atomic_write_many([(targets[0], "{}\n")])
-    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == sorted(p.name for p in targets)
 
 
 async def test_preflight_hands_out_a_copy(host: HostStore) -> None:
@@ -269,81 +258,3 @@ async def test_a_sleeping_run_can_still_be_cancelled_after_a_batch_launch(
     assert sorted(await server.api.cancel_executing()) == ids
     for run_id in ids:
         assert _stored(host, run_id)["status"] == "running"  # its mark stays
-
-
-def _spares_in(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir() if storage.SparePool.is_spare(p.name))
-
-
-def test_a_replace_recycles_the_old_file_once_the_swap_is_durable(tmp_path: Path) -> None:
-    pool = storage.SparePool(tmp_path)
-    target = tmp_path / "r.json"
-    storage.atomic_write_text(target, "one\n", spares=pool)
-    assert target.read_text() == "one\n" and len(pool) == 0  # a first write consumes its spare
-    storage.atomic_write_text(target, "two\n", spares=pool)
-    assert target.read_text() == "two\n"
-    if not storage._exchange_works:
-        pytest.skip("this filesystem cannot swap names atomically")
-    [spare] = _spares_in(tmp_path)
-    assert (tmp_path / spare).read_text() == "one\n" and len(pool) == 1
-    inode = (tmp_path / spare).stat().st_ino
-    storage.atomic_write_text(target, "three\n", spares=pool)
-    # The old file of "one" now holds "three": no file was created for it.
-    assert target.read_text() == "three\n" and target.stat().st_ino == inode
-    assert [(tmp_path / s).read_text() for s in _spares_in(tmp_path)] == ["two\n"]
-
-
-def test_a_spare_is_not_reused_before_its_swap_is_durable(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    pool = storage.SparePool(tmp_path)
-    target = tmp_path / "r.json"
-    storage.atomic_write_text(target, "one\n", spares=pool)
-
-    def failing_fsync_dir(path: Path) -> None:
-        raise OSError(5, "Input/output error")
-
-    monkeypatch.setattr(storage, "fsync_dir", failing_fsync_dir)
-    with pytest.raises(OSError):
-        storage.atomic_write_text(target, "two\n", spares=pool)
-    assert len(pool) == 0
-
-
-def test_without_swaps_spares_are_renamed_like_temporaries(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(storage, "_exchange_works", False)
-    pool = storage.SparePool(tmp_path)
-    targets = [tmp_path / f"r{i}.json" for i in range(3)]
-    for round_ in range(2):
-        storage.atomic_write_many([(t, f"{round_}\n") for t in targets], spares=pool)
-    assert [t.read_text() for t in targets] == ["1\n"] * 3
-    assert _spares_in(tmp_path) == [] and len(pool) == 0
-
-
-async def test_the_run_store_adopts_the_spares_it_finds_at_start(build: Builder) -> None:
-    server = build()
-    await deploy(server, GREETING_PLAN)
-    ids = await server.api.reserve_run_ids(3)
-    await server.api.admit_runs([_request(run_id, i) for i, run_id in enumerate(ids)])
-    await server.api.launch_runs(ids)
-    assert await server.api.drain(5) == []
-    runs = server.store_root / "runs"
-    left = _spares_in(runs)
-    for extra in range(3):
-        (runs / f"{storage.SPARE_PREFIX}left{extra}{storage.TEMP_SUFFIX}").write_text("old\n")
-    again = build()
-    assert again.recovery_report == []  # spares are not run records
-    assert len(again.api._runs._persistence.spares) == len(left) + 3
-    assert {(await again.api.inspect_run(run_id))["status"] for run_id in ids} == {"completed"}
-
-
-def test_spares_beyond_the_pool_size_are_removed(tmp_path: Path) -> None:
-    pool = storage.SparePool(tmp_path, keep=1)
-    for name in ("a", "b"):
-        path = tmp_path / f"{storage.SPARE_PREFIX}{name}{storage.TEMP_SUFFIX}"
-        path.write_text("old\n")
-        pool.adopt(path)
-    assert len(pool) == 1 and len(_spares_in(tmp_path)) == 1
-    pool.give(pool.fresh())
-    assert len(pool) == 1 and len(_spares_in(tmp_path)) == 1

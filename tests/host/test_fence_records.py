@@ -12,7 +12,8 @@ import pytest
 
 from adapters.host import LocalStaticWorkflowServer
 from adapters.host.counter import RunIdCounter
-from adapters.host.file_persistence import FileRunCounter, FileRuns
+from adapters.host.file_persistence import FileRunCounter
+from adapters.host.run_log import FileRunLog
 from adapters.host.runs import RunStore
 from core.errors import StoreFenced
 from shell.lock import SchedulerLock
@@ -48,7 +49,7 @@ async def test_record_counter_artifact_and_deployment_writes_are_refused(
     (tmp_path / "scheduler.lock").unlink()
     before = tree_snapshot(tmp_path)
 
-    runs = RunStore(FileRuns(tmp_path))
+    runs = RunStore(FileRunLog(tmp_path))
     await runs.load(lambda: "2026-03-02T09:00:00Z")
     record = runs.get(admitted)
     counter = RunIdCounter(FileRunCounter(tmp_path / "counters" / "run_id"))

@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from adapters.host import LocalStaticWorkflowServer
+from adapters.host.run_log import LOG_DIR
 from core.errors import InvalidInput, InvalidState
+from tests import run_log_files
 
 from .conftest import APPROVAL_PLAN, GREETING_PLAN, Builder, HostStore, deploy, sleep_plan
 
@@ -186,13 +188,13 @@ async def test_a_file_that_is_no_json_is_reported_not_dropped(
     build: Builder, tmp_path: Path, content: str | bytes, fragment: str
 ) -> None:
     await _three_admitted(build())
-    path = tmp_path / "runs" / "run-000003.json"
     raw = content if isinstance(content, bytes) else content.encode()
-    path.write_bytes(raw)
+    run_log_files.append_payload(tmp_path, "run-000003", raw)
+    before = run_log_files.last_frame(tmp_path, "run-000003")
 
     second = build()  # does not raise
-    assert path.read_bytes() == raw
-    await _check_unreadable_third(second, str(path), fragment)
+    assert run_log_files.last_frame(tmp_path, "run-000003") == before  # left in place
+    await _check_unreadable_third(second, f"{tmp_path / LOG_DIR} (run-000003)", fragment)
 
 
 @pytest.mark.parametrize(
@@ -231,17 +233,25 @@ async def test_record_of_another_run_and_stray_files(build: Builder, tmp_path: P
     first = build()
     await deploy(first, GREETING_PLAN, "hello.default")
     await first.api.run_deployment("hello.default", {"name": "x"})
+    record = run_log_files.read_record(tmp_path, "run-000001")
+    run_log_files.append_document(tmp_path, "run-000007", record)
+    (tmp_path / LOG_DIR / "notes.txt").write_text("hello")
+    # An older store's directory of run files is still read.
     runs = tmp_path / "runs"
-    (runs / "run-000007.json").write_bytes((runs / "run-000001.json").read_bytes())
+    runs.mkdir()
+    (runs / "run-000008.json").write_text(json.dumps({**record, "run_id": "run-000009"}))
     (runs / "notes.txt").write_text("hello")
     (runs / ".run-000001.json.x1y2.tmp").write_text("{torn")  # a crashed write: ignored
     second = build()
     assert [(f["run_id"], Path(f["file"]).name, f["finding"]) for f in second.recovery_report] == [
         (None, "notes.txt", "unreadable"),
-        ("run-000007", "run-000007.json", "unreadable"),
+        (None, "notes.txt", "unreadable"),
+        ("run-000008", "run-000008.json", "unreadable"),
+        ("run-000007", "run-log (run-000007)", "unreadable"),
         (None, "run_id", "counter-repaired"),
     ]
-    assert "record names run 'run-000001'" in second.recovery_report[1]["reason"]
+    assert "record names run 'run-000009'" in second.recovery_report[2]["reason"]
+    assert "record names run 'run-000001'" in second.recovery_report[3]["reason"]
     assert (await second.api.inspect_run("run-000001"))["status"] == "completed"
 
 

@@ -27,6 +27,7 @@ from typing import Any
 from shell import ManualClock
 from shell.file_backend import FileOwnership
 from shell.store_format import ScheduleFiles
+from tests import run_log_files
 from tests.service.conftest import CONSTANT_PLAN, GATE_PLAN, Harness
 
 __all__ = [
@@ -39,7 +40,7 @@ __all__ = [
     "build_scenario",
     "lines_of",
     "minute",
-    "run_files",
+    "run_records",
     "victim_run",
 ]
 
@@ -93,16 +94,16 @@ async def build_scenario(root: Path) -> None:
 
 def victim_run(root: Path) -> str:
     """The id of the victim's interrupted 09:31 run."""
-    for path in sorted((root / "runs").glob("run-*.json")):
-        record = json.loads(path.read_text(encoding="utf-8"))
+    for run_id, record in sorted(run_log_files.records(root).items()):
         origin = record.get("origin") or {}
         if origin.get("schedule_id") == VICTIM:
-            return str(record["run_id"])
+            return run_id
     raise AssertionError("the scenario has no victim run")
 
 
-def run_files(root: Path) -> list[Path]:
-    return sorted((root / "runs").glob("run-*.json"))
+def run_records(root: Path) -> dict[str, Any]:
+    """Every run's record (its last intact frame in the run log), by run id."""
+    return run_log_files.records(root)
 
 
 def lines_of(path: str | Path) -> list[bytes]:
@@ -346,44 +347,41 @@ def index_contradictory(root: Path) -> None:
 # --- run records -----------------------------------------------------------------------
 
 
-def _victim_run_path(root: Path) -> Path:
-    return root / "runs" / f"{victim_run(root)}.json"
+def _victim_record(root: Path) -> dict[str, Any]:
+    return dict(run_records(root)[victim_run(root)])
 
 
 def run_truncated(root: Path) -> None:
-    path = _victim_run_path(root)
-    os.truncate(path, os.path.getsize(path) // 2)
+    run_log_files.truncate_last_frame(root, victim_run(root))
 
 
 def run_garbage(root: Path) -> None:
-    _victim_run_path(root).write_bytes(b"\x00garbage\xff")
+    run_log_files.damage_last_frame(root, victim_run(root), at=3)
 
 
 def _next_run_number(root: Path) -> int:
-    return max(int(p.stem.split("-")[1]) for p in run_files(root)) + 1
+    return max(int(run_id.split("-")[1]) for run_id in run_records(root)) + 1
 
 
 def _write_run(root: Path, record: dict[str, Any]) -> None:
     counter = root / "counters" / "run_id"
     number = int(record["run_id"].split("-")[1])
     last = json.loads(counter.read_text(encoding="utf-8"))["last_issued"]
-    (root / "runs" / f"{record['run_id']}.json").write_text(
-        json.dumps(record, sort_keys=True, indent=1) + "\n", encoding="utf-8"
-    )
+    run_log_files.append_document(root, record["run_id"], record)
     if number > last:
         counter.write_text(json.dumps({"last_issued": number}) + "\n", encoding="utf-8")
 
 
 def run_duplicated(root: Path) -> None:
     """A second run record claiming the victim's 09:31 occurrence."""
-    record = json.loads(_victim_run_path(root).read_text(encoding="utf-8"))
+    record = _victim_record(root)
     record["run_id"] = f"run-{_next_run_number(root):06d}"
     _write_run(root, record)
 
 
 def run_claims_a_skipped_instant(root: Path) -> None:
     """An interrupted run claiming 09:32, which the victim skipped."""
-    record = json.loads(_victim_run_path(root).read_text(encoding="utf-8"))
+    record = _victim_record(root)
     record["run_id"] = f"run-{_next_run_number(root):06d}"
     record["origin"] = dict(record["origin"], instant="2026-03-02T09:32:00Z")
     _write_run(root, record)
@@ -391,13 +389,12 @@ def run_claims_a_skipped_instant(root: Path) -> None:
 
 def run_claims_a_future_instant(root: Path) -> None:
     """A completed run claiming 09:40, which the victim never decided at all."""
-    record = json.loads(_victim_run_path(root).read_text(encoding="utf-8"))
+    record = _victim_record(root)
     number = _next_run_number(root)
     bystander = next(
-        json.loads(p.read_text(encoding="utf-8"))
-        for p in run_files(root)
-        if (json.loads(p.read_text(encoding="utf-8")).get("origin") or {}).get("schedule_id")
-        == BYSTANDER
+        r
+        for r in run_records(root).values()
+        if (r.get("origin") or {}).get("schedule_id") == BYSTANDER
     )
     done = dict(bystander)
     done["run_id"] = f"run-{number:06d}"
@@ -407,15 +404,14 @@ def run_claims_a_future_instant(root: Path) -> None:
 
 def run_contradictory(root: Path) -> None:
     """The occurrence's run names another instant in its origin."""
-    path = _victim_run_path(root)
-    record = json.loads(path.read_text(encoding="utf-8"))
-    record["origin"]["instant"] = "2026-03-02T09:29:00Z"
-    path.write_text(json.dumps(record, sort_keys=True, indent=1) + "\n", encoding="utf-8")
+    record = _victim_record(root)
+    record["origin"] = dict(record["origin"], instant="2026-03-02T09:29:00Z")
+    run_log_files.append_document(root, record["run_id"], record)
 
 
 def run_missing(root: Path) -> None:
     """The interrupted run's record is gone (history saw it run)."""
-    _victim_run_path(root).unlink()
+    run_log_files.remove_run(root, victim_run(root))
 
 
 # --- the run-id counter (host data: repaired, never reused) ----------------------------

@@ -89,7 +89,7 @@ async def test_crash_at_point_then_recover(store_root: Path, crash_point: CrashP
         _cut_losses[cut] += 1
 
     # What the dead process left on disk decides what recovery must do.
-    before = disk_runs(root)
+    before = disk_runs(root, disk)
     admitted_before = disk_admissions(root, disk)
     restarted = World(root, ManualClock(clock_during(crash_point.phase)), None, disk=disk)
     try:

@@ -29,6 +29,7 @@ import pytest
 from adapters import build_local_static_workflow_server
 from adapters.client import App, ServerUnreachable
 from core.errors import StoreFenced
+from tests import run_log_files
 from tests.rpc.live import free_port, wait_until
 from tests.service.conftest import sleep_plan
 
@@ -125,7 +126,8 @@ async def test_a_fenced_server_process_writes_nothing_and_its_successor_recovers
 
         (store_root / "scheduler.lock").unlink()
         fenced = _tree(store_root)
-        assert fenced[f"runs/{finishing}.json"], "the run's executing mark is on disk"
+        marked = run_log_files.read_record(store_root, finishing)
+        assert marked["status"] == "running", "the run's executing mark is on disk"
 
         # The short run finishes in memory; writing its stop trips the fence.
         await wait_until(lambda: _logged(log, "writes to the store are stopped"), timeout_s=15)
@@ -159,7 +161,7 @@ async def test_a_fenced_server_process_writes_nothing_and_its_successor_recovers
     assert _tree(store_root) == fenced, "the fenced server wrote to the store"
     text = log.read_text(errors="replace")
     assert "stops without writing the store" in text
-    on_disk = json.loads(fenced[f"runs/{finishing}.json"])
+    on_disk = run_log_files.read_record(store_root, finishing)
     assert on_disk["status"] == "running" and "stopped" not in on_disk["executing"]
 
     # The next owner recovers both runs as abandoned, disclosing what it knows.

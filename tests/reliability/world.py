@@ -30,6 +30,7 @@ from shell.durable import SimulatedCrash
 from shell.file_backend import FileOwnership
 from shell.pg.ownership import PgOwnership
 from shell.store_format import format_instant, parse_instant
+from tests import run_log_files
 from tests.pgdeath import die_on_the_database
 from tests.service.conftest import Harness
 
@@ -215,17 +216,14 @@ class DiskRun:
     instant: str | None
 
 
-def disk_runs(root: Path) -> dict[str, DiskRun]:
-    """Every run record file under `root`, read raw (no recovery)."""
+def disk_runs(root: Path, disk: Disk = OS_DISK) -> dict[str, DiskRun]:
+    """Every run record in the run log under `root` on `disk`, read raw (no
+    recovery)."""
     found: dict[str, DiskRun] = {}
-    directory = root / "runs"
-    if not directory.is_dir():
-        return found
-    for path in sorted(directory.glob("run-*.json")):
-        data = json.loads(path.read_text())
+    for run_id, data in sorted(run_log_files.records(root, disk).items()):
         origin = data.get("origin") or {}
         executing = data.get("executing") or {}
-        found[data["run_id"]] = DiskRun(
+        found[run_id] = DiskRun(
             run_id=data["run_id"],
             status=data["status"],
             executing_kind=executing.get("kind"),

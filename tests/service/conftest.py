@@ -101,7 +101,8 @@ class Harness:
         pg_options: dict[str, float] | None = None,
     ) -> None:
         """`disk` holds the schedule stores and the commit journal (a simulated
-        one puts them on `shell.sim.disk`; the run store stays on files).
+        one puts them on `shell.sim.disk`, with the run log; the host's other
+        records stay on files).
         `store_url`: the store is that PostgreSQL database instead, and
         `pg_options` the server's heartbeat, silence, lease and renewal
         (`build_postgres_workflow_server`)."""
@@ -132,6 +133,7 @@ class Harness:
             schedules=True,
             clock=self.clock.now,
             schedules_factory=lambda server: build_schedules_api(server, disk=disk),
+            disk=disk,
         )
         return self.server
 

@@ -63,9 +63,10 @@ class Calls:
 
 
 def creating(harness: Harness) -> str:
-    """The host call that creates a round's runs: after the round's commit on
-    files, inside it (staged into its transaction) on PostgreSQL."""
-    return "stage_admit_runs" if harness.backend == "pg" else "admit_runs"
+    """The host call that creates a round's runs: inside the round's commit
+    (staged into its journal record on files, its transaction on PostgreSQL)."""
+    del harness
+    return "stage_admit_runs"
 
 
 async def test_a_herd_is_created_and_launched_in_batches(harness: Harness) -> None:

@@ -1,0 +1,573 @@
+"""Run records on files: append-only segment files with an index in memory.
+
+A run changes often (admitted, executing mark, a step, a checkpoint); a file
+per run paid for a file create, an open, a rename and a directory flush on
+every change. Here every version of every run record is a *frame* appended
+to the active segment of `<store root>/run-log/`, and a batch of frames is
+one `pwrite` and one `fsync`:
+
+```
+<root>/run-log/00000001.seg   frame frame frame ...
+<root>/run-log/00000002.seg   (the active segment: the highest number)
+```
+
+A frame is `MAGIC | run number (u64) | length (u32) | crc32 | payload |
+run number (u64) | END`, big-endian; the payload is the record's compact
+JSON; the checksum covers the run number, the length and the payload. The
+last frame of a run, in segment order then offset order, is its record.
+
+**Damage.** A frame whose checksum fails while its header and trailer agree
+on its run is that run's record damaged in place: if it is the run's last
+frame the run is unreadable (the store fails it closed: reads say so, nothing
+executes it); an earlier damaged frame of a run superseded by an intact later
+one is harmless. Bytes that hold no intact frame are skipped to the next
+intact frame; when an intact header announces a frame that fills them
+exactly, or the trailer just before the next frame names a run, that run is
+unreadable as above, else they are reported as naming no run. Bytes at the
+very end of a segment that name no run, or whose header announces a frame
+longer than the segment, are the torn tail of a write that never returned (it
+was never flushed, so nothing depended on it): reported, not an error.
+Each process appends to a segment of its own (`open_segment` rolls at the
+first write), so a torn tail is never followed by anything.
+
+**Group commit.** The scheduler's round can carry the admitted records of
+its runs in its own journaled commit (`stage_created`): the frames are an
+append of the round's batch, in the same journal record as the admissions,
+made durable by the journal's one fsync and written at their reserved
+offset; a replay after a crash writes them again (`shell.journal`).
+
+**Compaction.** A segment other than the active one whose frames are mostly
+superseded (`COMPACT_DEAD_RATIO`) has its live frames copied, checked, to the
+active segment, flushed, and is then removed. Never a segment with damage
+(its evidence stays) and never one a journal record may still append to
+(until the journal was seen empty since).
+
+**Older stores** kept one file per run, `<root>/runs/run-NNNNNN.json`. They
+are read as before; a run with frames in the log is read from the log, the
+file is then stale and left alone.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import struct
+import weakref
+import zlib
+from collections.abc import AsyncIterator, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from core.errors import Problem
+from shell.disk import OS_DISK, Disk, DiskFile, is_directory
+from shell.durable import GroupCommit, fault_point
+from shell.fence import check_fence
+from shell.journal import JOURNAL_FILE
+
+from .identifiers import format_run_id, parse_run_id
+from .persistence import Stored
+from .records import RunRecord
+from .storage import is_temp_file, read_json
+
+__all__ = [
+    "COMPACT_DEAD_RATIO",
+    "LOG_DIR",
+    "ROLL_AT_BYTES",
+    "FileRunLog",
+    "LogScan",
+    "decode_frame",
+    "encode_frame",
+    "scan_segment",
+]
+
+LOG_DIR: Final = "run-log"
+LEGACY_DIR: Final = "runs"
+SEGMENT_SUFFIX: Final = ".seg"
+# A segment past this size is sealed and the next write opens a new one.
+ROLL_AT_BYTES: Final = 32 << 20
+# A sealed segment is compacted once at least this share of its bytes are
+# frames superseded by later ones.
+COMPACT_DEAD_RATIO: Final = 0.5
+
+_MAGIC: Final = b"WFR1"
+_END: Final = b"WFRE"
+_HEADER: Final = struct.Struct(">4sQII")  # magic, run number, length, crc32
+_TRAILER: Final = struct.Struct(">Q4s")  # run number, end marker
+_OVERHEAD: Final = _HEADER.size + _TRAILER.size
+_NOT_A_RUN_FILE: Final = "not a run record file name (expected run-NNNNNN.json)"
+_NOT_A_SEGMENT: Final = "not a run log segment name (expected NNNNNNNN.seg)"
+
+
+def _checksum(number: int, payload: bytes) -> int:
+    return zlib.crc32(payload, zlib.crc32(struct.pack(">QI", number, len(payload))))
+
+
+def encode_frame(number: int, payload: bytes) -> bytes:
+    """The frame of one version of run `number`'s record."""
+    return b"".join(
+        (
+            _HEADER.pack(_MAGIC, number, len(payload), _checksum(number, payload)),
+            payload,
+            _TRAILER.pack(number, _END),
+        )
+    )
+
+
+def decode_frame(data: bytes | mmap.mmap, offset: int) -> tuple[int, int, bool] | None:
+    """At `offset`: (run number, frame size, checksum matches) when a frame's
+    header and trailer are intact and agree; None when no frame starts there."""
+    end_of_header = offset + _HEADER.size
+    if end_of_header > len(data):
+        return None
+    magic, number, length, crc = _HEADER.unpack_from(data, offset)
+    if magic != _MAGIC:
+        return None
+    end = end_of_header + length + _TRAILER.size
+    if end > len(data):
+        return None
+    trailer_number, marker = _TRAILER.unpack_from(data, end - _TRAILER.size)
+    if marker != _END or trailer_number != number:
+        return None
+    payload = data[end_of_header : end - _TRAILER.size]
+    return number, end - offset, _checksum(number, bytes(payload)) == crc
+
+
+@dataclass(slots=True)
+class LogScan:
+    """What one segment holds: intact frames, frames damaged in place (by
+    run), spans holding no frame, and a torn tail."""
+
+    frames: list[tuple[int, int, int]] = field(default_factory=list)  # number, offset, size
+    damaged: list[tuple[int, int, int]] = field(default_factory=list)  # number, offset, size
+    unattributed: list[tuple[int, int]] = field(default_factory=list)  # offset, size
+    torn_tail: tuple[int, int] | None = None  # offset, size
+
+
+def _next_frame(data: bytes | mmap.mmap, start: int) -> int:
+    """The offset of the next intact frame at or after `start`, or len(data)."""
+    position = start
+    while True:
+        position = data.find(_MAGIC, position)
+        if position < 0:
+            return len(data)
+        found = decode_frame(data, position)
+        if found is not None and found[2]:
+            return position
+        position += 1
+
+
+def _whole_frame_header(data: bytes | mmap.mmap, position: int, resume: int) -> int | None:
+    """The run number of an intact header at `position` whose frame ends
+    exactly at `resume` (the next intact frame, or the end of the segment)."""
+    if position + _HEADER.size > len(data):
+        return None
+    magic, number, length, _ = _HEADER.unpack_from(data, position)
+    if magic != _MAGIC or position + _HEADER.size + length + _TRAILER.size != resume:
+        return None
+    return int(number)
+
+
+def scan_segment(data: bytes | mmap.mmap) -> LogScan:
+    """Every frame of a segment's bytes (see the module docstring)."""
+    scan = LogScan()
+    position = 0
+    size = len(data)
+    while position < size:
+        found = decode_frame(data, position)
+        if found is not None:
+            number, frame_size, intact = found
+            (scan.frames if intact else scan.damaged).append((number, position, frame_size))
+            position += frame_size
+            continue
+        resume = _next_frame(data, position + 1)
+        # Whose record the damaged bytes were: the header, when it is intact
+        # and the frame it announces lies whole within the segment (a write
+        # cut short leaves a shorter file, never a whole frame of other
+        # bytes); else the trailer just before the next intact frame.
+        named = _whole_frame_header(data, position, resume)
+        trailer_at = resume - _TRAILER.size
+        if named is None and trailer_at >= position:
+            trailer_number, marker = _TRAILER.unpack_from(data, trailer_at)
+            if marker == _END:
+                named = trailer_number
+        if named is not None:
+            scan.damaged.append((named, position, resume - position))
+        elif resume == size:
+            scan.torn_tail = (position, size - position)
+        else:
+            scan.unattributed.append((position, resume - position))
+        position = resume
+    return scan
+
+
+def _segment_number(name: str) -> int | None:
+    stem, dot, suffix = name.partition(".")
+    if "." + suffix != SEGMENT_SUFFIX or not dot or not stem.isdigit() or len(stem) != 8:
+        return None
+    return int(stem)
+
+
+class FileRunLog:
+    """The run records of a file store (see the module docstring)."""
+
+    key_name = "frame"
+
+    def __init__(self, root: Path, *, disk: Disk = OS_DISK) -> None:
+        self.root = root
+        self._disk = disk
+        self.dir = root / LOG_DIR
+        self.legacy_dir = root / LEGACY_DIR
+        # run number -> (segment, offset, frame size) of its last frame
+        self._latest: dict[int, tuple[int, int, int]] = {}
+        self._live: dict[int, int] = {}  # segment -> bytes of last frames
+        self._size: dict[int, int] = {}  # segment -> bytes
+        self._damaged_segments: set[int] = set()
+        # Segments a journal record may still append to (see `stage_created`).
+        self._journal_pinned: set[int] = set()
+        self._active: int | None = None
+        self._file: DiskFile | None = None
+        self._end = 0
+        self._closer: weakref.finalize[Any, Any] | None = None
+        self._staged = False
+
+    # --- reading ----------------------------------------------------------------------
+
+    def segment_path(self, segment: int) -> Path:
+        return self.dir / f"{segment:08d}{SEGMENT_SUFFIX}"
+
+    def location(self, run_id: str) -> str:
+        """How findings name a run's record: the log and the run (its frames
+        move as it changes and as segments are compacted)."""
+        return f"{self.dir} ({run_id})"
+
+    def _names(self) -> list[str]:
+        if not is_directory(self._disk, str(self.dir)):
+            return []
+        return sorted(self._disk.list(str(self.dir)))
+
+    def segments(self) -> list[int]:
+        numbers = [_segment_number(name) for name in self._names()]
+        return sorted(n for n in numbers if n is not None)
+
+    def _strays(self) -> list[Stored[int | None]]:
+        return [
+            Stored(location=str(self.dir / name), key=None, error=_NOT_A_SEGMENT)
+            for name in self._names()
+            if _segment_number(name) is None
+        ]
+
+    async def load(self) -> AsyncIterator[Stored[int | None]]:
+        """Each run's last frame (or older file), checked; what holds no
+        record is yielded with key None and the reason."""
+        last: dict[int, tuple[int, int, int, bool]] = {}
+        findings: list[Stored[int | None]] = []
+        contents: dict[int, bytes | mmap.mmap] = {}
+        for segment in self.segments():
+            path = self.segment_path(segment)
+            data = contents[segment] = self._read(path)
+            self._size[segment] = len(data)
+            scan = scan_segment(data)
+            for number, offset, size in scan.frames:
+                last[number] = (segment, offset, size, True)
+            for number, offset, size in scan.damaged:
+                self._damaged_segments.add(segment)
+                if last.get(number, (0, 0, 0, False))[:2] < (segment, offset):
+                    last[number] = (segment, offset, size, False)
+            for offset, size in scan.unattributed:
+                self._damaged_segments.add(segment)
+                findings.append(
+                    Stored(
+                        location=f"{path} at byte {offset}",
+                        key=None,
+                        error=f"{size} bytes hold no intact run record frame (damaged in place)",
+                    )
+                )
+            if scan.torn_tail is not None:
+                offset, size = scan.torn_tail
+                # Kept out of `_live`: nothing appends after it (see `open_segment`).
+                findings.append(
+                    Stored(
+                        location=f"{path} at byte {offset}",
+                        key=None,
+                        error=(
+                            f"the last {size} bytes are a write that never completed"
+                            " (never acknowledged); ignored"
+                        ),
+                        finding="torn-tail",
+                    )
+                )
+        for stored in [*self._strays(), *self._load_legacy(set(last))]:
+            yield stored
+        for number in sorted(last):
+            segment, offset, size, intact = last[number]
+            self._place(number, segment, offset, size)
+            location = self.location(format_run_id(number))
+            if not intact:
+                yield Stored(
+                    location=location,
+                    key=number,
+                    error=(
+                        f"the checksum of its last frame ({self.segment_path(segment)}, byte"
+                        f" {offset}) does not match: damaged in place"
+                    ),
+                )
+                continue
+            payload = contents[segment][offset + _HEADER.size : offset + size - _TRAILER.size]
+            try:
+                document = json.loads(bytes(payload).decode("utf-8"))
+            except ValueError as exc:
+                yield Stored(location=location, key=number, error=str(exc))
+                continue
+            yield Stored(location=location, key=number, document=document)
+        for data in contents.values():
+            if isinstance(data, mmap.mmap):
+                data.close()
+        for finding in findings:
+            yield finding
+
+    def _load_legacy(self, logged: AbstractSet[int]) -> list[Stored[int | None]]:
+        found: list[Stored[int | None]] = []
+        if not self.legacy_dir.is_dir():
+            return found
+        for path in sorted(self.legacy_dir.iterdir()):
+            if is_temp_file(path) or not path.is_file():
+                continue
+            number = parse_run_id(path.stem) if path.suffix == ".json" else None
+            if number is None:
+                found.append(Stored(location=str(path), key=None, error=_NOT_A_RUN_FILE))
+                continue
+            if number in logged:
+                continue
+            try:
+                found.append(Stored(location=str(path), key=number, document=read_json(path)))
+            except (OSError, ValueError) as exc:
+                found.append(Stored(location=str(path), key=number, error=str(exc)))
+        return found
+
+    def _place(self, number: int, segment: int, offset: int, size: int) -> None:
+        old = self._latest.get(number)
+        if old is not None:
+            self._live[old[0]] -= old[2]
+        self._latest[number] = (segment, offset, size)
+        self._live[segment] = self._live.get(segment, 0) + size
+
+    # --- the port ---------------------------------------------------------------------
+
+    def unstorable(self, field: str, value: Any) -> list[Problem]:
+        return []  # any JSON value
+
+    def exists(self, run_id: str) -> bool:
+        number = parse_run_id(run_id)
+        return number is not None and number in self._latest
+
+    async def write(self, record: RunRecord, *, created: bool) -> None:
+        self.append([record])
+
+    async def write_many(self, records: Sequence[RunRecord], *, created: AbstractSet[str]) -> None:
+        self.append(records)
+
+    def stages_into(self, batch: object) -> bool:
+        # Only a journaled batch of this very store, on the disk the log is
+        # written to: the journal's one fsync then covers the frames, and a
+        # replay writes them again after a crash.
+        return (
+            isinstance(batch, GroupCommit)
+            and batch.disk is self._disk
+            and batch.journal_root == str(self.root)
+        )
+
+    def stage_created(self, batch: object, records: Sequence[RunRecord]) -> None:
+        if not isinstance(batch, GroupCommit) or not self.stages_into(batch):
+            raise RuntimeError("run records are staged only into a journaled batch of this store")
+        if self._staged:
+            raise RuntimeError("a scheduler batch already holds staged run records")
+        segment = self.open_segment()
+        frames = [_frame_of(record) for record in records]
+        data = b"".join(frame for _, frame in frames)
+        start = self._end
+        batch.append_bytes(self.segment_path(segment), data, expect_size=start)
+        self._staged = True
+        self._journal_pinned.add(segment)
+
+        def committed() -> None:
+            self._staged = False
+            offset = start
+            for number, frame in frames:
+                self._place(number, segment, offset, len(frame))
+                offset += len(frame)
+            self._end = offset
+            self._size[segment] = offset
+
+        def aborted() -> None:
+            # The segment may hold part of the batch (a replay completes it):
+            # nothing of this process appends after those bytes again.
+            self._staged = False
+            self._seal()
+
+        batch.on_commit(committed)
+        batch.on_abort(aborted)
+
+    # --- writing ----------------------------------------------------------------------
+
+    def open_segment(self) -> int:
+        """The active segment, opening a new one (this process's first write,
+        or the last one is full)."""
+        if self._file is not None and self._active is not None and self._end < ROLL_AT_BYTES:
+            return self._active
+        self._seal()
+        directory = str(self.dir)
+        if not is_directory(self._disk, directory):
+            self._disk.make_directory(directory, parents=True)
+            self._disk.fsync_directory(str(self.root))
+        existing = self.segments()
+        segment = (existing[-1] if existing else 0) + 1
+        path = str(self.segment_path(segment))
+        check_fence(path)
+        fault_point("before:run-log:open")
+        file = self._disk.open(path, write=True, create=True, exclusive=True)
+        try:
+            self._disk.fsync_directory(directory)
+        except BaseException:
+            file.close()
+            raise
+        # A store dropped without `close` still gives its descriptor back.
+        self._closer = weakref.finalize(self, file.close)
+        self._file, self._active, self._end = file, segment, 0
+        self._size[segment] = 0
+        fault_point("after:run-log:open")
+        return segment
+
+    def _seal(self) -> None:
+        if self._closer is not None:
+            self._closer()
+        self._closer = None
+        self._file = None
+        self._active = None
+
+    def _read(self, path: Path) -> bytes | mmap.mmap:
+        """A segment's bytes; on the real disk mapped rather than copied onto
+        the heap (a million runs are a gigabyte of frames)."""
+        if self._disk is OS_DISK:
+            return _map(path)
+        file = self._disk.open(str(path))
+        try:
+            return file.read_at(file.size(), 0)
+        finally:
+            file.close()
+
+    def _write(self, data: bytes) -> int:
+        """Append `data` to the active segment and flush it; its offset."""
+        segment = self.open_segment()
+        assert self._file is not None
+        check_fence(self.segment_path(segment))
+        start = self._end
+        try:
+            self._file.write_at(data, start)
+            self._file.fsync()
+        except BaseException:
+            # What reached the file is unknown: write nothing after it.
+            self._seal()
+            raise
+        self._end = start + len(data)
+        self._size[segment] = self._end
+        return start
+
+    def append(self, records: Sequence[RunRecord]) -> None:
+        """Append the records' frames with one write and one flush; then they
+        are the runs' records."""
+        if self._staged:
+            raise RuntimeError("a run record write while a scheduler batch holds staged records")
+        frames = [_frame_of(record) for record in records]
+        self._placed(frames, self._write(b"".join(frame for _, frame in frames)))
+        self.compact()
+
+    def _placed(self, frames: Sequence[tuple[int, bytes]], start: int) -> None:
+        assert self._active is not None
+        offset = start
+        for number, frame in frames:
+            self._place(number, self._active, offset, len(frame))
+            offset += len(frame)
+
+    def compact(self) -> list[int]:
+        """Compact every sealed segment that is mostly superseded frames; the
+        segments removed."""
+        candidates = [
+            segment
+            for segment, size in self._size.items()
+            if segment != self._active
+            and segment not in self._damaged_segments
+            and size > 0
+            and self._live.get(segment, 0) <= size * (1 - COMPACT_DEAD_RATIO)
+        ]
+        if not candidates:
+            return []
+        if self._journal_pinned and self._journal_empty():
+            self._journal_pinned.clear()
+        removed: list[int] = []
+        for segment in sorted(candidates):
+            if segment in self._journal_pinned:
+                continue
+            if self._compact_one(segment):
+                removed.append(segment)
+        return removed
+
+    def _journal_empty(self) -> bool:
+        try:
+            return self._disk.stat(str(self.root / JOURNAL_FILE)).st_size == 0
+        except FileNotFoundError:
+            return True
+
+    def _compact_one(self, segment: int) -> bool:
+        path = self.segment_path(segment)
+        live = sorted(
+            (offset, number, size)
+            for number, (where, offset, size) in self._latest.items()
+            if where == segment
+        )
+        copies: list[tuple[int, bytes]] = []
+        if live:
+            data = self._read(path)
+            for offset, number, size in live:
+                found = decode_frame(data, offset)
+                if found is None or not found[2] or found[0] != number:
+                    # Damaged since it was read: keep the segment as evidence.
+                    self._damaged_segments.add(segment)
+                    return False
+                copies.append((number, bytes(data[offset : offset + size])))
+        if copies:
+            fault_point("before:run-log:compact-copy")
+            self._placed(copies, self._write(b"".join(frame for _, frame in copies)))
+            fault_point("after:run-log:compact-copy")
+        check_fence(path)
+        fault_point("before:run-log:compact-remove")
+        self._disk.remove(str(path))
+        self._disk.fsync_directory(str(self.dir))
+        fault_point("after:run-log:compact-remove")
+        self._size.pop(segment, None)
+        self._live.pop(segment, None)
+        return True
+
+    def close(self) -> None:
+        self._seal()
+
+
+def _map(path: Path) -> bytes | mmap.mmap:
+    """A segment's bytes, mapped rather than copied onto the heap."""
+    with path.open("rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size == 0:
+            return b""
+        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def _frame_of(record: RunRecord) -> tuple[int, bytes]:
+    number = parse_run_id(record.run_id)
+    if number is None:
+        raise ValueError(f"{record.run_id!r} is not a run id")
+    payload = json.dumps(
+        record.to_json(), sort_keys=True, ensure_ascii=False, allow_nan=False, separators=(",", ":")
+    ).encode("utf-8")
+    return number, encode_frame(number, payload)

@@ -1,0 +1,284 @@
+"""The run log on files (adapters/host/run_log.py): frames, damage found and
+failed closed, torn tails, compaction, and run records staged into the
+scheduler's journaled commit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from adapters.host import run_log
+from adapters.host.persistence import complete
+from adapters.host.records import RunRecord, Snapshot
+from adapters.host.run_log import LOG_DIR, FileRunLog, encode_frame, scan_segment
+from adapters.host.runs import RunStore
+from core.errors import InvalidState
+from shell.durable import CrashAt, GroupCommit, SimulatedCrash, set_fault_injector
+from shell.journal import CommitJournal, replay_journal
+from tests import run_log_files
+
+from .conftest import GREETING_PLAN, Builder, deploy
+
+NOW = "2026-03-02T09:00:00Z"
+
+
+def _record(number: int, status: str = "admitted", **changes: Any) -> RunRecord:
+    return RunRecord(
+        run_id=f"run-{number:06d}",
+        status=status,  # type: ignore[arg-type]
+        origin=None,
+        snapshot=Snapshot(
+            deployment_id="d.default", artifact_id="a", artifact_version=1, inputs={}
+        ),
+        created_at=NOW,
+        updated_at=changes.pop("updated_at", NOW),
+        attempt=0,
+        **changes,
+    )
+
+
+def _store(root: Path) -> tuple[RunStore, list[dict[str, Any]]]:
+    store = RunStore(FileRunLog(root))
+    findings = complete(store.load(lambda: NOW))
+    return store, findings
+
+
+async def test_the_last_frame_of_a_run_is_its_record(tmp_path: Path) -> None:
+    store, _ = _store(tmp_path)
+    await store.put_many([_record(1), _record(2)])
+    await store.put(_record(1, updated_at="2026-03-02T09:05:00Z"))
+    again, findings = _store(tmp_path)
+    assert findings == []
+    assert again.get("run-000001").updated_at == "2026-03-02T09:05:00Z"
+    assert again.get("run-000002").updated_at == NOW
+    # One segment, three frames: nothing was created per run.
+    [segment] = run_log_files.segment_paths(tmp_path)
+    assert len(scan_segment(segment.read_bytes()).frames) == 3
+
+
+async def test_each_process_appends_to_a_segment_of_its_own(tmp_path: Path) -> None:
+    first, _ = _store(tmp_path)
+    await first.put(_record(1))
+    second, _ = _store(tmp_path)
+    await second.put(_record(2))
+    assert [p.name for p in run_log_files.segment_paths(tmp_path)] == [
+        "00000001.seg",
+        "00000002.seg",
+    ]
+
+
+async def test_a_damaged_last_frame_fails_the_run_closed(tmp_path: Path) -> None:
+    store, _ = _store(tmp_path)
+    await store.put_many([_record(1), _record(2)])
+    segment = run_log_files.damage_last_frame(tmp_path, "run-000001", at=5)
+    again, findings = _store(tmp_path)
+    assert [(f["run_id"], f["finding"]) for f in findings] == [("run-000001", "unreadable")]
+    assert f"{segment}, byte 0) does not match: damaged in place" in findings[0]["reason"]
+    with pytest.raises(InvalidState, match="damaged in place"):
+        again.get("run-000001")
+    assert again.get("run-000002").status == "admitted"
+
+
+async def test_a_damaged_frame_superseded_by_a_later_one_is_harmless(tmp_path: Path) -> None:
+    store, _ = _store(tmp_path)
+    await store.put(_record(1))
+    run_log_files.damage_last_frame(tmp_path, "run-000001")
+    await store.put(_record(1, updated_at="2026-03-02T09:05:00Z"))
+    again, findings = _store(tmp_path)
+    assert findings == []
+    assert again.get("run-000001").updated_at == "2026-03-02T09:05:00Z"
+
+
+async def test_a_damaged_header_is_skipped_and_its_run_named_by_its_trailer(
+    tmp_path: Path,
+) -> None:
+    store, _ = _store(tmp_path)
+    await store.put_many([_record(1), _record(2), _record(3)])
+    path, offset, _ = run_log_files.last_frame(tmp_path, "run-000002") or (None, 0, 0)
+    assert path is not None
+    data = bytearray(path.read_bytes())
+    data[offset : offset + 4] = b"XXXX"  # the magic: no frame starts here any more
+    path.write_bytes(bytes(data))
+    again, findings = _store(tmp_path)
+    assert [(f["run_id"], f["finding"]) for f in findings] == [("run-000002", "unreadable")]
+    with pytest.raises(InvalidState):
+        again.get("run-000002")
+    assert {again.get("run-000001").status, again.get("run-000003").status} == {"admitted"}
+
+
+async def test_bytes_that_name_no_run_are_reported(tmp_path: Path) -> None:
+    store, _ = _store(tmp_path)
+    await store.put_many([_record(1), _record(2)])
+    place = run_log_files.last_frame(tmp_path, "run-000001")
+    assert place is not None
+    path, _, first_size = place
+    data = bytearray(path.read_bytes())
+    # Wipe the first frame's trailer and header: nothing says whose it was.
+    data[:8] = b"\0" * 8
+    data[first_size - 12 : first_size] = b"\0" * 12
+    path.write_bytes(bytes(data))
+    again, findings = _store(tmp_path)
+    assert [(f["run_id"], f["finding"]) for f in findings] == [(None, "unreadable")]
+    assert "hold no intact run record frame" in findings[0]["reason"]
+    assert again.get("run-000002").status == "admitted"
+
+
+async def test_a_torn_tail_is_a_finding_not_damage(tmp_path: Path) -> None:
+    store, _ = _store(tmp_path)
+    await store.put(_record(1))
+    [path] = run_log_files.segment_paths(tmp_path)
+    frame = encode_frame(2, json.dumps(_record(2).to_json()).encode())
+    with path.open("ab") as handle:
+        handle.write(frame[: len(frame) // 2])  # a write cut short by the crash
+    again, findings = _store(tmp_path)
+    assert [(f["run_id"], f["finding"]) for f in findings] == [(None, "torn-tail")]
+    assert again.get("run-000001").status == "admitted"
+    assert again.highest_number() == 1
+    await again.put(_record(2))  # its own segment: nothing follows the torn bytes
+    third, findings = _store(tmp_path)
+    assert third.get("run-000002").status == "admitted"
+
+
+async def test_mostly_superseded_segments_are_compacted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run_log, "ROLL_AT_BYTES", 4096)
+    store, _ = _store(tmp_path)
+    for round_ in range(12):
+        await store.put_many(
+            [_record(n, updated_at=f"2026-03-02T09:{round_:02d}:00Z") for n in range(1, 5)]
+        )
+    segments = run_log_files.segment_paths(tmp_path)
+    total = sum(p.stat().st_size for p in segments)
+    live = 4 * len(encode_frame(1, json.dumps(_record(1).to_json()).encode()))
+    # Without compaction the log would hold all 48 frames.
+    assert total < 48 * live / 4 / 2
+    again, findings = _store(tmp_path)
+    assert findings == []
+    assert {again.get(f"run-{n:06d}").updated_at for n in range(1, 5)} == {"2026-03-02T09:11:00Z"}
+
+
+async def test_a_crash_in_compaction_loses_no_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run_log, "ROLL_AT_BYTES", 2048)
+    for point in ("after:run-log:compact-copy", "before:run-log:compact-remove"):
+        root = tmp_path / point.replace(":", "_")
+        store, _ = _store(root)
+        await store.put(_record(3))  # live in the first segment: compaction copies it
+        previous = set_fault_injector(CrashAt(point))
+        try:
+            with pytest.raises(SimulatedCrash):
+                for round_ in range(30):
+                    written = f"2026-03-02T09:{round_:02d}:00Z"
+                    await store.put_many([_record(n, updated_at=written) for n in (1, 2)])
+        finally:
+            set_fault_injector(previous)
+        again, findings = _store(root)
+        assert findings == []
+        # Compaction follows the flush of the write it interrupted: that write stays.
+        assert [again.get(f"run-{n:06d}").updated_at for n in (1, 2, 3)] == [written] * 2 + [NOW]
+
+
+async def test_a_damaged_segment_is_never_compacted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run_log, "ROLL_AT_BYTES", 2048)
+    store, _ = _store(tmp_path)
+    await store.put_many([_record(n) for n in range(1, 4)])
+    run_log_files.damage_last_frame(tmp_path, "run-000003")
+    again, _ = _store(tmp_path)
+    for round_ in range(20):
+        await again.put_many(
+            [_record(n, updated_at=f"2026-03-02T09:{round_:02d}:00Z") for n in (1, 2)]
+        )
+    assert (tmp_path / LOG_DIR / "00000001.seg").exists()  # the evidence stays
+
+
+def _journaled(root: Path) -> tuple[CommitJournal, GroupCommit]:
+    journal = CommitJournal(root)
+    journal.open()
+    return journal, GroupCommit(journal=journal)
+
+
+async def test_admitted_records_commit_with_the_scheduler_batch(tmp_path: Path) -> None:
+    store, _ = _store(tmp_path)
+    journal, batch = _journaled(tmp_path)
+    assert store.stages_into(batch)
+    store.stage_created(batch, [_record(1), _record(2)])
+    batch.append_bytes(tmp_path / "rows.log", b"admitted rows\n")
+    assert store.cached(1) is None
+    batch.commit()
+    assert store.get("run-000001").status == "admitted"
+    await store.put(_record(1, updated_at="2026-03-02T09:05:00Z"))  # after the staged frames
+    again, findings = _store(tmp_path)
+    assert findings == []
+    assert again.get("run-000001").updated_at == "2026-03-02T09:05:00Z"
+    assert again.get("run-000002").status == "admitted"
+    journal.close()
+
+
+async def test_a_crash_after_the_journal_flush_is_replayed_into_the_log(tmp_path: Path) -> None:
+    store, _ = _store(tmp_path)
+    await store.put(_record(1))  # opens this process's segment
+    _journal, batch = _journaled(tmp_path)
+    store.stage_created(batch, [_record(2), _record(3)])
+    previous = set_fault_injector(CrashAt("before:apply:00000001.seg"))
+    try:
+        with pytest.raises(SimulatedCrash):
+            batch.commit()
+    finally:
+        set_fault_injector(previous)
+    assert run_log_files.read_record(tmp_path, "run-000002") is None  # not applied yet
+    replay_journal(tmp_path)
+    again, findings = _store(tmp_path)
+    assert findings == []
+    assert [again.get(f"run-{n:06d}").status for n in (1, 2, 3)] == ["admitted"] * 3
+
+
+async def test_a_crash_before_the_journal_flush_leaves_no_record(tmp_path: Path) -> None:
+    store, _ = _store(tmp_path)
+    _journal, batch = _journaled(tmp_path)
+    store.stage_created(batch, [_record(1)])
+    previous = set_fault_injector(CrashAt("before:commit"))
+    try:
+        with pytest.raises(SimulatedCrash):
+            batch.commit()
+    finally:
+        set_fault_injector(previous)
+    replay_journal(tmp_path)
+    again, findings = _store(tmp_path)
+    assert findings == [] and again.highest_number() == 0
+
+
+def test_a_batch_without_a_journal_takes_no_run_records(tmp_path: Path) -> None:
+    store, _ = _store(tmp_path)
+    assert not store.stages_into(GroupCommit())
+    other = tmp_path / "other"
+    other.mkdir()
+    assert not store.stages_into(GroupCommit(journal=CommitJournal(other)))
+
+
+async def test_a_server_reads_an_older_store_with_a_file_per_run(build: Builder) -> None:
+    server = build()
+    await deploy(server, GREETING_PLAN, "hello.default")
+    run_id = (await server.api.run_deployment("hello.default", {"name": "x"}))["run_id"]
+    root = server.store_root
+    record = run_log_files.read_record(root, run_id)
+    for path in run_log_files.segment_paths(root):
+        path.unlink()
+    (root / "runs").mkdir()
+    (root / "runs" / f"{run_id}.json").write_text(json.dumps(record))
+    again = build()
+    assert again.recovery_report == []
+    assert (await again.api.inspect_run(run_id))["status"] == "completed"
+    # A later change is appended to the log, which now wins over the file.
+    second = (await again.api.run_deployment("hello.default", {"name": "y"}))["run_id"]
+    third = build()
+    assert third.recovery_report == []
+    assert [(await third.api.inspect_run(r))["status"] for r in (run_id, second)] == [
+        "completed"
+    ] * 2
