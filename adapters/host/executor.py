@@ -43,7 +43,6 @@ rather than going on ahead of what the store says.
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
@@ -59,7 +58,7 @@ from core.errors import (
 from .artifacts import ArtifactStore
 from .engine import Position, Stop, execute, trace_entry
 from .identifiers import parse_run_id
-from .jsonvalues import NotJson, as_json, json_problem
+from .jsonvalues import NotJson, as_json, copy_json, json_problem
 from .persistence import RunChanged
 from .plans import Plan
 from .records import (
@@ -111,7 +110,7 @@ class RunExecutor:
         for listener in list(self._listeners):
             try:
                 # A copy: a listener must not be able to change the stored origin.
-                origin = copy.deepcopy(record.origin)
+                origin = copy_json(record.origin)
                 listener(record.run_id, record.status, origin, message)
             except Exception:
                 _log.exception("run listener %r failed for %s", listener, record.run_id)

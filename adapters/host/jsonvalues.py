@@ -16,7 +16,7 @@ from typing import Any
 from core.errors import Problem
 from core.limits import MAX_SAFE_INTEGER
 
-__all__ = ["NotJson", "as_json", "json_problem"]
+__all__ = ["NotJson", "as_json", "copy_json", "json_problem"]
 
 
 class NotJson(ValueError):
@@ -68,6 +68,17 @@ def _thaw(value: Any, where: str) -> Any:
 def as_json(value: Any, field: str) -> Any:
     """A plain-JSON deep copy of `value`. Raises NotJson naming the offending path."""
     return _thaw(value, field)
+
+
+def copy_json(value: Any) -> Any:
+    """A deep copy of a plain JSON value the host already holds (dicts, lists
+    and scalars only): `as_json` without its checks, and several times
+    cheaper than `copy.deepcopy`, which every run listener's call paid."""
+    if isinstance(value, dict):
+        return {key: copy_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [copy_json(item) for item in value]
+    return value
 
 
 def json_problem(exc: NotJson) -> Problem:

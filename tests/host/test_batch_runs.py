@@ -6,6 +6,7 @@ PostgreSQL (the `host` fixture); spare files and failing flushes on files
 from __future__ import annotations
 
 import asyncio
+import errno
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from adapters.host import LocalStaticWorkflowServer
 from adapters.host.schemas import validate_instance
 from core.errors import AlreadyExists, InvalidInput, InvalidState, NotFound
-from shell.durable import CrashAt, SimulatedCrash, set_fault_injector
+from shell.durable import CrashAt, FailWrites, SimulatedCrash, set_fault_injector
 
 from .conftest import GREETING_PLAN, Builder, HostStore, deploy, sleep_plan
 
@@ -201,11 +202,14 @@ async def test_a_failed_flush_fails_every_writer_of_the_batch(
         for run_id in ids
     ]
 
-    def full(*args: Any) -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr("adapters.host.run_log._pwrite_all", full)
-    results = await asyncio.gather(*(store.commit(r) for r in records), return_exceptions=True)
+    # The disk is full when the batch's frames are written.
+    set_fault_injector(FailWrites(errno.ENOSPC, points={"before:run:record"}))
+    try:
+        results = await asyncio.gather(
+            *(store.commit(r) for r in records), return_exceptions=True
+        )
+    finally:
+        set_fault_injector(None)
     assert all(isinstance(r, OSError) for r in results)
     assert all(store.get(run_id).updated_at != "2026-03-02T10:00:00Z" for run_id in ids)
 
