@@ -314,9 +314,11 @@ class HistoryIndex:
                     size = log_fd.size()
                 else:
                     size = complete_end(log_fd, size)
-            idx_fd: DiskFile | None = None
-            with contextlib.suppress(FileNotFoundError):
+            idx_fd: DiskFile | None
+            try:
                 idx_fd = self.disk.open(files.history_index)
+            except FileNotFoundError:
+                idx_fd = None
             try:
                 loaded: Loaded | None = None
                 durable_size: int | None = None
@@ -424,6 +426,8 @@ class HistoryIndex:
         """Forget replayed entries the index file already holds: after a crash
         the index is usually ahead of its checkpoint, so there is nothing to write."""
         assert reader.idx_fd is not None
+        if not touched:
+            return  # nothing replayed (a start after a clean stop: most schedules)
         seqs = sorted(s for s in touched if s < reader.idx_entries)
         if not seqs:
             return
@@ -478,6 +482,9 @@ class HistoryIndex:
             return materialized[seq]
 
         start = state.size
+        if start >= end:
+            # Nothing after the checkpoint: most schedules at a start.
+            return Loaded(state=state, problems=[], checkpoint=checkpoint)
         rows = 0
         for offset, line in iter_lines(reader.log_fd, start, end):
             if not line.endswith(b"\n"):

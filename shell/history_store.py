@@ -262,7 +262,9 @@ class HistoryStore:
             schedule_id=schedule_id,
             occurrences=state.count,
             last_decided_instant=state.last_decided_text,
-            open_occurrences=tuple(state.open[s].public() for s in sorted(state.open)),
+            open_occurrences=tuple(state.open[s].public() for s in sorted(state.open))
+            if state.open
+            else (),
             problems=problems,
             last_trigger_instant=None
             if state.last_trigger is None
