@@ -19,7 +19,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from core.errors import NotFound
 from shell.definition_store import ChangeKind, DefinitionStore, LifecycleResult
@@ -197,113 +197,219 @@ class FileOwnership:
         return self.lock.read_holder()
 
 
+class _Failed:
+    """A read that raised: `_RecoveryReader.read` of its schedule raises it again."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+class _Pending:
+    """One schedule's inputs while `_RecoveryReader` reads them."""
+
+    __slots__ = (
+        "cached",
+        "entry",
+        "full_scan",
+        "load_problems",
+        "outcome",
+        "records",
+        "recovered",
+        "runtime",
+        "schedule_id",
+        "stored",
+        "unchanged",
+    )
+
+    def __init__(self, schedule_id: str, entry: CachedSchedule | None) -> None:
+        self.schedule_id = schedule_id
+        self.entry = entry
+        self.unchanged: UnchangedParts | None = None
+        # Whether the inputs come from the checkpoint entry (in part).
+        self.cached = False
+        self.full_scan = False
+        self.records: tuple[dict[str, Any], ...] = ()
+        self.runtime: RuntimeLoad | None = None
+        self.recovered: HistoryRecovery | None = None
+        self.load_problems: tuple[StoreProblem, ...] = ()
+        self.stored: Mapping[str, Any] | None = None
+        # Set when the reading ended early: a problem, or nothing to recover.
+        self.outcome: StoreProblem | _Unset | None = _UNSET
+
+
+class _Unset:
+    """No outcome yet."""
+
+
+_UNSET: Final = _Unset()
+_Outcome = ScheduleInputs | StoreProblem | None
+
+
 class _RecoveryReader:
     """One recovery's reads of the files, taking from the startup checkpoint
-    what files unchanged since it hold (`shell/startup_checkpoint.py`)."""
+    what files unchanged since it hold (`shell/startup_checkpoint.py`).
+
+    Every schedule is read when the ids are listed, one kind of read at a
+    time over all of them (the files' identities, the checkpoint entries,
+    the lifecycle logs, the histories, the runtime records), and `read`
+    hands each schedule's inputs over: at 10,000 schedules the same reads
+    made schedule by schedule, five kinds in turn and the recovery's own
+    work between them, took about a fifth longer (the interpreter's and
+    the processor's caches kept losing the code of each). The work done is
+    the same; only its order across schedules differs, and each schedule's
+    repairs (a torn tail dropped, an index brought up to date) concern its
+    own files alone. A read that raises ends the reading there: `read` of
+    that schedule raises it, after the schedules before it were handed
+    over, as when each schedule was read in its turn (the schedules after
+    it are read then, if asked for)."""
 
     def __init__(self, backend: FileBackend, checkpoint: Mapping[str, CachedSchedule]) -> None:
         self._backend = backend
         self._checkpoint = dict(checkpoint)
-        self._reused: dict[str, CachedSchedule] = {}
+        self._read: dict[str, _Outcome | _Failed] = {}
 
     async def schedule_ids(self) -> list[str]:
         # A checkpointed schedule's files are checked one by one next.
-        return self._backend.definition_store.list_ids(present=self._checkpoint.keys())
+        ids = self._backend.definition_store.list_ids(present=self._checkpoint.keys())
+        self._read_all(ids)
+        return ids
 
-    async def read(self, schedule_id: str) -> ScheduleInputs | StoreProblem | None:
-        upkeep = self._backend.upkeep
-        entry = self._checkpoint.pop(schedule_id, None)
-        unchanged: UnchangedParts | None = None
-        full_scan = False
-        if entry is not None:
-            current = upkeep.current_identities(schedule_id)
-            unchanged = entry.unchanged(current)
-            full_scan = unchanged is not None and not unchanged.history
-            full_scan = full_scan and entry.history_rewritten(current)
-        inputs = self._cached(schedule_id, entry, unchanged, full_scan)
-        if inputs is not None:
-            # The next checkpoint reuses the parts whose files are unchanged.
-            upkeep.keep({schedule_id: cast(CachedSchedule, entry)})
-            return inputs
-        return self._read(schedule_id, full_scan=full_scan)
+    async def read(self, schedule_id: str) -> _Outcome:
+        if schedule_id not in self._read:
+            self._read_all([schedule_id])
+        found = self._read.pop(schedule_id)
+        if isinstance(found, _Failed):
+            raise found.error
+        return found
 
-    def _read(self, schedule_id: str, *, full_scan: bool) -> ScheduleInputs | StoreProblem | None:
-        """Read the schedule's files. (Temp files of atomic writes a crash
-        interrupted are never read as the truth; the service sweeps them once
-        the start is over.) The snapshot is a cache of the log, but damage to
-        it blocks all the same; loading as the owner drops a torn final
-        lifecycle line, with a warning."""
-        backend = self._backend
-        try:
-            records, loaded = backend.definition_store.read_for_recovery(schedule_id, repair=True)
-        except StoreDamaged as exc:
-            return exc.problem
-        except NotFound:
-            return None
-        if not records or loaded is None:
-            return None
-        runtime = backend.runtime_store.load(schedule_id)
-        recovered = self._recover_history(schedule_id, full_scan=full_scan)
-        stored = loaded.snapshot.get("blocked") if loaded.snapshot is not None else None
-        return ScheduleInputs(records, runtime, recovered, loaded.problems, stored)
-
-    def _recover_history(self, schedule_id: str, *, full_scan: bool) -> HistoryRecovery:
-        """The history recovered; with `full_scan` (its log was written other
-        than by appending since the last checkpoint described it) every row is
-        read, not only those after the index checkpoint: damage written into
-        it since is found now, not when a page reads it."""
-        history = self._backend.history_store
-        if full_scan:
-            _log.warning(
-                "schedule %s: its history log was rewritten since the last checkpoint"
-                " (not only appended to); reading it whole",
-                schedule_id,
+    def _read_all(self, ids: Sequence[str]) -> None:
+        pending = [_Pending(i, self._checkpoint.pop(i, None)) for i in ids]
+        for step in (
+            self._compare,
+            self._take_entry,
+            self._read_definitions,
+            self._read_history,
+            self._read_runtime,
+        ):
+            pending = self._each(pending, step)
+        kept: dict[str, CachedSchedule] = {}
+        for item in pending:
+            if not isinstance(item.outcome, _Unset):
+                self._read[item.schedule_id] = item.outcome
+                continue
+            assert item.runtime is not None and item.recovered is not None
+            self._read[item.schedule_id] = ScheduleInputs(
+                item.records, item.runtime, item.recovered, item.load_problems, item.stored
             )
-            return history.recover(schedule_id, full_scan=True)
-        return history.recover(schedule_id)
+            if item.cached:
+                kept[item.schedule_id] = cast(CachedSchedule, item.entry)
+        # The next checkpoint reuses the parts whose files are unchanged.
+        self._backend.upkeep.keep(kept)
 
-    def _cached(
-        self,
-        schedule_id: str,
-        entry: CachedSchedule | None,
-        unchanged: UnchangedParts | None,
-        full_scan: bool,
-    ) -> ScheduleInputs | None:
-        """The inputs as the last checkpoint recorded them, part by part: the
-        lifecycle records if neither the lifecycle log nor the snapshot
-        changed since (else None: the schedule is read whole), and the
-        runtime record and the history state each from the checkpoint if
-        its files did not change, else from the files (a schedule that fired
-        since the checkpoint)."""
-        backend = self._backend
+    def _each(self, pending: list[_Pending], step: Callable[[_Pending], None]) -> list[_Pending]:
+        """`step` on each schedule still being read, in order; those after
+        one that raises are read no further (see the class docstring)."""
+        for position, item in enumerate(pending):
+            if not isinstance(item.outcome, _Unset):
+                continue
+            try:
+                step(item)
+            except Exception as exc:
+                self._read[item.schedule_id] = _Failed(exc)
+                return pending[:position]
+        return pending
+
+    def _compare(self, item: _Pending) -> None:
+        """Which files of a checkpointed schedule still have the identities
+        its entry was read with."""
+        entry = item.entry
+        if entry is None:
+            return
+        current = self._backend.upkeep.current_identities(item.schedule_id)
+        unchanged = item.unchanged = entry.unchanged(current)
+        item.full_scan = (
+            unchanged is not None and not unchanged.history and entry.history_rewritten(current)
+        )
+
+    def _take_entry(self, item: _Pending) -> None:
+        """What the checkpoint entry gives, part by part: the lifecycle
+        records if neither the lifecycle log nor the snapshot changed since
+        (else the schedule is read whole), and the runtime record and the
+        history state each if its files did not change (else that part is
+        read from the files: a schedule that fired since the checkpoint)."""
+        entry, unchanged = item.entry, item.unchanged
         if entry is None or unchanged is None or not unchanged.lifecycle:
-            return None
+            return
+        schedule_id = item.schedule_id
         try:
             records, cached_runtime, history = entry.parts()
             if not records:
-                return None
-            adopted = (
-                backend.history_store.adopt_state(schedule_id, history)
-                if unchanged.history
-                else None
-            )
+                return
+            if unchanged.history:
+                item.recovered = self._backend.history_store.adopt_state(schedule_id, history)
         except (ValueError, TypeError) as exc:
             _log.warning(
                 "schedule %s: its startup checkpoint entry is unusable (%s); reading its files",
                 schedule_id,
                 exc,
             )
-            return None
-        recovered = (
-            adopted
-            if adopted is not None
-            else self._recover_history(schedule_id, full_scan=full_scan)
-        )
+            return
+        item.cached = True
+        item.records = records
         if unchanged.runtime:
-            runtime = RuntimeLoad(schedule_id=schedule_id, record=cached_runtime)
+            item.runtime = RuntimeLoad(schedule_id=schedule_id, record=cached_runtime)
+
+    def _read_definitions(self, item: _Pending) -> None:
+        if not item.cached:
+            self._read_whole(item)
+
+    def _read_whole(self, item: _Pending) -> None:
+        """The lifecycle records of a schedule the checkpoint does not give,
+        read from its files (and then its runtime record and history). (Temp
+        files of atomic writes a crash interrupted are never read as the
+        truth; the service sweeps them once the start is over.) The snapshot
+        is a cache of the log, but damage to it blocks all the same; loading
+        as the owner drops a torn final lifecycle line, with a warning."""
+        try:
+            records, loaded = self._backend.definition_store.read_for_recovery(
+                item.schedule_id, repair=True
+            )
+        except StoreDamaged as exc:
+            item.outcome = exc.problem
+            return
+        except NotFound:
+            item.outcome = None
+            return
+        if not records or loaded is None:
+            item.outcome = None
+            return
+        item.records = records
+        item.load_problems = loaded.problems
+        item.stored = loaded.snapshot.get("blocked") if loaded.snapshot is not None else None
+
+    def _read_history(self, item: _Pending) -> None:
+        """The history recovered; with `full_scan` (its log was written other
+        than by appending since the last checkpoint described it) every row is
+        read, not only those after the index checkpoint: damage written into
+        it since is found now, not when a page reads it."""
+        if item.recovered is not None:
+            return
+        history = self._backend.history_store
+        if item.full_scan:
+            _log.warning(
+                "schedule %s: its history log was rewritten since the last checkpoint"
+                " (not only appended to); reading it whole",
+                item.schedule_id,
+            )
+            item.recovered = history.recover(item.schedule_id, full_scan=True)
         else:
-            runtime = backend.runtime_store.load(schedule_id)
-        return ScheduleInputs(records, runtime, recovered, (), None)
+            item.recovered = history.recover(item.schedule_id)
+
+    def _read_runtime(self, item: _Pending) -> None:
+        if item.runtime is None:
+            item.runtime = self._backend.runtime_store.load(item.schedule_id)
 
 
 class FileBackend:

@@ -58,11 +58,11 @@ class FileReads:
         self.histories: list[str] = []
         # Those whose history it read whole (every row, not the index's tail).
         self.full_scans: list[str] = []
-        read_inputs, recover = _RecoveryReader._read, HistoryStore.recover
+        read_whole, recover = _RecoveryReader._read_whole, HistoryStore.recover
 
-        def spy(reader: _RecoveryReader, schedule_id: str, **options: Any) -> Any:
-            self.schedules.append(schedule_id)
-            return read_inputs(reader, schedule_id, **options)
+        def spy(reader: _RecoveryReader, item: Any) -> None:
+            self.schedules.append(item.schedule_id)
+            read_whole(reader, item)
 
         def history_spy(store: HistoryStore, schedule_id: str, **options: Any) -> Any:
             self.histories.append(schedule_id)
@@ -70,7 +70,7 @@ class FileReads:
                 self.full_scans.append(schedule_id)
             return recover(store, schedule_id, **options)
 
-        monkeypatch.setattr(_RecoveryReader, "_read", spy)
+        monkeypatch.setattr(_RecoveryReader, "_read_whole", spy)
         monkeypatch.setattr(HistoryStore, "recover", history_spy)
 
 
