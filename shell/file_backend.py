@@ -260,10 +260,10 @@ class _RecoveryReader:
     the processor's caches kept losing the code of each). The work done is
     the same; only its order across schedules differs, and each schedule's
     repairs (a torn tail dropped, an index brought up to date) concern its
-    own files alone. A read that raises ends the reading there: `read` of
-    that schedule raises it, after the schedules before it were handed
-    over, as when each schedule was read in its turn (the schedules after
-    it are read then, if asked for)."""
+    own files alone. A read that raises stops that kind of read, and the
+    kinds after it, at its schedule: `read` of that schedule raises it,
+    after the schedules before it were handed over, so the recovery fails
+    where it failed when each schedule was read in its turn."""
 
     def __init__(self, backend: FileBackend, checkpoint: Mapping[str, CachedSchedule]) -> None:
         self._backend = backend
