@@ -74,7 +74,9 @@ class Stored(Generic[K]):
     (PostgreSQL's `wf_runs.status` and `schedule_id`), for the store to check
     against it; None where there are none. `finding` names what a location
     holding no record is: "unreadable" (damage), or "torn-tail" (the
-    unfinished last write of a log, which nothing relied on).
+    unfinished last write of a log, which nothing relied on). `raw`: the
+    record's JSON as bytes, instead of `document`, where the persistence
+    keeps it so (a run log's frame: parsed and validated in one pass).
     """
 
     location: str
@@ -83,6 +85,7 @@ class Stored(Generic[K]):
     error: str | None = None
     columns: dict[str, Any] | None = field(default=None)
     finding: str = "unreadable"
+    raw: bytes | None = None
 
 
 class ArtifactPersistence(Protocol):

@@ -49,7 +49,6 @@ file is then stale and left alone.
 
 from __future__ import annotations
 
-import json
 import mmap
 import os
 import struct
@@ -316,12 +315,7 @@ class FileRunLog:
                 )
                 continue
             payload = contents[segment][offset + _HEADER.size : offset + size - _TRAILER.size]
-            try:
-                document = json.loads(bytes(payload).decode("utf-8"))
-            except ValueError as exc:
-                yield Stored(location=location, key=number, error=str(exc))
-                continue
-            yield Stored(location=location, key=number, document=document)
+            yield Stored(location=location, key=number, raw=bytes(payload))
         for data in contents.values():
             if isinstance(data, mmap.mmap):
                 data.close()

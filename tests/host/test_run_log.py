@@ -282,3 +282,36 @@ async def test_a_server_reads_an_older_store_with_a_file_per_run(build: Builder)
     assert [(await third.api.inspect_run(r))["status"] for r in (run_id, second)] == [
         "completed"
     ] * 2
+
+
+async def test_finished_runs_are_cached_as_their_json_and_read_back_whole(
+    tmp_path: Path,
+) -> None:
+    store, _ = _store(tmp_path)
+    admitted = _record(1)
+    await store.put(admitted)
+    failed = RunRecord.from_json(
+        {
+            **admitted.to_json(),
+            "status": "failed",
+            "attempt": 1,
+            "progress": {"node": "n", "state": {}, "steps": 0},
+            "checkpoint": {
+                "attempt": 1,
+                "status": "failed",
+                "node": "n",
+                "state": {},
+                "steps": 0,
+                "at": NOW,
+            },
+            "error": {"kind": "boom", "message": "it broke"},
+        }
+    )
+    await store.put(failed)
+    # A finished run is kept as bytes: each read is a new, equal record.
+    assert store.get("run-000001") == failed and store.get("run-000001") is not failed
+    records, _ = store.page("failed", None, 10)
+    assert [r.run_id for r in records] == ["run-000001"]
+    assert store.page("admitted", None, 10)[0] == []
+    again, findings = _store(tmp_path)
+    assert findings == [] and again.get("run-000001") == failed
