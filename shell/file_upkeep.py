@@ -15,6 +15,7 @@ wrote. The next checkpoint keeps what is unchanged and reads the rest.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Collection, Mapping
 
 from core.errors import SchedulingError
@@ -55,6 +56,8 @@ class FileStoreUpkeep:
         self._journal = journal
         # The checkpoint entries this process holds (see the module docstring).
         self._captured: dict[str, CachedSchedule] = {}
+        # As text: a start asks for every schedule's files by it.
+        self._root = os.fspath(definitions.store_root)
 
     def take_startup_checkpoint(self) -> dict[str, CachedSchedule]:
         """The last checkpoint's entries, consumed (a start calls it once); the
@@ -69,7 +72,7 @@ class FileStoreUpkeep:
     def current_identities(self, schedule_id: str) -> str:
         """What a checkpoint entry of this schedule is compared with: its
         files' identities now."""
-        files = ScheduleFiles.of(self._definitions.store_root, schedule_id)
+        files = ScheduleFiles.of(self._root, schedule_id)
         return current_identities_text(files, disk=self._definitions.disk)
 
     def publish(self) -> None:

@@ -172,6 +172,15 @@ class _Reader:
         # when it is still open: read each row once per load.
         self._rows: dict[int, dict[str, Any]] = {}
 
+    def entry(self, seq: int) -> Entry:
+        """`entries(seq, 1)`'s one entry (a load reads one for each schedule)."""
+        if self.idx_fd is None or seq >= self.idx_entries:
+            raise _IndexDamaged(f"index has no entry for seq {seq}")
+        entry = unpack_entry(self.idx_fd.read_at(ENTRY_SIZE, HEADER_SIZE + seq * ENTRY_SIZE))
+        if entry is None:
+            raise _IndexDamaged(f"index entry for seq {seq} fails its checksum")
+        return entry
+
     def entries(self, first: int, count: int) -> list[Entry]:
         if self.idx_fd is None or first + count > self.idx_entries:
             raise _IndexDamaged(f"index has no entry for seq {first + count - 1}")
@@ -391,13 +400,19 @@ class HistoryIndex:
             )
         if checkpoint.count > entries_in_file:
             raise _IndexDamaged("index is shorter than its checkpoint")
-        if checkpoint.size and log_fd.read_at(1, checkpoint.size - 1) != b"\n":
+        # A log's last byte ends a record (a torn line was dropped or left out
+        # of `size`): a checkpoint at the end needs no read of it.
+        if (
+            checkpoint.size
+            and checkpoint.size != size
+            and log_fd.read_at(1, checkpoint.size - 1) != b"\n"
+        ):
             raise _IndexDamaged("checkpoint does not end a record")
         reader = _Reader(log_fd, idx_fd, entries_in_file)
         state = State(size=checkpoint.size, count=checkpoint.count, lines=checkpoint.lines)
         if checkpoint.count:
             last_seq = checkpoint.count - 1
-            (last,) = reader.entries(last_seq, 1)
+            last = reader.entry(last_seq)
             if last.decision_off + last.decision_len > checkpoint.size:
                 raise _IndexDamaged("last entry points past the checkpoint")
             row = reader.row(last.decision_off, last.decision_len, last_seq, decision=True)
@@ -405,7 +420,7 @@ class HistoryIndex:
             # outside its order, so step back over them.
             while row.get("origin") is not None and last_seq > 0:
                 last_seq -= 1
-                (last,) = reader.entries(last_seq, 1)
+                last = reader.entry(last_seq)
                 row = reader.row(last.decision_off, last.decision_len, last_seq, decision=True)
             if row.get("origin") is None:
                 text = row.get("instant")
@@ -475,7 +490,7 @@ class HistoryIndex:
 
         def known(seq: int) -> Open | Entry:
             if seq not in materialized:
-                (entry,) = reader.entries(seq, 1)
+                entry = reader.entry(seq)
                 materialized[seq] = (
                     entry if entry.status in TERMINAL_STATUSES else reader.materialize(seq, entry)
                 )
