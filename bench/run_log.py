@@ -11,8 +11,9 @@ plus, for every fourth run, an earlier superseded frame (its admitted
 record), as a log that was not compacted yet holds; the counter says R.
 The page cache is warm (the files were just written).
 
-Measured, in this process: `build_local_static_workflow_server` on that
-store (reads and checks every record: "load"); the RSS it added; then
+Measured, in this process (the collector tuned and the loaded objects
+frozen, as `wf-rpc-server` does): `build_local_static_workflow_server` on
+that store (reads and checks every record: "load"); the RSS it added; then
 `--samples` calls each of `inspect_run` on random run ids, `list_runs`
 (50 a page) from random cursors oldest first, newest first, and newest first
 filtered by a status no run has (the bounded scan of `NEWEST_SCAN` records),
@@ -39,6 +40,7 @@ from typing import Any
 import harness
 
 from adapters import build_local_static_workflow_server
+from adapters.collector import freeze_startup_objects, tune_collector
 from adapters.host.identifiers import format_run_id
 from adapters.host.run_log import LOG_DIR, encode_frame
 from adapters.host.runs import _encode_cursor
@@ -110,6 +112,8 @@ async def measure(runs: int, samples: int, root: Path) -> dict[str, Any]:
     load_s = time.perf_counter() - began
     api = server.api
     assert server.recovery_report == [], server.recovery_report[:3]
+    # As `wf-rpc-server` does once its stores are loaded.
+    freeze_startup_objects()
     rss_added = harness.current_rss_mib() - rss
     chance = random.Random(7)
     inspect: list[float] = []
@@ -150,6 +154,7 @@ async def measure(runs: int, samples: int, root: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    tune_collector()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1_000_000)
     parser.add_argument("--samples", type=int, default=2000)

@@ -20,7 +20,6 @@ import base64
 import binascii
 import bisect
 import contextlib
-import itertools
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
@@ -528,7 +527,11 @@ class RunStore:
         after = 0 if cursor is None else _decode_cursor(cursor)
         chosen: list[int] = []
         more = False
-        for n in itertools.islice(self._order, bisect.bisect_right(self._order, after), None):
+        order = self._order
+        # By index from the cursor's place: `islice` would step through every
+        # run before it (7 ms a page at a million runs).
+        for index in range(bisect.bisect_right(order, after), len(order)):
+            n = order[index]
             if status is not None and self._records.status(n) != status:
                 continue
             if len(chosen) == limit:
