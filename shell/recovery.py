@@ -416,11 +416,21 @@ class StartupRecovery:
                     schedule_id, backfill.start, backfill.end
                 )
             held = parse_instant(record["held"]) if record.get("held") else None
-            waiting = tuple(parse_instant(t) for t in record.get("waiting", ()))
+            waiting_texts = record.get("waiting", ())
             last_decided = (
                 parse_instant(recovered.last_decided_instant)
                 if recovered.last_decided_instant
                 else None
+            )
+            # Most schedules have nothing waiting: no generators built for them.
+            waiting = (
+                tuple(
+                    w
+                    for w in map(parse_instant, waiting_texts)
+                    if last_decided is None or w > last_decided
+                )
+                if waiting_texts
+                else ()
             )
             active = []
             for occurrence in recovered.open_occurrences:
@@ -444,14 +454,14 @@ class StartupRecovery:
                     active_runs=tuple(active),
                     updated_at=_instant_or_none(folded["updated_at"]),
                     resumed_at=_instant_or_none(folded["resumed_at"]),
-                    waiting=tuple(w for w in waiting if last_decided is None or w > last_decided),
+                    waiting=waiting,
                     backfill=backfill,
                     backfill_decided=backfill_decided,
                     last_trigger=_instant_or_none(recovered.last_trigger_instant),
                     last_trigger_request=recovered.last_trigger_request,
                 )
             )
-            if not problems:
+            if active and not problems:
                 events.extend(_missed_reports(schedule_id, recovered.open_occurrences, active))
             replay = records[consumed:]
         for record in replay:
