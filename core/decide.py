@@ -643,7 +643,9 @@ class _Decider:
     def on_recovered(self, event: ScheduleRecovered) -> None:
         definition = event.definition
         schedule_id = definition.schedule_id
-        if self.current(schedule_id) is not None:
+        # `current`, without the exception a persistent map's `get` raises
+        # and catches for every schedule a start recovers.
+        if schedule_id in self.drafts or schedule_id in self.given_state.schedules:
             raise self.misuse(event, self.draft(schedule_id), "the schedule was already recovered")
         if event.revision < 1:
             raise CoreMisuse(f"cannot apply {event!r}: revision must be >= 1")
@@ -652,13 +654,13 @@ class _Decider:
         # depends on; every durable mark bounds what was already considered.
         marks = [created_at]
         for value, field_name in (
-            (event.watermark, "watermark"),
-            (event.last_decided_instant, "last_decided_instant"),
-            (event.updated_at, "updated_at"),
-            (event.resumed_at, "resumed_at"),
+            (event.watermark, "ScheduleRecovered.watermark"),
+            (event.last_decided_instant, "ScheduleRecovered.last_decided_instant"),
+            (event.updated_at, "ScheduleRecovered.updated_at"),
+            (event.resumed_at, "ScheduleRecovered.resumed_at"),
         ):
             if value is not None:
-                marks.append(_checked_utc(value, f"ScheduleRecovered.{field_name}"))
+                marks.append(_checked_utc(value, field_name))
         last_decided = (
             None
             if event.last_decided_instant is None
@@ -668,31 +670,39 @@ class _Decider:
         if held is not None and last_decided is not None and held <= last_decided:
             # Decided before the crash (its row is durable, the runtime was not).
             held = None
-        runs = sorted(
-            event.active_runs,
-            key=lambda recovered: _checked_utc(recovered.instant, "RecoveredRun.instant"),
-        )
-        all_run_instants = {_checked_utc(run.instant, "RecoveredRun.instant") for run in runs}
-        if len(all_run_instants) != len(runs):
-            raise CoreMisuse(f"cannot apply {event!r}: two recovered runs share an instant")
-        # rules P, Q: an operator's occurrence is not a calendar decision: a
-        # trigger's instant lies ahead of the watermark, a backfill's behind it.
-        run_instants = {
-            _checked_utc(run.instant, "RecoveredRun.instant")
-            for run in runs
-            if run.origin == "schedule"
-        }
-        waiting = tuple(
-            sorted(
-                {
-                    instant
-                    for instant in (
-                        _checked_utc(value, "ScheduleRecovered.waiting") for value in event.waiting
-                    )
-                    if instant not in run_instants and instant != held
-                }
+        # (Most schedules recover with no open run and nothing waiting: the
+        # branches below build nothing for them.)
+        runs: list[RecoveredRun] = []
+        run_instants: set[datetime] = set()
+        if event.active_runs:
+            runs = sorted(
+                event.active_runs,
+                key=lambda recovered: _checked_utc(recovered.instant, "RecoveredRun.instant"),
             )
-        )
+            all_run_instants = {_checked_utc(run.instant, "RecoveredRun.instant") for run in runs}
+            if len(all_run_instants) != len(runs):
+                raise CoreMisuse(f"cannot apply {event!r}: two recovered runs share an instant")
+            # rules P, Q: an operator's occurrence is not a calendar decision: a
+            # trigger's instant lies ahead of the watermark, a backfill's behind it.
+            run_instants = {
+                _checked_utc(run.instant, "RecoveredRun.instant")
+                for run in runs
+                if run.origin == "schedule"
+            }
+        waiting: tuple[datetime, ...] = ()
+        if event.waiting:
+            waiting = tuple(
+                sorted(
+                    {
+                        instant
+                        for instant in (
+                            _checked_utc(value, "ScheduleRecovered.waiting")
+                            for value in event.waiting
+                        )
+                        if instant not in run_instants and instant != held
+                    }
+                )
+            )
         marks.extend(waiting)
         marks.extend(run_instants)
         if held is not None:
