@@ -61,7 +61,6 @@ import os
 import time
 import zlib
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
 from core.errors import SchedulingError
@@ -193,11 +192,11 @@ class UnchangedParts(NamedTuple):
     history: bool
 
 
-@dataclass(frozen=True, slots=True)
-class CachedSchedule:
+class CachedSchedule(NamedTuple):
     """One schedule's entry. The parts are kept as their JSON text: a process
     holds 10,000 of them from its start to its stop, and a stop writes the
-    unchanged ones back as they are."""
+    unchanged ones back as they are. (A tuple: a start builds 10,000 of
+    them, and a frozen dataclass sets each field with a call.)"""
 
     identities_text: str
     records_json: str
@@ -335,12 +334,12 @@ def _parse(data: bytes) -> dict[str, CachedSchedule]:
     if zlib.crc32(body) != header.get("crc32"):
         raise ValueError("its body fails its checksum")
     entries: dict[str, CachedSchedule] = {}
+    make = CachedSchedule._make
     for line in body.decode().splitlines():
         parts = line.split("\t")
         if len(parts) != 5:
             raise ValueError("a line does not have five fields")
-        schedule_id, identities, records, runtime, history = parts
-        entries[schedule_id] = CachedSchedule(identities, records, runtime, history)
+        entries[parts[0]] = make(parts[1:])
     if len(entries) != header.get("schedules"):
         raise ValueError("it does not hold the number of schedules its header says")
     return entries

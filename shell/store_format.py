@@ -27,7 +27,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from core.errors import InvalidInput, InvalidState, Problem
 from shell.disk import OS_DISK, Disk
@@ -94,12 +94,13 @@ def check_schedule_id(schedule_id: object) -> str:
     return schedule_id
 
 
-@dataclass(frozen=True, slots=True)
-class ScheduleFiles:
+class ScheduleFiles(NamedTuple):
     """The paths of one schedule's files under a store root.
 
     Plain strings, built once: the stores touch thousands of schedules at
-    startup, and `pathlib` objects cost more than the system calls they name.
+    startup, and `pathlib` objects cost more than the system calls they name
+    (and a frozen dataclass's fields cost a call each to set: a start builds
+    one per schedule).
     """
 
     store_root: str
