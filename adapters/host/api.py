@@ -16,9 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 from core.errors import (
     AlreadyExists,
@@ -47,6 +48,22 @@ from .schemas import validate_instance
 __all__ = ["MAX_RESERVE", "WorkflowApi"]
 
 MAX_RESERVE: Final = 1000
+
+
+# A deployment and inputs resolved for an admission: (deployment, merged
+# inputs, problems).
+_Resolved: TypeAlias = tuple[Mapping[str, Any], dict[str, Any], list[Problem]]
+
+
+def _resolution_key(deployment_id: Any, inputs: Any) -> tuple[str, str] | None:
+    """What an admission's resolution depends on, as a key; None for values
+    that make none (they are resolved, and refused, one by one)."""
+    if not isinstance(deployment_id, str):
+        return None
+    try:
+        return deployment_id, json.dumps(inputs, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
 
 
 class WorkflowApi:
@@ -330,6 +347,9 @@ class WorkflowApi:
         request in order, its run id or the error `admit_run` would raise."""
         results: list[str | SchedulingError] = []
         staged: dict[int, RunRecord] = {}
+        # A herd's schedules often share a deployment and inputs: resolved
+        # and checked once for the batch.
+        resolved: dict[tuple[str, str], _Resolved] = {}
         for request in requests:
             run_id = request.get("run_id")
             try:
@@ -344,6 +364,7 @@ class WorkflowApi:
                     request.get("max_steps"),
                     request.get("origin"),
                     run_id,
+                    resolved,
                 )
                 assert number is not None
                 if number in staged:
@@ -364,12 +385,21 @@ class WorkflowApi:
         max_steps: Any,
         origin: Any,
         run_id: Any,
+        resolved: dict[tuple[str, str], _Resolved] | None = None,
     ) -> tuple[Mapping[str, Any], dict[str, Any], dict[str, Any], int | None]:
         """Validate an admission: (deployment, merged inputs, stored origin, run
-        number or None when the next id is to be taken). Raises like `admit_run`."""
-        deployment, merged, problems = self._resolve(deployment_id, inputs)
-        if not problems:
-            problems += self._runs.unstorable("inputs", merged)
+        number or None when the next id is to be taken). Raises like `admit_run`.
+        `resolved`: the deployments and inputs this batch resolved already."""
+        key = _resolution_key(deployment_id, inputs) if resolved is not None else None
+        known = resolved.get(key) if resolved is not None and key is not None else None
+        if known is None:
+            deployment, merged, problems = self._resolve(deployment_id, inputs)
+            if not problems:
+                problems += self._runs.unstorable("inputs", merged)
+            if resolved is not None and key is not None:
+                resolved[key] = (deployment, merged, list(problems))
+        else:
+            deployment, merged, problems = known[0], known[1], list(known[2])
         problems += check_positive_int("max_steps", max_steps, optional=True, maximum=MAX_STEPS)
         stored_origin, origin_problems = check_origin(origin)
         problems += origin_problems or self._runs.unstorable("origin", stored_origin)

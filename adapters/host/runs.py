@@ -426,12 +426,14 @@ class RunStore:
         are cached once it did. Each record passes `before:run:admitted` when
         staged and `after:run:admitted` once committed and cached."""
         numbers: list[int] = []
+        seen: set[int] = set()
         for record in records:
             number = parse_run_id(record.run_id)
             assert number is not None and RUN_ID_PATTERN.match(record.run_id)
-            if number in numbers or number in self._records:
+            if number in seen or number in self._records:
                 raise ValueError(f"run {record.run_id} is not new, or appears twice")
             numbers.append(number)
+            seen.add(number)
         for _ in records:
             fault_point("before:run:admitted")
         self._persistence.stage_created(batch, records)
