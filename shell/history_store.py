@@ -73,7 +73,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NamedTuple, NoReturn
 
 from core.errors import InvalidInput, InvalidState, NotFound, Problem
 from core.occurrences import RUN_STATUSES
@@ -138,13 +138,13 @@ _READ_CHUNK: Final = 4 << 20
 # --- public values -------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HistoryRecovery:
+class HistoryRecovery(NamedTuple):
     """What recovering one schedule's history found.
 
     `tail_rows`/`tail_bytes` measure the replay after the index checkpoint
     (the load's O(tail) cost); `index_rebuilt` says the index could not be
-    trusted and the whole log was scanned.
+    trusted and the whole log was scanned. (A tuple: a start makes one per
+    schedule, and a frozen dataclass set each field with a call.)
     """
 
     schedule_id: str

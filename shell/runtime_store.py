@@ -38,9 +38,8 @@ import json
 import os
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from core.errors import InvalidInput, NotFound, Problem
 from core.operator_actions import backfill_from_payload
@@ -71,10 +70,9 @@ RUNTIME_FORMAT: Final = 1
 COMPACT_AT_BYTES: Final = 32 << 10
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RuntimeLoad:
+class RuntimeLoad(NamedTuple):
     """`record` is None when the file is absent or damaged; `problem` says why
-    when it is damaged."""
+    when it is damaged. (A tuple: a start makes one per schedule.)"""
 
     schedule_id: str
     record: dict[str, Any] | None
