@@ -431,6 +431,11 @@ class DecideMachine(RuleBasedStateMachine):
         origin_of = {
             (r.schedule_id, r.instant): r.origin for r in self.model.rows if r.status == "admitted"
         }
+        if all(origin_of.get(key) == "trigger" for key in admitted):
+            # A trigger starts whatever the slots hold (rule P): the bound is
+            # what other admissions wait for, even once capacity was lowered
+            # below what already runs.
+            return
         # Only a trigger may start with every slot taken (rule P).
         holding = [
             run
