@@ -328,10 +328,7 @@ class _RecoveryReader:
         if entry is None:
             return
         current = self._backend.upkeep.current_identities(item.schedule_id)
-        unchanged = item.unchanged = entry.unchanged(current)
-        item.full_scan = (
-            unchanged is not None and not unchanged.history and entry.history_rewritten(current)
-        )
+        item.unchanged, item.full_scan = entry.compare(current)
 
     def _take_entry(self, item: _Pending) -> None:
         """What the checkpoint entry gives, part by part: the lifecycle

@@ -212,16 +212,7 @@ class CachedSchedule(NamedTuple):
         with, given `current_identities_text` of the schedule; None for a
         malformed entry. Compared as text, file by file (a start compares
         10,000 of them)."""
-        if current_text == self.identities_text:
-            return UnchangedParts(lifecycle=True, runtime=True, history=True)
-        was, now = self.identities_text.split(","), current_text.split(",")
-        if len(was) != len(_OTHERS) + 3 or len(now) != len(was):
-            return None
-        return UnchangedParts(
-            lifecycle=all(was[p] == now[p] for p in _OTHERS),
-            runtime=was[_RUNTIME] == now[_RUNTIME],
-            history=was[_HISTORY] == now[_HISTORY] and was[_INDEX] == now[_INDEX],
-        )
+        return self.compare(current_text)[0]
 
     def history_rewritten(self, current_text: str) -> bool:
         """Whether the history log is no longer the one this entry was read
@@ -237,17 +228,24 @@ class CachedSchedule(NamedTuple):
         was, now = self.identities_text.split(","), current_text.split(",")
         if len(was) != len(_OTHERS) + 3 or len(now) != len(was):
             return False
-        before, after = was[_HISTORY], now[_HISTORY]
-        if before == after or before == "-" or after == "-":
-            return False
-        try:
-            inode, size, mtime, _ = (int(v) for v in before.split(":"))
-            new_inode, new_size, new_mtime, _ = (int(v) for v in after.split(":"))
-        except ValueError:
-            return False
-        if new_inode != inode:
-            return _inode(was[_LIFECYCLE]) == _inode(now[_LIFECYCLE]) is not None
-        return new_size == size and new_mtime != mtime
+        return _rewritten(was, now)
+
+    def compare(self, current_text: str) -> tuple[UnchangedParts | None, bool]:
+        """`unchanged(current_text)`, and `history_rewritten(current_text)`
+        where the history's files changed (else False), splitting the two
+        texts once: a start compares every entry."""
+        if current_text == self.identities_text:
+            return _ALL_UNCHANGED, False
+        was, now = self.identities_text.split(","), current_text.split(",")
+        if len(was) != len(_OTHERS) + 3 or len(now) != len(was):
+            return None, False
+        history = was[_HISTORY] == now[_HISTORY] and was[_INDEX] == now[_INDEX]
+        unchanged = UnchangedParts(
+            lifecycle=was[_LIFECYCLE] == now[_LIFECYCLE] and was[_DEFINITION] == now[_DEFINITION],
+            runtime=was[_RUNTIME] == now[_RUNTIME],
+            history=history,
+        )
+        return unchanged, not history and _rewritten(was, now)
 
     def parts(self) -> tuple[tuple[dict[str, Any], ...], dict[str, Any] | None, list[Any]]:
         """The lifecycle records, the runtime record and the history state,
@@ -263,6 +261,24 @@ class CachedSchedule(NamedTuple):
         if not isinstance(history, list):
             raise ValueError("history state is not a list")
         return tuple(records), runtime, history
+
+
+_ALL_UNCHANGED: Final = UnchangedParts(lifecycle=True, runtime=True, history=True)
+
+
+def _rewritten(was: list[str], now: list[str]) -> bool:
+    """`CachedSchedule.history_rewritten` of identity texts split by file."""
+    before, after = was[_HISTORY], now[_HISTORY]
+    if before == after or before == "-" or after == "-":
+        return False
+    try:
+        inode, size, mtime, _ = (int(v) for v in before.split(":"))
+        new_inode, new_size, new_mtime, _ = (int(v) for v in after.split(":"))
+    except ValueError:
+        return False
+    if new_inode != inode:
+        return _inode(was[_LIFECYCLE]) == _inode(now[_LIFECYCLE]) is not None
+    return new_size == size and new_mtime != mtime
 
 
 def _parse_identities(text: str) -> Identities:
