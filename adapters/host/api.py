@@ -60,6 +60,8 @@ def _resolution_key(deployment_id: Any, inputs: Any) -> tuple[str, str] | None:
     that make none (they are resolved, and refused, one by one)."""
     if not isinstance(deployment_id, str):
         return None
+    if type(inputs) is dict and not inputs:
+        return deployment_id, "{}"
     try:
         return deployment_id, json.dumps(inputs, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError):

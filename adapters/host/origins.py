@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any, Final
 
 from core.errors import Problem
+from core.limits import MAX_SAFE_INTEGER
 
 from .identifiers import check_positive_int
 from .jsonvalues import NotJson, as_json, json_problem
@@ -25,16 +26,38 @@ _SCHEDULE_KEYS: Final = frozenset({"kind", "schedule_id", "instant", "revision"}
 _ACTIONS: Final = frozenset({"trigger", "backfill"})
 
 
+def _flat_copy(origin: Mapping[Any, Any]) -> dict[str, Any] | None:
+    """A copy of an origin that is a plain dict of text and small integers
+    (every origin the scheduler makes), or None for anything else, which
+    `as_json` then checks in full: a herd admits thousands at once."""
+    if type(origin) is not dict:
+        return None
+    for key, value in origin.items():
+        if type(key) is not str or not key.isascii():
+            return None
+        kind = type(value)
+        if kind is str:
+            if not value.isascii():
+                return None  # checked in full: a lone surrogate is no text
+        elif kind is not int or not -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            return None
+    return dict(origin)
+
+
 def check_origin(origin: Any) -> tuple[dict[str, Any], list[Problem]]:
     """The origin to store (manual for None) and its problems."""
     if origin is None:
         return dict(MANUAL), []
     if not isinstance(origin, Mapping):
         return {}, [Problem(field="origin", reason="must be an object or null")]
-    try:
-        origin = as_json(origin, "origin")
-    except NotJson as exc:
-        return {}, [json_problem(exc)]
+    flat = _flat_copy(origin)
+    if flat is not None:
+        origin = flat
+    else:
+        try:
+            origin = as_json(origin, "origin")
+        except NotJson as exc:
+            return {}, [json_problem(exc)]
     kind = origin.get("kind")
     if kind == "manual":
         extra = sorted(set(origin) - {"kind"}, key=str)

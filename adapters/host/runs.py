@@ -1,7 +1,8 @@
 """The run store: one record per run, cached in memory.
 
-The records (files under `<root>/runs/`, or rows of `wf_runs`: persistence.py)
-are the truth; the cache is what this process last wrote or read, and
+The records (frames of the run log under `<root>/run-log/`, run_log.py, or
+rows of `wf_runs`: persistence.py) are the truth; the cache (run_cache.py:
+finished runs as their JSON) is what this process last wrote or read, and
 answers every read, except on a store several servers share, where the
 API's reads go to the store (`fetch`, `fetch_page`, `refresh`) and the runs
 of a server found dead are failed by the leader (`abandoned_by`). Every
