@@ -205,9 +205,7 @@ async def test_a_failed_flush_fails_every_writer_of_the_batch(
     # The disk is full when the batch's frames are written.
     set_fault_injector(FailWrites(errno.ENOSPC, points={"before:run:record"}))
     try:
-        results = await asyncio.gather(
-            *(store.commit(r) for r in records), return_exceptions=True
-        )
+        results = await asyncio.gather(*(store.commit(r) for r in records), return_exceptions=True)
     finally:
         set_fault_injector(None)
     assert all(isinstance(r, OSError) for r in results)
