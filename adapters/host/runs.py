@@ -100,7 +100,8 @@ class RunStore:
         self._order: list[int] = []
         # Records that exist in the store but cannot be used: number -> finding.
         self._broken: dict[int, dict[str, Any]] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        # The locks of the runs someone holds or awaits (see `_RunLock`).
+        self._locks: dict[str, _RunLock] = {}
         # Records waiting for this turn's group commit (see `commit`).
         self._pending: list[tuple[RunRecord, asyncio.Future[None]]] = []
         self._flush_loop: asyncio.AbstractEventLoop | None = None
@@ -497,10 +498,11 @@ class RunStore:
             if not future.done():
                 future.set_result(None)
 
-    def lock(self, run_id: str) -> asyncio.Lock:
+    def lock(self, run_id: str) -> _RunLock:
+        """The run's lock, to hold with `async with`."""
         lock = self._locks.get(run_id)
         if lock is None:
-            lock = self._locks[run_id] = asyncio.Lock()
+            lock = self._locks[run_id] = _RunLock(self._locks, run_id)
         return lock
 
     @contextlib.asynccontextmanager
@@ -508,16 +510,10 @@ class RunStore:
         """Hold the locks of several runs, taken in one order for every caller
         (by run number) so that two batches cannot deadlock. Taking a lock no
         one holds does not suspend."""
-        held: list[asyncio.Lock] = []
-        try:
+        async with contextlib.AsyncExitStack() as held:
             for run_id in sorted(set(run_ids), key=lambda r: (len(str(r)), str(r))):
-                lock = self.lock(run_id)
-                await lock.acquire()
-                held.append(lock)
+                await held.enter_async_context(self.lock(run_id))
             yield
-        finally:
-            for lock in reversed(held):
-                lock.release()
 
     def page(
         self, status: Any, cursor: Any, limit: Any, newest_first: Any = False
@@ -615,6 +611,42 @@ def _parse(stored: Stored[int | None]) -> RunRecord:
         if exc.errors()[0]["type"] != "json_invalid":
             raise
     return RunRecord.from_json(json.loads(stored.raw.decode("utf-8")))
+
+
+class _RunLock:
+    """One run's lock, in its store's table only while someone holds or
+    awaits it: a store that kept a lock for every run it ever changed grew
+    by a few hundred bytes a run, for as long as the server ran."""
+
+    __slots__ = ("_lock", "_run_id", "_table", "_users")
+
+    def __init__(self, table: dict[str, _RunLock], run_id: str) -> None:
+        self._lock = asyncio.Lock()
+        self._table = table
+        self._run_id = run_id
+        self._users = 0
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+    async def __aenter__(self) -> None:
+        # Counted before the first suspension: `lock()` and this run in one
+        # step, so no one drops the table's entry in between.
+        self._users += 1
+        try:
+            await self._lock.acquire()
+        except BaseException:
+            self._leave()
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._lock.release()
+        self._leave()
+
+    def _leave(self) -> None:
+        self._users -= 1
+        if self._users == 0 and self._table.get(self._run_id) is self:
+            del self._table[self._run_id]
 
 
 def _columns_contradiction(record: RunRecord, columns: dict[str, Any]) -> str | None:

@@ -4,6 +4,7 @@ scheduler's journaled commit."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
@@ -315,3 +316,26 @@ async def test_finished_runs_are_cached_as_their_json_and_read_back_whole(
     assert store.page("admitted", None, 10)[0] == []
     again, findings = _store(tmp_path)
     assert findings == [] and again.get("run-000001") == failed
+
+
+async def test_a_run_lock_excludes_while_held_and_is_dropped_after_its_last_user(
+    tmp_path: Path,
+) -> None:
+    store, _ = _store(tmp_path)
+    inside: list[str] = []
+    order: list[str] = []
+
+    async def hold(name: str) -> None:
+        async with store.lock("run-000001"):
+            inside.append(name)
+            assert len(inside) == 1, inside  # never two holders at once
+            await asyncio.sleep(0)
+            order.append(name)
+            inside.remove(name)
+
+    await asyncio.gather(hold("a"), hold("b"), hold("c"))
+    assert order == ["a", "b", "c"]
+    async with store.locked(["run-000002", "run-000001"]):
+        assert store.lock("run-000001").locked()
+    # Nothing holds or awaits them: a million finished runs keep no lock.
+    assert store._locks == {}
