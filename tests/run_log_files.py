@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from adapters.host.identifiers import format_run_id, parse_run_id
-from adapters.host.run_log import LOG_DIR, decode_frame, encode_frame, scan_segment
+from adapters.host.run_log import (
+    LOG_DIR,
+    decode_frame,
+    encode_frame,
+    frame_payload,
+    scan_segment,
+)
 from shell.disk import OS_DISK, Disk, is_directory
 
 __all__ = [
@@ -24,8 +30,8 @@ __all__ = [
     "truncate_last_frame",
 ]
 
+# Where a frame's payload starts: after the magic, run number, length and crc.
 _HEADER_SIZE = 20
-_TRAILER_SIZE = 12
 
 
 def segment_paths(root: Path) -> list[Path]:
@@ -56,7 +62,7 @@ def read_record(root: Path, run_id: str) -> Any:
         return json.loads(legacy.read_text()) if legacy.exists() else None
     path, offset, size = place
     data = path.read_bytes()
-    return json.loads(data[offset + _HEADER_SIZE : offset + size - _TRAILER_SIZE])
+    return json.loads(frame_payload(data, offset, size))
 
 
 def append_payload(root: Path, run_id: str, payload: bytes) -> None:
@@ -103,8 +109,7 @@ def records(root: Path, disk: Disk = OS_DISK) -> dict[str, Any]:
         finally:
             file.close()
         for number, offset, size in scan_segment(data).frames:
-            payload = data[offset + _HEADER_SIZE : offset + size - _TRAILER_SIZE]
-            found[format_run_id(number)] = json.loads(payload)
+            found[format_run_id(number)] = json.loads(frame_payload(data, offset, size))
     return found
 
 

@@ -79,6 +79,7 @@ __all__ = [
     "LogScan",
     "decode_frame",
     "encode_frame",
+    "frame_payload",
     "scan_segment",
 ]
 
@@ -113,6 +114,11 @@ def encode_frame(number: int, payload: bytes) -> bytes:
             _TRAILER.pack(number, _END),
         )
     )
+
+
+def frame_payload(data: bytes | mmap.mmap, offset: int, size: int) -> bytes:
+    """The record's JSON in the frame of `size` bytes at `offset`."""
+    return bytes(data[offset + _HEADER.size : offset + size - _TRAILER.size])
 
 
 def decode_frame(data: bytes | mmap.mmap, offset: int) -> tuple[int, int, bool] | None:
@@ -314,8 +320,9 @@ class FileRunLog:
                     ),
                 )
                 continue
-            payload = contents[segment][offset + _HEADER.size : offset + size - _TRAILER.size]
-            yield Stored(location=location, key=number, raw=bytes(payload))
+            yield Stored(
+                location=location, key=number, raw=frame_payload(contents[segment], offset, size)
+            )
         for data in contents.values():
             if isinstance(data, mmap.mmap):
                 data.close()
@@ -388,12 +395,8 @@ class FileRunLog:
 
         def committed() -> None:
             self._staged = False
-            offset = start
-            for number, frame in frames:
-                self._place(number, segment, offset, len(frame))
-                offset += len(frame)
-            self._end = offset
-            self._size[segment] = offset
+            self._end = self._placed(frames, segment, start)
+            self._size[segment] = self._end
 
         def aborted() -> None:
             # The segment may hold part of the batch (a replay completes it):
@@ -475,15 +478,20 @@ class FileRunLog:
         if self._staged:
             raise RuntimeError("a run record write while a scheduler batch holds staged records")
         frames = [_frame_of(record) for record in records]
-        self._placed(frames, self._write(b"".join(frame for _, frame in frames)))
+        self._placed_in_active(frames, self._write(b"".join(frame for _, frame in frames)))
         self.compact()
 
-    def _placed(self, frames: Sequence[tuple[int, bytes]], start: int) -> None:
+    def _placed_in_active(self, frames: Sequence[tuple[int, bytes]], start: int) -> None:
         assert self._active is not None
+        self._placed(frames, self._active, start)
+
+    def _placed(self, frames: Sequence[tuple[int, bytes]], segment: int, start: int) -> int:
+        """Index `frames`, written to `segment` from `start`; where they end."""
         offset = start
         for number, frame in frames:
-            self._place(number, self._active, offset, len(frame))
+            self._place(number, segment, offset, len(frame))
             offset += len(frame)
+        return offset
 
     def compact(self) -> list[int]:
         """Compact every sealed segment that is mostly superseded frames; the
@@ -533,7 +541,7 @@ class FileRunLog:
                 copies.append((number, bytes(data[offset : offset + size])))
         if copies:
             fault_point("before:run-log:compact-copy")
-            self._placed(copies, self._write(b"".join(frame for _, frame in copies)))
+            self._placed_in_active(copies, self._write(b"".join(frame for _, frame in copies)))
             fault_point("after:run-log:compact-copy")
         check_fence(path)
         fault_point("before:run-log:compact-remove")

@@ -205,6 +205,15 @@ def _journaled(root: Path) -> tuple[CommitJournal, GroupCommit]:
     return journal, GroupCommit(journal=journal)
 
 
+def _commit_crashing_at(batch: GroupCommit, point: str) -> None:
+    previous = set_fault_injector(CrashAt(point))
+    try:
+        with pytest.raises(SimulatedCrash):
+            batch.commit()
+    finally:
+        set_fault_injector(previous)
+
+
 async def test_admitted_records_commit_with_the_scheduler_batch(tmp_path: Path) -> None:
     store, _ = _store(tmp_path)
     journal, batch = _journaled(tmp_path)
@@ -227,12 +236,7 @@ async def test_a_crash_after_the_journal_flush_is_replayed_into_the_log(tmp_path
     await store.put(_record(1))  # opens this process's segment
     _journal, batch = _journaled(tmp_path)
     store.stage_created(batch, [_record(2), _record(3)])
-    previous = set_fault_injector(CrashAt("before:apply:00000001.seg"))
-    try:
-        with pytest.raises(SimulatedCrash):
-            batch.commit()
-    finally:
-        set_fault_injector(previous)
+    _commit_crashing_at(batch, "before:apply:00000001.seg")
     assert run_log_files.read_record(tmp_path, "run-000002") is None  # not applied yet
     replay_journal(tmp_path)
     again, findings = _store(tmp_path)
@@ -244,12 +248,7 @@ async def test_a_crash_before_the_journal_flush_leaves_no_record(tmp_path: Path)
     store, _ = _store(tmp_path)
     _journal, batch = _journaled(tmp_path)
     store.stage_created(batch, [_record(1)])
-    previous = set_fault_injector(CrashAt("before:commit"))
-    try:
-        with pytest.raises(SimulatedCrash):
-            batch.commit()
-    finally:
-        set_fault_injector(previous)
+    _commit_crashing_at(batch, "before:commit")
     replay_journal(tmp_path)
     again, findings = _store(tmp_path)
     assert findings == [] and again.highest_number() == 0
