@@ -14,7 +14,9 @@ output mapping and the optional output schema: the run `completed`, or
 
 The engine owns no storage: after every step that does not stop the run it
 awaits `record_step(entry, position)`, which the host makes durable, and it
-returns the `Stop` for the host to checkpoint. Cancellation propagates
+returns the `Stop` for the host to checkpoint. A step that reaches `__end__`
+is not recorded on its own: its trace entry goes with the stop (`Stop.entry`),
+one write instead of two. Cancellation propagates
 untouched (nothing is recorded for the interrupted step).
 """
 
@@ -51,7 +53,8 @@ class Stop:
     # For interrupted/exhausted: the node to continue at; failed: the failing
     # node (or END when the output failed); completed: END.
     position: Position
-    # The trace entry of the step that stopped the run, when a step did.
+    # The trace entry of the step that stopped the run, or that reached END,
+    # when a step did.
     entry: dict[str, Any] | None = None
     output: Any = None
     # {"kind", "message", "node"} for failed and exhausted runs.
@@ -85,7 +88,11 @@ def trace_entry(
     return entry
 
 
-def _finish(plan: Plan, inputs: Mapping[str, Any], position: Position) -> Stop:
+def _finish(
+    plan: Plan, inputs: Mapping[str, Any], position: Position, entry: dict[str, Any] | None = None
+) -> Stop:
+    """The stop at END; `entry` is the trace entry of the step that reached it
+    (None when the run resumed at END)."""
     output: dict[str, Any] = {}
     for key, path in plan.output.items():
         try:
@@ -94,6 +101,7 @@ def _finish(plan: Plan, inputs: Mapping[str, Any], position: Position) -> Stop:
             return Stop(
                 status="failed",
                 position=position,
+                entry=entry,
                 error={"kind": "output", "message": f"output.{key}: {exc}", "node": None},
             )
     if plan.output_schema is not None:
@@ -103,13 +111,14 @@ def _finish(plan: Plan, inputs: Mapping[str, Any], position: Position) -> Stop:
             return Stop(
                 status="failed",
                 position=position,
+                entry=entry,
                 error={
                     "kind": "output",
                     "message": f"output does not match output_schema: {summary}",
                     "node": None,
                 },
             )
-    return Stop(status="completed", position=position, output=output)
+    return Stop(status="completed", position=position, entry=entry, output=output)
 
 
 async def execute(
@@ -195,6 +204,13 @@ async def execute(
             )
             state = {**state, node.state_key: result}
             node_id = node.edges["ok"]
+        if node_id == END:
+            # The step that reaches the end is recorded with the run's stop,
+            # in one write: nothing happens between the two but evaluating
+            # the output, so a crash there leaves the same truth (an
+            # executing run whose last step is not recorded) as a crash
+            # during the step.
+            return _finish(plan, inputs, Position(node=END, state=state, steps=steps), entry)
         await record_step(entry, Position(node=node_id, state=state, steps=steps))
         # Yield once per step so a tight loop of instant nodes cannot starve the loop.
         await asyncio.sleep(0)

@@ -155,20 +155,41 @@ async def test_launch_runs_marks_then_runs_each_admitted_run(
     assert isinstance(again, InvalidState)
 
 
+# Greets, then punctuates the greeting: two steps, the second reaching the end.
+TWO_STEP_PLAN: dict[str, Any] = {
+    **GREETING_PLAN,
+    "nodes": [
+        *GREETING_PLAN["nodes"],
+        {
+            "id": "punctuate",
+            "kind": "call",
+            "capability": "wf.std.format",
+            "params": {"template": "{state.greeting}!"},
+            "state_key": "greeting",
+        },
+    ],
+    "edges": {"greet": {"ok": "punctuate"}, "punctuate": {"ok": "__end__"}},
+}
+
+
 async def test_concurrent_steps_share_one_flush(
     host: HostStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server = await host.build()
     batches = count_batches(server, monkeypatch)
-    await deploy(server, GREETING_PLAN)
+    await deploy(server, TWO_STEP_PLAN)
     ids = await server.api.reserve_run_ids(5)
     await server.api.admit_runs([_request(run_id, i) for i, run_id in enumerate(ids)])
     await server.api.launch_runs(ids)
     assert await server.api.drain(5) == []
-    # Admissions, marks, then the five steps together, then the five stops together.
+    # Admissions, marks, then the five first steps together, then the five
+    # stops together (each with the step that reached the end: one write).
     assert batches == [5, 5, 5, 5]
-    for run_id in ids:
-        assert _stored(host, run_id)["status"] == "completed"
+    for index, run_id in enumerate(ids):
+        stored = _stored(host, run_id)
+        assert stored["status"] == "completed"
+        assert stored["output"] == {"result": f"hello n{index}!"}
+        assert [entry["node"] for entry in stored["trace"]] == ["greet", "punctuate"]
 
 
 async def test_a_writer_cancelled_before_the_flush_writes_nothing(host: HostStore) -> None:

@@ -33,7 +33,7 @@ from shell import ManualClock
 from shell.durable import set_fault_injector
 from shell.sim.disk import SimFileSystem
 from shell.startup_checkpoint import CHECKPOINT_FILE
-from tests.service.conftest import CONSTANT_PLAN, GATE_PLAN, START, sleep_plan
+from tests.service.conftest import GATE_PLAN, START, TWO_STEP_PLAN, sleep_plan
 
 from .world import PhasedCrash, World, copy_tree, read_all
 
@@ -206,7 +206,7 @@ async def set_up(world: World) -> None:
         injector = set_fault_injector(None)  # made once: its writes are no crash points
         try:
             await maker.build_server()
-            await maker.deploy("report.default", CONSTANT_PLAN)
+            await maker.deploy("report.default", TWO_STEP_PLAN)
             await maker.deploy("gate.default", GATE_PLAN)
             await maker.deploy("sleeper.default", sleep_plan(30))
             await _create_offline(maker)

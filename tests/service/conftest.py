@@ -44,6 +44,23 @@ CONSTANT_PLAN: dict[str, Any] = {
     "output": {"result": "state.emit"},
 }
 
+# CONSTANT_PLAN with a second step: its first step is recorded on its own
+# (the step that reaches the end is recorded with the stop), and the output
+# is the same.
+TWO_STEP_PLAN: dict[str, Any] = {
+    **CONSTANT_PLAN,
+    "nodes": [
+        *CONSTANT_PLAN["nodes"],
+        {
+            "id": "sign",
+            "kind": "call",
+            "capability": "wf.std.format",
+            "params": {"template": "{state.emit} (signed)"},
+        },
+    ],
+    "edges": {"emit": {"ok": "sign"}, "sign": {"ok": "__end__"}},
+}
+
 GATE_PLAN: dict[str, Any] = {
     "name": "gate",
     "input_schema": {"type": "object"},

@@ -21,7 +21,7 @@ from pathlib import Path
 from shell import ManualClock
 from shell.durable import set_fault_injector
 
-from .conftest import CONSTANT_PLAN, START, Harness
+from .conftest import START, TWO_STEP_PLAN, Harness
 
 TEN = START.replace(hour=10, minute=0)
 
@@ -41,7 +41,7 @@ class KillAt:
 async def main(url: str, point: str) -> None:
     harness = Harness(Path(tempfile.mkdtemp()) / "store", ManualClock(START), store_url=url)
     await harness.boot()
-    await harness.deploy("report.default", CONSTANT_PLAN)
+    await harness.deploy("report.default", TWO_STEP_PLAN)
     await harness.schedules.create_schedule(
         schedule_id="hourly",
         deployment_id="report.default",
