@@ -99,6 +99,7 @@ from shell.history_rows import (
     check_decision,
     check_snapshot,
     enter_decision,
+    enter_transition,
     is_int,
     unknown,
 )
@@ -613,7 +614,11 @@ class HistoryStore:
         touched, shadow.touched = shadow.touched, {}
         log.state = shadow
         try:
-            self._index.write_entries(log.files, touched, header=log.checkpoint_next)
+            # Part of the batch, which checked the fence for the index too
+            # (`sync_also` made it one of the batch's files).
+            self._index.write_entries(
+                log.files, touched, header=log.checkpoint_next, fence_checked=True
+            )
         except OSError as exc:
             # The rows are durable; the index is derived. Reload (and repair
             # the index) before the next use.
@@ -711,7 +716,22 @@ class HistoryStore:
         current = append.target(schedule_id, log.pending if log.pending is not None else log.state)
         if append.says_nothing_new(current):
             return current.seq
-        return self._stage(log, batch, lambda _state: append.build(current))
+
+        def enter(shadow: State, row: dict[str, Any], offset: int, length: int) -> None:
+            # The fields were checked by `TransitionAppend.of` and the row
+            # built from `current`: no parse back of what was just built.
+            enter_transition(
+                shadow,
+                current,
+                offset,
+                length,
+                status=row["status"],
+                run_id=row.get("run_id"),
+                reason=row.get("reason"),
+                recorded_text=row["recorded_at"],
+            )
+
+        return self._stage(log, batch, lambda _state: append.build(current), enter)
 
     # --- queries --------------------------------------------------------------------------------
 
