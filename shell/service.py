@@ -119,6 +119,23 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+# Turns of the event loop a round with more to do waits before it starts: a
+# run just launched that is done in one step needs three (its task's step,
+# the host's group flush of its stop, its wake-up that reports it), one more
+# spare. Its `executing` and terminal history rows are then decided in one
+# round and written in one batch (one append and one index write per
+# schedule instead of two): about a tenth of the CPU of a scheduled run.
+_TURNS_BEFORE_NEXT_ROUND = 4
+
+
+async def _let_ready_runs_report() -> None:
+    """Yield to the runs that are ready before the next round (see
+    `_TURNS_BEFORE_NEXT_ROUND`). Each turn only runs what is already ready:
+    it never waits on time or on a run that is not."""
+    for _ in range(_TURNS_BEFORE_NEXT_ROUND):
+        await asyncio.sleep(0)
+
+
 def _reraise_swallowed_cancel() -> None:
     """Stop the loop if it was cancelled and an await swallowed it: Python
     3.11's `asyncio.wait_for` (which a database driver's pool uses) returns a
@@ -491,6 +508,7 @@ class SchedulerService:
             self._observer.round_finished(time.perf_counter() - began)
             _reraise_swallowed_cancel()
             if self._events or self._dirty:
+                await _let_ready_runs_report()
                 continue
             self._idle.set()
             now = self._clock.now()
