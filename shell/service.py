@@ -636,7 +636,7 @@ class SchedulerService:
             return
         with _collector_paused():
             after = await self._decide_and_commit()
-        await self._commands.launch(after)
+            await self._commands.launch(after)
 
     async def _decide_and_commit(self) -> CommittedRound:
         """Decide, stage every write and make them durable: the part of a
