@@ -36,6 +36,12 @@ then), and only after that are the files written, without a flush. A crash
 leaves either none of the batch (the record is torn: nothing was written to
 the files yet) or all of it (the next owner's replay writes whatever the
 files lack). `sync_also` paths are flushed at the journal's next checkpoint.
+`commit()` is `make_durable()` then `complete()`, which a caller may call
+apart to act on the durable batch before its files are written (the
+scheduler launches a round's runs there): `make_durable` ends with the
+journal's fsync and the batch's `early` appends written (`on_early`
+callbacks run then, so their owner may write after them), `complete` writes
+the other files. Without a journal `make_durable` writes everything.
 
 Disks: every primitive takes a `disk` (`shell.disk.Disk`, the OS unless
 told), and a `GroupCommit` writes to its journal's disk, so the same code
@@ -557,17 +563,21 @@ class GroupCommit:
             disk if disk is not None else journal.disk if journal is not None else OS_DISK
         )
         self._on_durable: list[Callable[[], None]] = []
+        self._on_early: list[Callable[[], None]] = []
+        self._early: set[str] = set()
+        self._pending_entries: list[JournalEntry] = []
         self._appends: dict[str, _Append] = {}
         self._late_appends: dict[str, _Append] = {}
         self._replaces: dict[str, bytes] = {}
         self._also_sync: dict[str, None] = {}
         self._on_commit: list[Callable[[], None]] = []
         self._on_abort: list[Callable[[], None]] = []
-        self._state: Literal["open", "committed", "aborted", "crashed"] = "open"
+        self._state: Literal["open", "durable", "committed", "aborted", "crashed"] = "open"
 
     @property
     def state(self) -> str:
-        """ "open", "committed", "aborted" or "crashed" (a SimulatedCrash)."""
+        """ "open", "durable" (between `make_durable` and `complete`),
+        "committed", "aborted" or "crashed" (a SimulatedCrash)."""
         return self._state
 
     @property
@@ -595,6 +605,7 @@ class GroupCommit:
         *,
         expect_size: int | None = None,
         late: bool = False,
+        early: bool = False,
     ) -> None:
         """Stage raw bytes to append to `path`.
 
@@ -602,10 +613,15 @@ class GroupCommit:
         against the file's size at commit: a mismatch means the file changed
         under its owner, and the commit fails before writing to it. A `late`
         append is written only after every plain append is durable. One file
-        takes appends of one rank only.
+        takes appends of one rank only. An `early` append (a plain one) of a
+        journaled batch is written to its file by `make_durable`, right after
+        the journal's fsync, so that its owner can append after it (its
+        `on_early` callbacks) before `complete` writes the batch's other files.
         """
         self._check_open()
         target = os.fspath(path)
+        if early and late:
+            raise ValueError("an append is early or late, not both")
         ranked, other = (
             (self._late_appends, self._appends) if late else (self._appends, self._late_appends)
         )
@@ -615,6 +631,8 @@ class GroupCommit:
         if entry is None:
             entry = ranked[target] = _Append(expect_size)
         entry.chunks.append(data)
+        if early:
+            self._early.add(target)
 
     def append_records(
         self,
@@ -653,6 +671,15 @@ class GroupCommit:
         self._check_open()
         self._on_durable.append(callback)
 
+    def on_early(self, callback: Callable[[], None]) -> None:
+        """Run `callback` once the batch is durable and its `early` appends are
+        written (by `make_durable`; without a journal, once everything is
+        written and flushed, just before `on_commit`). The owner of an early
+        append may then write after it, before the batch's other files are
+        written."""
+        self._check_open()
+        self._on_early.append(callback)
+
     def on_commit(self, callback: Callable[[], None]) -> None:
         """Run `callback` after everything in the batch is durable and written."""
         self._check_open()
@@ -671,10 +698,39 @@ class GroupCommit:
 
     def commit(self) -> None:
         """Make every staged write durable, in the documented order."""
+        self.make_durable()
+        self.complete()
+
+    def make_durable(self) -> None:
+        """The first part of `commit`: when it returns the batch is durable
+        (`on_durable`, then `on_early` callbacks have run) and `complete`
+        must follow. For a journaled batch that is the journal's fsync and
+        the early appends; its other files are written by `complete`. Without
+        a journal the files are the durable copy: everything is written here."""
         self._check_open()
         if self._journal is not None:
-            self._commit_journaled(self._journal)
+            self._make_journaled_durable(self._journal)
             return
+        self._commit_files()
+        self._state = "durable"
+        self._run(self._on_durable)
+        self._run(self._on_early)
+
+    def complete(self) -> None:
+        """The rest of `commit` after `make_durable`: a journaled batch's
+        files written (not the early ones, written already), `on_commit`
+        callbacks run, the journal emptied when it can be."""
+        if self._state != "durable":
+            raise RuntimeError(f"this GroupCommit is {self._state}; complete follows make_durable")
+        if self._journal is not None:
+            self._complete_journaled(self._journal)
+            return
+        self._state = "committed"
+        self._run(self._on_commit)
+        fault_point("after:commit")
+
+    def _commit_files(self) -> None:
+        """Write and flush a batch without a journal (module docstring steps 1-4)."""
         temps: dict[str, str] = {}
         basename = os.path.basename
         disk = self._disk
@@ -723,10 +779,6 @@ class GroupCommit:
                 _unlink_quietly(temp, disk)
             self._run(self._on_abort)
             raise
-        self._state = "committed"
-        self._run(self._on_durable)
-        self._run(self._on_commit)
-        fault_point("after:commit")
 
     def _check_fence(self) -> None:
         """Once per batch, before its first byte: `StoreFenced` if any of its
@@ -762,8 +814,7 @@ class GroupCommit:
             entries.append(("replace", path, 0, data))
         return entries
 
-    def _commit_journaled(self, journal: Journal) -> None:
-        basename = os.path.basename
+    def _make_journaled_durable(self, journal: Journal) -> None:
         try:
             self._check_fence()
             fault_point("before:commit")
@@ -771,24 +822,21 @@ class GroupCommit:
             if entries:
                 journal.write(entries)
             self._run(self._on_durable)
-            for kind, path, offset, data in entries:
-                if kind == "append":
-                    fault_point(f"before:apply:{basename(path)}")
-                    _write_at(path, offset, data, self._disk)
-                    fault_point(f"after:apply:{basename(path)}")
-                else:
-                    fault_point(f"before:replace:{basename(path)}")
-                    # Not `replace_unsynced`: the batch passed its fence check.
-                    _replace_with_temp(path, data, sync=False, disk=self._disk)
-                    fault_point(f"after:replace:{basename(path)}")
-        except SimulatedCrash:
-            self._state = "crashed"
+            early = self._early
+            self._apply([e for e in entries if e[1] in early])
+            self._pending_entries = [e for e in entries if e[1] not in early]
+            self._state = "durable"
+            self._run(self._on_early)
+        except BaseException as exc:
+            self._failed(exc)
             raise
-        except BaseException:
-            # Durable or not, the files may lack part of the batch: the owner
-            # replays its journal before it reads them again.
-            self._state = "aborted"
-            self._run(self._on_abort)
+
+    def _complete_journaled(self, journal: Journal) -> None:
+        try:
+            entries, self._pending_entries = self._pending_entries, []
+            self._apply(entries)
+        except BaseException as exc:
+            self._failed(exc)
             raise
         self._state = "committed"
         self._run(self._on_commit)
@@ -803,6 +851,29 @@ class GroupCommit:
             # until a checkpoint succeeds: the next commit tries again.
             _log.error("commit journal checkpoint failed (retried later): %s", exc)
         fault_point("after:commit")
+
+    def _apply(self, entries: Sequence[JournalEntry]) -> None:
+        """Write journaled `entries` to their files (durable already)."""
+        basename = os.path.basename
+        for kind, path, offset, data in entries:
+            if kind == "append":
+                fault_point(f"before:apply:{basename(path)}")
+                _write_at(path, offset, data, self._disk)
+                fault_point(f"after:apply:{basename(path)}")
+            else:
+                fault_point(f"before:replace:{basename(path)}")
+                # Not `replace_unsynced`: the batch passed its fence check.
+                _replace_with_temp(path, data, sync=False, disk=self._disk)
+                fault_point(f"after:replace:{basename(path)}")
+
+    def _failed(self, exc: BaseException) -> None:
+        if isinstance(exc, SimulatedCrash):
+            self._state = "crashed"
+            return
+        # Durable or not, the files may lack part of the batch: the owner
+        # replays its journal before it reads them again.
+        self._state = "aborted"
+        self._run(self._on_abort)
 
     def _write_append(self, path: str, entry: _Append, directories: list[str]) -> None:
         file, created = _open_append(path, self._disk)

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final, cast
 
 from core.errors import NotFound
 from shell.definition_store import ChangeKind, DefinitionStore, LifecycleResult
 from shell.disk import OS_DISK, Disk
-from shell.durable import GroupCommit
+from shell.durable import GroupCommit, SimulatedCrash
 from shell.file_upkeep import FileStoreUpkeep
 from shell.history_store import HistoryRecovery, HistoryStore
 from shell.journal import CommitJournal, journal_supported
@@ -452,8 +452,22 @@ class FileBackend:
     def new_batch(self) -> GroupCommit:
         return GroupCommit(journal=self.journal, disk=self.disk)
 
-    async def commit(self, batch: BatchPort) -> None:
-        cast(GroupCommit, batch).commit()
+    async def commit(
+        self, batch: BatchPort, then: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
+        group = cast(GroupCommit, batch)
+        if then is None:
+            group.commit()
+            return
+        group.make_durable()
+        try:
+            await then()
+        except SimulatedCrash:
+            raise  # a crashed process writes nothing more
+        except BaseException:
+            group.complete()
+            raise
+        group.complete()
 
     def locate(self, schedule_id: str, part: RecordPart) -> str:
         files = ScheduleFiles.of(self._root, schedule_id)

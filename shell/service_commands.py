@@ -4,9 +4,13 @@
 group commit: history rows and runtime records are staged in command order,
 preflight runs before an admission row is staged, run ids for all admissions
 are reserved with one counter write (per `reserve_chunk` ids), then everything
-is flushed together. `CommandExecutor.launch` then creates and launches the
-runs the committed round admitted (admitted row -> run record -> executing
-mark). Nothing is launched before its row is durable.
+is flushed together. A run whose record the round's own batch holds
+(`StagingRunHost`) is launched by `commit` as soon as the batch is durable:
+on files before the round's history files are written from the commit
+journal (`ScheduleBackend.commit`'s `then`). `CommandExecutor.launch` then
+creates and launches the other runs the committed round admitted (admitted
+row -> run record -> executing mark). Nothing is launched before its row is
+durable.
 
 Staging goes through `_HANDLERS`, the table from command type to handler, as
 `core/decide.py` has one from event type to handler: each handler is a method
@@ -165,17 +169,26 @@ class CommandExecutor:
                 await self._persist_block(block, staging)
             self._stage_runs(batch, after)
             began = time.perf_counter()
-            await backend.commit(batch)
-            self._observer.committed(time.perf_counter() - began)
+
+            async def durable() -> None:
+                self._observer.committed(time.perf_counter() - began)
+                runtime_marks.update(after.runtime_marks)
+                # Only rows of schedules whose writes were not refused reached the batch.
+                self._observer.decided(
+                    [d for d in after.decisions if d.schedule_id not in refused], now
+                )
+                for event in after.events:
+                    self._emit(event)
+                # The runs whose records the commit wrote start now: on files,
+                # before the round's history files are written from the
+                # journal (a herd's first firing creates them all).
+                await self._launch_staged(after)
+
+            await backend.commit(batch, durable)
         except BaseException:
             if batch.state == "open":
                 batch.abort()
             raise
-        runtime_marks.update(after.runtime_marks)
-        # Only rows of schedules whose writes were not refused reached the batch.
-        self._observer.decided([d for d in after.decisions if d.schedule_id not in refused], now)
-        for event in after.events:
-            self._emit(event)
         return after
 
     def _stage_runs(self, batch: BatchPort, after: CommittedRound) -> None:
@@ -193,10 +206,10 @@ class CommandExecutor:
             after.staged_runs[run_id] = outcome
 
     async def launch(self, after: CommittedRound) -> None:
-        """Create and start the runs of a committed round."""
+        """Create and start the runs of a committed round that `commit` did
+        not start (those whose records the round's own batch wrote, it did)."""
         history = self._backend.history
         creations = [c for c in after.launches if c[1] not in after.staged_runs]
-        await self._launch_staged(after)
         for schedule_id, instant in after.creates:
             occurrence = history.open_occurrence(schedule_id, instant)
             if occurrence is None or occurrence.run_id is None or occurrence.snapshot is None:

@@ -18,7 +18,7 @@ never build those names themselves.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, NamedTuple, Protocol
 
@@ -327,10 +327,18 @@ class ScheduleBackend(Protocol):
 
     def new_batch(self) -> BatchPort: ...
 
-    async def commit(self, batch: BatchPort) -> None:
+    async def commit(
+        self, batch: BatchPort, then: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         """Make everything staged in `batch` durable, all or nothing; raises
         when it could not (its durability is then unknown: the stores forget
-        what they staged and are read again before their next use)."""
+        what they staged and are read again before their next use).
+
+        `then` runs once the batch is durable, as early as the backend
+        allows: on files, before the round's files are written from the
+        commit journal (they are durable in it, and nothing reads them until
+        this returns); `commit` returns after both, also when `then` raises
+        (its error is raised then)."""
         ...
 
     def locate(self, schedule_id: str, part: RecordPart) -> str:

@@ -33,7 +33,7 @@ holds on files, and a load on files runs to completion without an event loop
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
@@ -171,8 +171,13 @@ class RunPersistence(Protocol):
         batch, to commit with it (a batch of the same store)."""
         ...
 
-    def stage_created(self, batch: object, records: Sequence[RunRecord]) -> None:
-        """Stage new records into `batch` (`stages_into` said it can)."""
+    def stage_created(
+        self, batch: object, records: Sequence[RunRecord], written: Callable[[], None]
+    ) -> None:
+        """Stage new records into `batch` (`stages_into` said it can);
+        `written` runs once they are durable and can be read back, as early
+        as the batch allows (on files, before the batch's other files are
+        written, so that the runs can be launched first)."""
         ...
 
 

@@ -40,7 +40,7 @@ so those keep working while the database is down.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any, Final
 
@@ -446,11 +446,14 @@ class PgRuns:
         # admission and its run record commit together.
         return isinstance(batch, PgBatch) and batch.database is self._db
 
-    def stage_created(self, batch: object, records: Sequence[RunRecord]) -> None:
+    def stage_created(
+        self, batch: object, records: Sequence[RunRecord], written: Callable[[], None]
+    ) -> None:
         assert isinstance(batch, PgBatch)
         for record in records:
             batch.add(PHASE_RUNS, _COPY_RUNS, _run_row(record))
             self._versions[_number(record)] = 1
+        batch.on_commit(written)
 
 
 def _number(record: RunRecord) -> int:

@@ -54,7 +54,7 @@ import os
 import struct
 import weakref
 import zlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -380,7 +380,9 @@ class FileRunLog:
             and batch.journal_root == str(self.root)
         )
 
-    def stage_created(self, batch: object, records: Sequence[RunRecord]) -> None:
+    def stage_created(
+        self, batch: object, records: Sequence[RunRecord], written: Callable[[], None]
+    ) -> None:
         if not isinstance(batch, GroupCommit) or not self.stages_into(batch):
             raise RuntimeError("run records are staged only into a journaled batch of this store")
         if self._staged:
@@ -389,7 +391,10 @@ class FileRunLog:
         frames = [_frame_of(record) for record in records]
         data = b"".join(frame for _, frame in frames)
         start = self._end
-        batch.append_bytes(self.segment_path(segment), data, expect_size=start)
+        # Early: written right after the journal's fsync, before the round's
+        # history files, so that the runs are launched (their executing marks
+        # appended after these frames) without waiting for those.
+        batch.append_bytes(self.segment_path(segment), data, expect_size=start, early=True)
         self._staged = True
         self._journal_pinned.add(segment)
 
@@ -397,14 +402,17 @@ class FileRunLog:
             self._staged = False
             self._end = self._placed(frames, segment, start)
             self._size[segment] = self._end
+            written()
 
         def aborted() -> None:
+            if not self._staged:
+                return  # written already; a later part of the batch failed
             # The segment may hold part of the batch (a replay completes it):
             # nothing of this process appends after those bytes again.
             self._staged = False
             self._seal()
 
-        batch.on_commit(committed)
+        batch.on_early(committed)
         batch.on_abort(aborted)
 
     # --- writing ----------------------------------------------------------------------

@@ -425,8 +425,10 @@ class RunStore:
     def stage_created(self, batch: BatchPort, records: Sequence[RunRecord]) -> None:
         """Stage new `records` into a scheduler round's `batch` (`stages_into`
         said it can): its rows and these records commit together, and they
-        are cached once it did. Each record passes `before:run:admitted` when
-        staged and `after:run:admitted` once committed and cached."""
+        are cached once they are durable and written (on files before the
+        round's other files are: see `GroupCommit.make_durable`). Each record
+        passes `before:run:admitted` when staged and `after:run:admitted`
+        once written and cached."""
         numbers: list[int] = []
         seen: set[int] = set()
         for record in records:
@@ -438,15 +440,14 @@ class RunStore:
             seen.add(number)
         for _ in records:
             fault_point("before:run:admitted")
-        self._persistence.stage_created(batch, records)
 
-        def committed() -> None:
+        def written() -> None:
             for number, record in zip(numbers, records, strict=True):
                 self._remember(number, record)
             for _ in records:
                 fault_point("after:run:admitted")
 
-        batch.on_commit(committed)
+        self._persistence.stage_created(batch, records, written)
 
     async def commit(self, record: RunRecord) -> None:
         """`put`, group-committed with every other record committed in the same

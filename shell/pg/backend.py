@@ -12,7 +12,7 @@ the backend has no upkeep.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -226,9 +226,13 @@ class PgBackend:
     def new_batch(self) -> PgBatch:
         return PgBatch(self.database)
 
-    async def commit(self, batch: BatchPort) -> None:
+    async def commit(
+        self, batch: BatchPort, then: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         pg_batch: PgBatch = batch  # type: ignore[assignment]
         await pg_batch.commit()
+        if then is not None:
+            await then()
 
     def locate(self, schedule_id: str, part: RecordPart) -> str:
         return locations.table(part)

@@ -16,7 +16,7 @@ from shell.durable import CrashAt, SimulatedCrash, set_fault_injector
 from shell.journal import JOURNAL_FILE, journal_supported
 from tests.reliability.world import World
 
-from .conftest import CONSTANT_PLAN, START, Harness
+from .conftest import CONSTANT_PLAN, START, Harness, sleep_plan
 
 
 @pytest.fixture
@@ -36,11 +36,18 @@ def _ignore_crashed_tasks(loop: asyncio.AbstractEventLoop, context: dict[str, An
     loop.default_exception_handler(context)
 
 
-async def _die_after_the_journal_flush(harness: Harness, count: int) -> None:
-    """Create `count` every-minute schedules, then let the service reach the
-    next minute and die right after its journal record is durable."""
+async def _die_after_the_journal_flush(
+    harness: Harness,
+    count: int,
+    point: str = "after:append:commit.journal",
+    plan: dict[str, Any] = CONSTANT_PLAN,
+) -> None:
+    """Create `count` every-minute schedules (running `plan`), then let the
+    service reach the next minute and die at `point`, by default right after
+    its journal record is durable (any point before its history files are
+    written)."""
     await harness.boot()
-    await harness.deploy("report.default", CONSTANT_PLAN)
+    await harness.deploy("report.default", plan)
     for number in range(count):
         await harness.schedules.create_schedule(
             schedule_id=f"s{number}",
@@ -51,7 +58,7 @@ async def _die_after_the_journal_flush(harness: Harness, count: int) -> None:
     assert harness.service is not None
     await harness.service.settle()  # their first runtime records are written
     asyncio.get_running_loop().set_exception_handler(_ignore_crashed_tasks)
-    previous = set_fault_injector(CrashAt("after:append:commit.journal"))
+    previous = set_fault_injector(CrashAt(point))
     try:
         service = harness.service
         assert service is not None and service._task is not None
@@ -96,6 +103,77 @@ async def test_the_next_scheduler_replays_it_and_runs_what_was_admitted(tmp_path
             ]
             run = await successor.api.inspect_run(rows[0]["run_id"])
             assert run["output"] == {"result": "report for 2026-03-02T09:31:00Z"}
+    finally:
+        await successor.shutdown()
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.points: list[str] = []
+
+    def __call__(self, point: str) -> None:
+        self.points.append(point)
+
+
+async def test_a_rounds_runs_start_before_its_history_files_are_written(
+    harness: Harness,
+) -> None:
+    """The runs whose records a round's batch holds are launched as soon as
+    the journal's fsync returns: a herd's first firing does not wait for its
+    schedules' history files to be created and written."""
+    await harness.boot()
+    await harness.deploy("report.default", CONSTANT_PLAN)
+    for number in range(3):
+        await harness.schedules.create_schedule(
+            schedule_id=f"s{number}",
+            deployment_id="report.default",
+            trigger={"kind": "cron", "expression": "* * * * *", "timezone": "UTC"},
+            inputs={"when": {"$bind": "occurrence.instant"}},
+        )
+    assert harness.service is not None
+    await harness.service.settle()
+    recorder = _Recorder()
+    previous = set_fault_injector(recorder)
+    try:
+        await harness.at(START + MINUTE)
+        for number in range(3):
+            await harness.until_runs_ended(f"s{number}")
+    finally:
+        set_fault_injector(previous)
+    points = recorder.points
+    durable = points.index("after:append:commit.journal")
+    launched = points.index("after:run:executing-mark", durable)
+    written = points.index("before:apply:history.jsonl", durable)
+    assert durable < launched < written
+    for number in range(3):
+        rows = await harness.occurrences(f"s{number}")
+        assert [(r["instant"], r["status"]) for r in rows] == [
+            ("2026-03-02T09:31:00Z", "completed")
+        ]
+
+
+async def test_a_crash_after_the_launch_before_the_history_files_loses_no_row(
+    tmp_path: Path,
+) -> None:
+    harness = Harness(tmp_path / "store", _clock())
+    # Runs that are still executing when the process dies (a real one takes
+    # its runs with it; here the dead process's tasks are cancelled).
+    await _die_after_the_journal_flush(
+        harness, 2, "before:apply:history.jsonl", plan=sleep_plan(30)
+    )
+    successor = Harness(harness.root, harness.clock)
+    try:
+        await successor.boot()
+        for number in range(2):
+            rows = await successor.occurrences(f"s{number}")
+            # The row from the journal; the run, launched before the crash,
+            # failed as abandoned with the disclosure.
+            assert [(r["instant"], r["status"]) for r in rows] == [
+                ("2026-03-02T09:31:00Z", "failed")
+            ]
+            run = await successor.api.inspect_run(rows[0]["run_id"])
+            assert run["status"] == "failed"
+            assert "external effects may already have occurred" in run["error"]["message"]
     finally:
         await successor.shutdown()
 

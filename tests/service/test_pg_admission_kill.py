@@ -4,11 +4,12 @@ A real child process (`pg_admission_child.py`) kills itself with SIGKILL at
 one step of the admission of 10:00: before the round's transaction commits,
 right after it (the occurrence and its run record durable, nothing
 launched), after the run's executing mark, after the first of its two steps
-(the second is written with the checkpoint), after its checkpoint. The parent then starts a scheduler on the same database at
-10:00:30 and checks what the seed promises: the instant is decided exactly
-once, never admitted twice, and a run is either started afresh (nothing
-happened yet), finished as it finished, or failed as abandoned with the
-disclosure that external effects may already have occurred.
+(the second is written with the checkpoint), after its checkpoint. The
+parent then starts a scheduler on the same database at 10:00:30 and checks
+what the seed promises: the instant is decided exactly once, never admitted
+twice, and a run is either started afresh (nothing happened yet), finished
+as it finished, or failed as abandoned with the disclosure that external
+effects may already have occurred.
 """
 
 from __future__ import annotations

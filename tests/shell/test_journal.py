@@ -95,6 +95,84 @@ def test_a_journaled_batch_is_durable_in_the_journal_before_its_files_are_writte
     assert (store_root / JOURNAL_FILE).stat().st_size == 0
 
 
+def test_an_early_append_is_written_and_appended_after_before_the_batch_completes(
+    store_root: Path,
+) -> None:
+    """`make_durable` writes an early append right after the journal's fsync;
+    its owner appends after it (`on_early`) before `complete` writes the
+    batch's other files, and a crash in between loses nothing of either."""
+    _seed(store_root)
+    (store_root / "segment").write_bytes(b"frame0\n")
+    journal = CommitJournal(store_root)
+    journal.open()
+    batch = GroupCommit(journal=journal)
+    _stage(batch, store_root)
+    batch.append_bytes(store_root / "segment", b"frame1\n", expect_size=7, early=True)
+    seen: list[dict[str, bytes]] = []
+
+    def owner_appends_after_the_early_bytes() -> None:
+        seen.append(_files(store_root))
+        with (store_root / "segment").open("ab") as segment:
+            segment.write(b"mark\n")
+
+    batch.on_early(owner_appends_after_the_early_bytes)
+    batch.on_commit(lambda: seen.append(_files(store_root)))
+    batch.make_durable()
+    assert batch.state == "durable"
+    # Durable and the early bytes written; the other files not yet.
+    assert seen == [{**BEFORE, "segment": b"frame0\nframe1\n"}]
+    with pytest.raises(RuntimeError, match="durable"):
+        batch.append_bytes(store_root / "a" / "log", b"too late\n")
+    # The process dies here: a replay completes the batch and keeps what the
+    # owner appended after the early bytes.
+    journal.close_file()
+    replay_journal(store_root)
+    assert _files(store_root) == {**AFTER, "segment": b"frame0\nframe1\nmark\n"}
+
+
+def test_complete_writes_the_rest_and_only_follows_make_durable(store_root: Path) -> None:
+    _seed(store_root)
+    (store_root / "segment").write_bytes(b"")
+    journal = CommitJournal(store_root)
+    journal.open()
+    batch = GroupCommit(journal=journal)
+    with pytest.raises(RuntimeError, match="open"):
+        batch.complete()
+    _stage(batch, store_root)
+    batch.append_bytes(store_root / "segment", b"frame\n", early=True)
+    recorder = Recorder()
+    previous = set_fault_injector(recorder)
+    try:
+        batch.make_durable()
+        early_points = list(recorder.points)
+        batch.complete()
+    finally:
+        set_fault_injector(previous)
+    # The early append is applied once, by make_durable; complete applies the rest.
+    assert early_points.count("before:apply:segment") == 1
+    assert recorder.points.count("before:apply:segment") == 1
+    assert "before:apply:log" not in early_points and "before:apply:log" in recorder.points
+    assert batch.state == "committed"
+    assert _files(store_root) == {**AFTER, "segment": b"frame\n"}
+    journal.close()
+
+
+def test_without_a_journal_make_durable_writes_everything_and_complete_commits(
+    tmp_path: Path,
+) -> None:
+    _seed(tmp_path)
+    batch = GroupCommit()
+    _stage(batch, tmp_path)
+    order: list[str] = []
+    batch.on_durable(lambda: order.append("durable"))
+    batch.on_early(lambda: order.append("early"))
+    batch.on_commit(lambda: order.append("commit"))
+    batch.make_durable()
+    assert _files(tmp_path) == AFTER and order == ["durable", "early"]
+    batch.complete()
+    assert order == ["durable", "early", "commit"] and batch.state == "committed"
+
+
 def _points_of_one_commit(root: Path) -> list[str]:
     recorder = Recorder()
     root.mkdir()
