@@ -152,6 +152,37 @@ async def test_a_rounds_runs_start_before_its_history_files_are_written(
         ]
 
 
+async def test_a_run_done_in_one_step_has_its_two_rows_written_in_one_batch(
+    harness: Harness,
+) -> None:
+    """The round after a launch waits a few turns of the event loop: a run
+    that finishes at once reports `running` and `completed` together, and
+    both rows go in one batch (two writes of the schedule's files per
+    occurrence instead of three)."""
+    await harness.boot()
+    await harness.deploy("report.default", CONSTANT_PLAN)
+    await harness.schedules.create_schedule(
+        schedule_id="quick",
+        deployment_id="report.default",
+        trigger={"kind": "cron", "expression": "* * * * *", "timezone": "UTC"},
+        inputs={"when": {"$bind": "occurrence.instant"}},
+    )
+    assert harness.service is not None
+    await harness.service.settle()
+    recorder = _Recorder()
+    previous = set_fault_injector(recorder)
+    try:
+        await harness.at(START + MINUTE)
+        await harness.until_runs_ended("quick")
+        await harness.service.settle()
+    finally:
+        set_fault_injector(previous)
+    # The admission's batch, then one batch for both of the run's rows.
+    assert recorder.points.count("before:apply:history.jsonl") == 2
+    rows = await harness.occurrences("quick")
+    assert [(r["instant"], r["status"]) for r in rows] == [("2026-03-02T09:31:00Z", "completed")]
+
+
 async def test_a_crash_after_the_launch_before_the_history_files_loses_no_row(
     tmp_path: Path,
 ) -> None:
