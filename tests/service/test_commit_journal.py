@@ -69,7 +69,7 @@ async def _die_after_the_journal_flush(
     finally:
         set_fault_injector(previous)
     await World.abandon(harness)  # type: ignore[arg-type]  # the process is gone: its lock too
-    # The dead process wrote its record and nothing else.
+    # The dead process wrote its journal record and no history file.
     assert (harness.root / JOURNAL_FILE).stat().st_size > 0
     for number in range(count):
         history = harness.root / "schedules" / f"s{number}" / "history.jsonl"
@@ -90,19 +90,37 @@ async def test_a_server_without_the_scheduler_replays_the_dead_schedulers_journa
     await server.api.cancel_executing()
 
 
-async def test_the_next_scheduler_replays_it_and_runs_what_was_admitted(tmp_path: Path) -> None:
+# (where the process dies, the plan its runs run, how they end after the restart)
+DEATHS: list[tuple[str, dict[str, Any], str]] = [
+    # Right after the journal's fsync, before the runs are launched: the next
+    # scheduler runs what was admitted.
+    ("after:append:commit.journal", CONSTANT_PLAN, "completed"),
+    # After the launch, before the history files are written, the runs still
+    # executing (a real process takes its runs with it; here the dead
+    # process's tasks are cancelled): the rows come from the journal and the
+    # runs fail as abandoned, with the disclosure.
+    ("before:apply:history.jsonl", sleep_plan(30), "failed"),
+]
+
+
+@pytest.mark.parametrize(("point", "plan", "final"), DEATHS, ids=[d[0] for d in DEATHS])
+async def test_the_next_scheduler_replays_it_and_loses_no_row(
+    tmp_path: Path, point: str, plan: dict[str, Any], final: str
+) -> None:
     harness = Harness(tmp_path / "store", _clock())
-    await _die_after_the_journal_flush(harness, 2)
+    await _die_after_the_journal_flush(harness, 2, point, plan)
     successor = Harness(harness.root, harness.clock)
     try:
         await successor.boot()
         for number in range(2):
             rows = await successor.occurrences(f"s{number}")
-            assert [(r["instant"], r["status"]) for r in rows] == [
-                ("2026-03-02T09:31:00Z", "completed")
-            ]
+            assert [(r["instant"], r["status"]) for r in rows] == [("2026-03-02T09:31:00Z", final)]
             run = await successor.api.inspect_run(rows[0]["run_id"])
-            assert run["output"] == {"result": "report for 2026-03-02T09:31:00Z"}
+            if final == "completed":
+                assert run["output"] == {"result": "report for 2026-03-02T09:31:00Z"}
+            else:
+                assert run["status"] == "failed"
+                assert "external effects may already have occurred" in run["error"]["message"]
     finally:
         await successor.shutdown()
 
@@ -181,32 +199,6 @@ async def test_a_run_done_in_one_step_has_its_two_rows_written_in_one_batch(
     assert recorder.points.count("before:apply:history.jsonl") == 2
     rows = await harness.occurrences("quick")
     assert [(r["instant"], r["status"]) for r in rows] == [("2026-03-02T09:31:00Z", "completed")]
-
-
-async def test_a_crash_after_the_launch_before_the_history_files_loses_no_row(
-    tmp_path: Path,
-) -> None:
-    harness = Harness(tmp_path / "store", _clock())
-    # Runs that are still executing when the process dies (a real one takes
-    # its runs with it; here the dead process's tasks are cancelled).
-    await _die_after_the_journal_flush(
-        harness, 2, "before:apply:history.jsonl", plan=sleep_plan(30)
-    )
-    successor = Harness(harness.root, harness.clock)
-    try:
-        await successor.boot()
-        for number in range(2):
-            rows = await successor.occurrences(f"s{number}")
-            # The row from the journal; the run, launched before the crash,
-            # failed as abandoned with the disclosure.
-            assert [(r["instant"], r["status"]) for r in rows] == [
-                ("2026-03-02T09:31:00Z", "failed")
-            ]
-            run = await successor.api.inspect_run(rows[0]["run_id"])
-            assert run["status"] == "failed"
-            assert "external effects may already have occurred" in run["error"]["message"]
-    finally:
-        await successor.shutdown()
 
 
 def _clock() -> ManualClock:
