@@ -133,15 +133,12 @@ class _Recorder:
         self.points.append(point)
 
 
-async def test_a_rounds_runs_start_before_its_history_files_are_written(
-    harness: Harness,
-) -> None:
-    """The runs whose records a round's batch holds are launched as soon as
-    the journal's fsync returns: a herd's first firing does not wait for its
-    schedules' history files to be created and written."""
+async def _points_of_the_next_minute(harness: Harness, count: int) -> list[str]:
+    """The write points passed while `count` every-minute schedules fire once
+    and their runs end (the points of their creation left out)."""
     await harness.boot()
     await harness.deploy("report.default", CONSTANT_PLAN)
-    for number in range(3):
+    for number in range(count):
         await harness.schedules.create_schedule(
             schedule_id=f"s{number}",
             deployment_id="report.default",
@@ -154,20 +151,30 @@ async def test_a_rounds_runs_start_before_its_history_files_are_written(
     previous = set_fault_injector(recorder)
     try:
         await harness.at(START + MINUTE)
-        for number in range(3):
+        for number in range(count):
             await harness.until_runs_ended(f"s{number}")
+        await harness.service.settle()
     finally:
         set_fault_injector(previous)
-    points = recorder.points
-    durable = points.index("after:append:commit.journal")
-    launched = points.index("after:run:executing-mark", durable)
-    written = points.index("before:apply:history.jsonl", durable)
-    assert durable < launched < written
-    for number in range(3):
+    for number in range(count):
         rows = await harness.occurrences(f"s{number}")
         assert [(r["instant"], r["status"]) for r in rows] == [
             ("2026-03-02T09:31:00Z", "completed")
         ]
+    return recorder.points
+
+
+async def test_a_rounds_runs_start_before_its_history_files_are_written(
+    harness: Harness,
+) -> None:
+    """The runs whose records a round's batch holds are launched as soon as
+    the journal's fsync returns: a herd's first firing does not wait for its
+    schedules' history files to be created and written."""
+    points = await _points_of_the_next_minute(harness, 3)
+    durable = points.index("after:append:commit.journal")
+    launched = points.index("after:run:executing-mark", durable)
+    written = points.index("before:apply:history.jsonl", durable)
+    assert durable < launched < written
 
 
 async def test_a_run_done_in_one_step_has_its_two_rows_written_in_one_batch(
@@ -177,28 +184,9 @@ async def test_a_run_done_in_one_step_has_its_two_rows_written_in_one_batch(
     that finishes at once reports `running` and `completed` together, and
     both rows go in one batch (two writes of the schedule's files per
     occurrence instead of three)."""
-    await harness.boot()
-    await harness.deploy("report.default", CONSTANT_PLAN)
-    await harness.schedules.create_schedule(
-        schedule_id="quick",
-        deployment_id="report.default",
-        trigger={"kind": "cron", "expression": "* * * * *", "timezone": "UTC"},
-        inputs={"when": {"$bind": "occurrence.instant"}},
-    )
-    assert harness.service is not None
-    await harness.service.settle()
-    recorder = _Recorder()
-    previous = set_fault_injector(recorder)
-    try:
-        await harness.at(START + MINUTE)
-        await harness.until_runs_ended("quick")
-        await harness.service.settle()
-    finally:
-        set_fault_injector(previous)
+    points = await _points_of_the_next_minute(harness, 1)
     # The admission's batch, then one batch for both of the run's rows.
-    assert recorder.points.count("before:apply:history.jsonl") == 2
-    rows = await harness.occurrences("quick")
-    assert [(r["instant"], r["status"]) for r in rows] == [("2026-03-02T09:31:00Z", "completed")]
+    assert points.count("before:apply:history.jsonl") == 2
 
 
 def _clock() -> ManualClock:
