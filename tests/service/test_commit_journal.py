@@ -36,16 +36,9 @@ def _ignore_crashed_tasks(loop: asyncio.AbstractEventLoop, context: dict[str, An
     loop.default_exception_handler(context)
 
 
-async def _die_after_the_journal_flush(
-    harness: Harness,
-    count: int,
-    point: str = "after:append:commit.journal",
-    plan: dict[str, Any] = CONSTANT_PLAN,
-) -> None:
-    """Create `count` every-minute schedules (running `plan`), then let the
-    service reach the next minute and die at `point`, by default right after
-    its journal record is durable (any point before its history files are
-    written)."""
+async def _every_minute_schedules(harness: Harness, count: int, plan: dict[str, Any]) -> None:
+    """Boot, deploy `plan` and create `count` every-minute schedules `s0`, ...
+    running it; settled (their first runtime records written)."""
     await harness.boot()
     await harness.deploy("report.default", plan)
     for number in range(count):
@@ -56,7 +49,20 @@ async def _die_after_the_journal_flush(
             inputs={"when": {"$bind": "occurrence.instant"}},
         )
     assert harness.service is not None
-    await harness.service.settle()  # their first runtime records are written
+    await harness.service.settle()
+
+
+async def _die_after_the_journal_flush(
+    harness: Harness,
+    count: int,
+    point: str = "after:append:commit.journal",
+    plan: dict[str, Any] = CONSTANT_PLAN,
+) -> None:
+    """Create `count` every-minute schedules (running `plan`), then let the
+    service reach the next minute and die at `point`, by default right after
+    its journal record is durable (any point before its history files are
+    written)."""
+    await _every_minute_schedules(harness, count, plan)
     asyncio.get_running_loop().set_exception_handler(_ignore_crashed_tasks)
     previous = set_fault_injector(CrashAt(point))
     try:
@@ -136,17 +142,8 @@ class _Recorder:
 async def _points_of_the_next_minute(harness: Harness, count: int) -> list[str]:
     """The write points passed while `count` every-minute schedules fire once
     and their runs end (the points of their creation left out)."""
-    await harness.boot()
-    await harness.deploy("report.default", CONSTANT_PLAN)
-    for number in range(count):
-        await harness.schedules.create_schedule(
-            schedule_id=f"s{number}",
-            deployment_id="report.default",
-            trigger={"kind": "cron", "expression": "* * * * *", "timezone": "UTC"},
-            inputs={"when": {"$bind": "occurrence.instant"}},
-        )
+    await _every_minute_schedules(harness, count, CONSTANT_PLAN)
     assert harness.service is not None
-    await harness.service.settle()
     recorder = _Recorder()
     previous = set_fault_injector(recorder)
     try:
