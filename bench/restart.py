@@ -326,7 +326,7 @@ def _touch_fired_files(root: Path) -> None:
     schedule, without changing their bytes: the next start reads them. The
     history log is left alone: a firing appends to it, and one of the same
     size with other times was written in place by someone else, which a
-    start reads whole (`CachedSchedule.history_rewritten`); its index, which
+    start reads whole (`CachedSchedule.compare`); its index, which
     every firing writes, stands for it (the start then reads the history from
     its files, as for a schedule that fired)."""
     for directory in (root / "schedules").iterdir():

@@ -207,33 +207,13 @@ class CachedSchedule(NamedTuple):
         """Raises `ValueError` for a malformed text."""
         return _parse_identities(self.identities_text)
 
-    def unchanged(self, current_text: str) -> UnchangedParts | None:
-        """Which parts' files still have the identities this entry was read
-        with, given `current_identities_text` of the schedule; None for a
-        malformed entry. Compared as text, file by file (a start compares
-        10,000 of them)."""
-        return self.compare(current_text)[0]
-
-    def history_rewritten(self, current_text: str) -> bool:
-        """Whether the history log is no longer the one this entry was read
-        from with rows appended: the same size with other times (written in
-        place), or another file while the schedule's lifecycle log is still
-        the same file (the log alone replaced, as `sed -i` does). The
-        scheduler only appends to it, so such a log was changed by someone
-        else, anywhere in it, and the index that describes it cannot vouch
-        for its rows (a start reads it whole). Every file new at once is a
-        copied or restored store, not a rewrite: the entry does not describe
-        those files, and they are read as without a checkpoint. Shorter is
-        not counted: a load finds that by itself."""
-        was, now = self.identities_text.split(","), current_text.split(",")
-        if len(was) != len(_OTHERS) + 3 or len(now) != len(was):
-            return False
-        return _rewritten(was, now)
-
     def compare(self, current_text: str) -> tuple[UnchangedParts | None, bool]:
-        """`unchanged(current_text)`, and `history_rewritten(current_text)`
-        where the history's files changed (else False), splitting the two
-        texts once: a start compares every entry."""
+        """Which parts' files still have the identities this entry was read
+        with, given `current_identities_text` of the schedule (None for a
+        malformed entry), and whether the history log was rewritten (see
+        `_rewritten`; False where the history's files are unchanged).
+        Compared as text, file by file, splitting the two texts once: a
+        start compares 10,000 entries."""
         if current_text == self.identities_text:
             return _ALL_UNCHANGED, False
         was, now = self.identities_text.split(","), current_text.split(",")
@@ -267,7 +247,16 @@ _ALL_UNCHANGED: Final = UnchangedParts(lifecycle=True, runtime=True, history=Tru
 
 
 def _rewritten(was: list[str], now: list[str]) -> bool:
-    """`CachedSchedule.history_rewritten` of identity texts split by file."""
+    """Whether the history log is no longer the one an entry was read from
+    with rows appended (identity texts `was` and `now`, split by file): the
+    same size with other times (written in place), or another file while the
+    schedule's lifecycle log is still the same file (the log alone replaced,
+    as `sed -i` does). The scheduler only appends to it, so such a log was
+    changed by someone else, anywhere in it, and the index that describes it
+    cannot vouch for its rows (a start reads it whole). Every file new at
+    once is a copied or restored store, not a rewrite: the entry does not
+    describe those files, and they are read as without a checkpoint. Shorter
+    is not counted: a load finds that by itself."""
     before, after = was[_HISTORY], now[_HISTORY]
     if before == after or before == "-" or after == "-":
         return False

@@ -27,10 +27,11 @@ __all__ = [
 ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*\Z")
 ID_MAX_LENGTH: Final = 128
 # ASCII digits only, and few enough that int() never refuses them.
-RUN_ID_PATTERN: Final = re.compile(r"^run-([0-9]{6,19})\Z")
+_RUN_NUMBER_MAX_DIGITS: Final = 19
+RUN_ID_PATTERN: Final = re.compile(rf"^run-([0-9]{{6,{_RUN_NUMBER_MAX_DIGITS}}})\Z")
 # The longest text RUN_ID_PATTERN accepts: longer text is no run id, and
 # never reaches the parse cache (which holds only what could be one).
-_RUN_ID_MAX_LENGTH: Final = len("run-") + 19
+_RUN_ID_MAX_LENGTH: Final = len("run-") + _RUN_NUMBER_MAX_DIGITS
 
 
 def check_identifier(field: str, value: Any) -> list[Problem]:

@@ -15,6 +15,7 @@ from shell import ManualClock
 from shell.durable import CrashAt, SimulatedCrash, set_fault_injector
 from shell.journal import JOURNAL_FILE, journal_supported
 from tests.reliability.world import World
+from tests.shell.test_journal import Recorder
 
 from .conftest import CONSTANT_PLAN, START, Harness, sleep_plan
 
@@ -131,20 +132,12 @@ async def test_the_next_scheduler_replays_it_and_loses_no_row(
         await successor.shutdown()
 
 
-class _Recorder:
-    def __init__(self) -> None:
-        self.points: list[str] = []
-
-    def __call__(self, point: str) -> None:
-        self.points.append(point)
-
-
 async def _points_of_the_next_minute(harness: Harness, count: int) -> list[str]:
     """The write points passed while `count` every-minute schedules fire once
     and their runs end (the points of their creation left out)."""
     await _every_minute_schedules(harness, count, CONSTANT_PLAN)
     assert harness.service is not None
-    recorder = _Recorder()
+    recorder = Recorder()
     previous = set_fault_injector(recorder)
     try:
         await harness.at(START + MINUTE)
