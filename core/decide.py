@@ -98,8 +98,12 @@ M. Crash repair. `PersistRuntime` follows the rows it depends on, so at
    newest decision row, creation, last update and last resume, and a held
    candidate at or before the newest decision row was already decided.
 N. Run reports. Every status report of a scheduled run is recorded in
-   history; one that cannot be placed (unknown schedule, no active run at
-   its instant, another run id) is answered with a `LogWarning` and ignored.
+   history, except a `running` report followed in the same call by another
+   report on the same run: that one says where the run is, and the history
+   moves straight to it (a run that starts and stops between two calls
+   costs one row, not two). A report that cannot be placed (unknown
+   schedule, no active run at its instant, another run id) is answered with
+   a `LogWarning` and ignored.
 O. Recovered runs. Admitted runs are restarted (`CreateAdmittedRun`,
    `StartRun`), tracked (running), kept without a slot (interrupted) or
    recorded (terminal).
@@ -216,10 +220,13 @@ def decide(
         raise CoreMisuse(f"decide needs a SchedulerState, got {type(state).__name__}")
     decider = _Decider(state, _checked_utc(now, "now"))  # phase 1: clock
     decider.find_late_stops(events)
+    superseded = _superseded_running_reports(events)
     for position, event in enumerate(events):  # phase 2: events
         handler = _HANDLERS.get(type(event))
         if handler is None:
             raise CoreMisuse(f"decide cannot apply {event!r}: not a known event type")
+        if position in superseded:
+            continue
         decider.event_position = position
         handler(decider, event)
     decider.settle_due()  # phase 3
@@ -244,6 +251,24 @@ def next_wakeup(state: SchedulerState) -> datetime | None:
             return top[0]
         index.pop()
     return None
+
+
+def _superseded_running_reports(events: Sequence[Event]) -> frozenset[int]:
+    """Positions of `running` reports that a later report on the same run in
+    the same call supersedes (rule N): the later one is what the history must
+    say, and a run that started and stopped between two calls costs one row."""
+    running: dict[tuple[str, datetime, str], int] = {}
+    superseded: list[int] = []
+    for position, event in enumerate(events):
+        if type(event) is not RunStatusChanged:
+            continue
+        key = (event.schedule_id, event.instant, event.run_id)
+        earlier = running.pop(key, None)
+        if earlier is not None:
+            superseded.append(earlier)
+        if event.status == "running":
+            running[key] = position
+    return frozenset(superseded)
 
 
 _ONE_MICROSECOND: Final = timedelta(microseconds=1)

@@ -269,10 +269,12 @@ def without_startup_checkpoint(damage: Damage) -> Damage:
 
 
 def history_garbage_inside(root: Path) -> None:
-    """An old row overwritten in place with bytes of the same length."""
+    """An old row (the 09:32 decision, line 3) overwritten in place with bytes
+    of the same length."""
     path = Path(Files.of(root).schedule.history)
     lines = lines_of(path)
-    lines[3] = b"#" * (len(lines[3]) - 1) + b"\n"
+    old = next(i for i, line in enumerate(lines) if b'"instant":"2026-03-02T09:32:00Z"' in line)
+    lines[old] = b"#" * (len(lines[old]) - 1) + b"\n"
     path.write_bytes(b"".join(lines))
 
 

@@ -148,14 +148,14 @@ CASES: dict[str, tuple[sc.Damage, Blocked | Repaired]] = {
     # to compare the log with, only a page that reads it finds it ...
     "history-garbage-inside": (
         sc.without_startup_checkpoint(sc.history_garbage_inside),
-        Blocked(DIR + "history.jsonl", "unparseable", record="line 4", found_on_read=True),
+        Blocked(DIR + "history.jsonl", "unparseable", record="line 3", found_on_read=True),
     ),
     "history-instant-flipped": (
         sc.without_startup_checkpoint(sc.history_instant_flipped),
         Blocked(
             DIR + "history.jsonl",
             "not an ISO-8601 instant",
-            record="line 4, byte",
+            record="line 3, byte",
             found_on_read=True,
         ),
     ),
@@ -163,14 +163,14 @@ CASES: dict[str, tuple[sc.Damage, Blocked | Repaired]] = {
     # (not only appended to), reads it whole and finds it.
     "history-garbage-inside-after-a-clean-stop": (
         sc.history_garbage_inside,
-        Blocked(DIR + "history.jsonl", "unparseable", record="line 4", checkpointed=True),
+        Blocked(DIR + "history.jsonl", "unparseable", record="line 3", checkpointed=True),
     ),
     "history-instant-flipped-after-a-clean-stop": (
         sc.history_instant_flipped,
         Blocked(
             DIR + "history.jsonl",
             "not an ISO-8601 instant",
-            record="line 4, byte",
+            record="line 3, byte",
             checkpointed=True,
         ),
     ),
@@ -637,7 +637,7 @@ def _finished_row_rewritten_and_reindexed(root: Path) -> None:
 FINISHED_RUN_CASES: dict[str, tuple[sc.Damage, tuple[str, str, str], bool]] = {
     "record-deleted": (
         _finished_run_deleted,
-        ("schedules/bystander/history.jsonl", "line 3, byte", "has no run record"),
+        ("schedules/bystander/history.jsonl", "line 2, byte", "has no run record"),
         False,  # there is no record for inspect_run to read
     ),
     "record-truncated": (
@@ -650,14 +650,14 @@ FINISHED_RUN_CASES: dict[str, tuple[sc.Damage, tuple[str, str, str], bool]] = {
         _finished_row_rewritten,
         # Found by the index entry written with the row, or (the index rebuilt
         # by a start that read the rewritten log whole) by the run record.
-        ("schedules/bystander/history.jsonl", "line 3, byte", "exhausted"),
+        ("schedules/bystander/history.jsonl", "line 2, byte", "exhausted"),
         True,
     ),
     # The same, its index rebuilt from the rewritten log: only the run record
     # can tell.
     "history-row-rewritten-and-reindexed": (
         _finished_row_rewritten_and_reindexed,
-        ("schedules/bystander/history.jsonl", "line 3, byte", "its record run-log ("),
+        ("schedules/bystander/history.jsonl", "line 2, byte", "its record run-log ("),
         True,
     ),
 }

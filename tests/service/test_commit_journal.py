@@ -5,6 +5,7 @@ lost, whichever process opens the store next."""
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -167,16 +168,19 @@ async def test_a_rounds_runs_start_before_its_history_files_are_written(
     assert durable < launched < written
 
 
-async def test_a_run_done_in_one_step_has_its_two_rows_written_in_one_batch(
+async def test_a_run_done_in_one_step_costs_one_row_in_one_more_batch(
     harness: Harness,
 ) -> None:
     """The round after a launch waits a few turns of the event loop: a run
     that finishes at once reports `running` and `completed` together, and
-    both rows go in one batch (two writes of the schedule's files per
-    occurrence instead of three)."""
+    the history moves from `admitted` straight to `completed` (rule N), in
+    the batch after the admission's (two writes of the schedule's files per
+    occurrence instead of three, two rows instead of three)."""
     points = await _points_of_the_next_minute(harness, 1)
-    # The admission's batch, then one batch for both of the run's rows.
     assert points.count("before:apply:history.jsonl") == 2
+    history = harness.root / "schedules" / "s0" / "history.jsonl"
+    rows = [json.loads(line) for line in history.read_text().splitlines()]
+    assert [row["status"] for row in rows] == ["admitted", "completed"]
 
 
 def _clock() -> ManualClock:

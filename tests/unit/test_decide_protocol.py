@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pytest
 
-from core.commands import LogWarning, PersistRuntime
+from core.commands import LogWarning, PersistRuntime, RecordOccurrence
 from core.decide import decide, next_wakeup
 from core.errors import CoreMisuse, InvalidInput
 from core.events import (
@@ -150,6 +150,38 @@ def test_a_run_report_the_state_cannot_place_is_logged_and_ignored(
     alone, alone_commands = decide(state, now, [good])
     assert schedule_view(after, "r") == schedule_view(alone, "r")
     assert [c for c in commands if not isinstance(c, LogWarning)] == list(alone_commands)
+
+
+def _report(status: str, run_id: str = "run-1") -> RunStatusChanged:
+    return RunStatusChanged(schedule_id="r", instant=at(10), run_id=run_id, status=status)  # type: ignore[arg-type]
+
+
+def _recorded(commands: tuple[object, ...]) -> list[tuple[str, str | None]]:
+    return [(c.status, c.run_id) for c in commands if isinstance(c, RecordOccurrence)]
+
+
+@pytest.mark.parametrize("later", ["completed", "failed", "interrupted", "running"])
+def test_a_running_report_a_later_report_on_the_run_follows_is_not_recorded(later: str) -> None:
+    """Rule N: a run that started and stopped between two calls costs one
+    history row, the one that says where it is; the state is the one both
+    reports in two calls would have left."""
+    state, now = _admitted_state()
+    together, commands = decide(state, now, [_report("running"), _report(later)])
+    assert _recorded(commands) == [(later, "run-1")]
+    one_by_one, _ = run(state, now, _report("running"))
+    one_by_one, _ = run(one_by_one, now, _report(later))
+    assert schedule_view(together, "r") == schedule_view(one_by_one, "r")
+    assert slots_in_use(together) == slots_in_use(one_by_one)
+
+
+def test_a_running_report_is_recorded_when_nothing_about_its_run_follows() -> None:
+    """Alone, or followed by reports on other runs or other instants."""
+    state, now = _admitted_state()
+    _, commands = decide(state, now, [_report("running")])
+    assert _recorded(commands) == [("running", "run-1")]
+    stale = RunStatusChanged(schedule_id="r", instant=at(11), run_id="run-1", status="completed")
+    _, commands = decide(state, now, [_report("running"), stale, _report("running", "run-9")])
+    assert _recorded(commands) == [("running", "run-1")]
 
 
 def test_a_blocked_schedule_gets_no_runtime_record() -> None:
