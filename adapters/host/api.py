@@ -599,7 +599,8 @@ class WorkflowApi:
     def add_run_listener(self, callback: RunListener) -> None:
         """Call `callback(run_id, status, origin, message)` after every durable status
         change (running, interrupted, completed, failed, exhausted). It runs
-        synchronously in the event loop; exceptions are logged and ignored."""
+        synchronously in the event loop; exceptions are logged and ignored.
+        `origin` is a copy the listeners of one change share: read it only."""
         self._executor.add_listener(callback)
 
     def executing_runs(self) -> list[str]:

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
 from core.errors import (
@@ -75,7 +75,8 @@ from .schemas import validate_instance
 
 __all__ = ["RunExecutor", "RunListener"]
 
-RunListener = Callable[[str, str, dict[str, Any] | None, str | None], None]
+# The origin is one copy shared by every listener of a change: read it only.
+RunListener = Callable[[str, str, Mapping[str, Any] | None, str | None], None]
 _log: Final = logging.getLogger("adapters.host.executor")
 # How soon a write the unavailable database refused is tried again, doubling
 # up to the most.
@@ -107,10 +108,11 @@ class RunExecutor:
 
     def _notify(self, record: RunRecord) -> None:
         message = record.error.message if record.error is not None else None
+        # A copy, so that no listener can change the stored origin; one for
+        # all of them, which take it as read-only (`RunListener`).
+        origin = copy_json(record.origin)
         for listener in list(self._listeners):
             try:
-                # A copy: a listener must not be able to change the stored origin.
-                origin = copy_json(record.origin)
                 listener(record.run_id, record.status, origin, message)
             except Exception:
                 _log.exception("run listener %r failed for %s", listener, record.run_id)
@@ -133,10 +135,12 @@ class RunExecutor:
             update={
                 "status": "running",
                 "attempt": 1,
-                "executing": ExecutingMark(
+                # Constants and the clock's text: nothing to validate, and a
+                # herd launches thousands.
+                "executing": ExecutingMark.model_construct(
                     attempt=1, kind="start", since=now, server=self._store.server_id
                 ),
-                "progress": Progress(node=plan.start, state={}, steps=0),
+                "progress": Progress.model_construct(node=plan.start, state={}, steps=0),
                 "updated_at": now,
             }
         )
