@@ -85,6 +85,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "fault_point",
+    "filesystem_flushes",
     "fsync_directory",
     "get_fault_injector",
     "pwrite_all",
@@ -311,6 +312,20 @@ def _device_of(directory: str, disk: Disk) -> int | None:
     return device
 
 
+# (disk, device) -> how many `syncfs` of that filesystem returned. A write
+# made before the count moved past a value read after it is durable.
+_flushes: dict[tuple[int, int], int] = {}
+
+
+def filesystem_flushes(path: str | os.PathLike[str], *, disk: Disk = OS_DISK) -> int:
+    """How many times `sync_paths` flushed the whole filesystem that holds the
+    directory `path` (`syncfs`): read it after a write, and once it has moved
+    on, the write is durable (the history index publishes a header only then:
+    `shell/history_store.py`)."""
+    device = _device_of(os.fspath(path), disk)
+    return 0 if device is None else _flushes.get((id(disk), device), 0)
+
+
 def sync_paths(
     files: Iterable[str | os.PathLike[str]],
     directories: Iterable[str | os.PathLike[str]] = (),
@@ -342,11 +357,13 @@ def sync_paths(
             device = _device_of(path, disk)
             if device is not None:
                 by_device.setdefault(device, path)
-        for directory in by_device.values():
+        for device, directory in by_device.items():
             if on_os:
                 _syncfs_directory(directory)
             else:
                 disk.syncfs(directory)
+            key = (id(disk), device)
+            _flushes[key] = _flushes.get(key, 0) + 1
         return
     for file in file_list:
         try:

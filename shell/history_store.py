@@ -28,10 +28,13 @@ the latest status, and a CRC. A page is one read of `limit` entries and one
 (or a few) reads of the rows they point to: O(limit), whatever the log size.
 
 The index is written with plain `pwrite`s after each group commit and is
-made durable by the *next* commit's flush (or `close()`). The header records a
-checkpoint `(log size C, count, lines, low-water seq)` with the guarantee that
-every index write describing `log[0:C]` was flushed before the header was
-written; so the header always lags one commit behind. Loading trusts the
+made durable by a later flush: the next commit's, which names the index
+among its files, or for a journaled batch (which flushes only its journal)
+the journal's next checkpoint, a `syncfs` (or `close()`). The header records
+a checkpoint `(log size C, count, lines, low-water seq)` with the guarantee
+that every index write describing `log[0:C]` was flushed before the header
+was written; so the header lags one commit behind, or until that flush.
+Loading trusts the
 index up to `C` after checking the header CRC and the last entry against the
 log, then replays only `log[C:]`: O(tail), not O(log). An entry may be
 *ahead* of the checkpoint (written before the crash, describing a tail row);
@@ -78,7 +81,7 @@ from typing import Any, Final, NamedTuple, NoReturn
 from core.errors import InvalidInput, InvalidState, NotFound, Problem
 from core.occurrences import RUN_STATUSES
 from shell.disk import OS_DISK, Disk, DiskFile, is_directory
-from shell.durable import GroupCommit, sync_paths
+from shell.durable import GroupCommit, filesystem_flushes, sync_paths
 from shell.history_appends import SNAPSHOT_PROBLEM, DecisionAppend, TransitionAppend
 from shell.history_cursor import encode_cursor, page_json, page_row, page_start
 from shell.history_index import (
@@ -182,6 +185,11 @@ class _Log:
     overlay: dict[int, Entry]
     # The header to publish once the entries it describes have been flushed.
     checkpoint_next: Checkpoint | None = None
+    # Set while those entries may not be durable yet: the count of flushes
+    # of the whole filesystem (`filesystem_flushes`) when a journaled batch
+    # wrote them. A journaled batch flushes only its journal, so the header
+    # waits for the journal's next checkpoint (a `syncfs`) or `publish()`.
+    written_at_flush: int | None = None
     pending: State | None = None
     pending_batch: GroupCommit | None = None
     needs_sync: bool = False
@@ -253,9 +261,10 @@ class HistoryStore:
             if state.touched:
                 self._index.write_entries(files, state.touched)
             if loaded.tail_rows or state.touched:
-                # Published by the next commit that touches this schedule, once
-                # its flush has made these entries durable.
+                # Published by the next commit that touches this schedule once
+                # `sync_recovered` has made these entries durable.
                 log.checkpoint_next = checkpoint_of(state)
+                log.written_at_flush = filesystem_flushes(files.directory, disk=self.disk)
                 log.needs_sync = True
         state.touched = {}
         self._logs[schedule_id] = log
@@ -379,6 +388,7 @@ class HistoryStore:
         sync_paths(paths, mode="auto", disk=self.disk)
         for log in logs:
             log.needs_sync = False
+            log.written_at_flush = None
 
     def verify(self, schedule_id: str) -> tuple[StoreProblem, ...]:
         """Scan the whole log (read-only) and return every problem found before
@@ -608,17 +618,26 @@ class HistoryStore:
 
     def _publish(self, log: _Log) -> None:
         shadow = log.pending
-        assert shadow is not None
+        assert shadow is not None and log.pending_batch is not None
+        journaled = log.pending_batch.journal_root is not None
         log.pending = None
         log.pending_batch = None
         touched, shadow.touched = shadow.touched, {}
         log.state = shadow
+        header = log.checkpoint_next
+        flushes = -1
+        if log.written_at_flush is not None:
+            flushes = filesystem_flushes(log.files.directory, disk=self.disk)
+            if flushes > log.written_at_flush:
+                log.written_at_flush = None
+            else:
+                # Its entries may still be only in the page cache: a power cut
+                # could keep this header and lose them.
+                header = None
         try:
             # Part of the batch, which checked the fence for the index too
             # (`sync_also` made it one of the batch's files).
-            self._index.write_entries(
-                log.files, touched, header=log.checkpoint_next, fence_checked=True
-            )
+            self._index.write_entries(log.files, touched, header=header, fence_checked=True)
         except OSError as exc:
             # The rows are durable; the index is derived. Reload (and repair
             # the index) before the next use.
@@ -627,7 +646,13 @@ class HistoryStore:
             )
             self._logs.pop(log.files.schedule_id, None)
             return
+        if log.checkpoint_next is not None and header is None:
+            return  # the waiting header describes less; it goes first
         log.checkpoint_next = checkpoint_of(shadow)
+        if journaled:
+            if flushes < 0:
+                flushes = filesystem_flushes(log.files.directory, disk=self.disk)
+            log.written_at_flush = flushes
 
     def _drop(self, log: _Log) -> None:
         log.pending = None
@@ -1133,6 +1158,10 @@ class HistoryStore:
             sync_paths(paths, mode="auto", disk=self.disk)
             for log in logs:
                 log.needs_sync = False
+                log.written_at_flush = None
+                # Every entry of the state is written and now flushed: its
+                # checkpoint, not only the one that waited, can go out.
+                log.checkpoint_next = checkpoint_of(log.state)
                 self._publish_checkpoint(log)
             sync_paths([log.files.history_index for log in logs], mode="auto", disk=self.disk)
 

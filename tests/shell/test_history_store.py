@@ -12,7 +12,9 @@ import pytest
 
 from core.errors import InvalidInput, InvalidState, NotFound
 from shell.durable import GroupCommit
+from shell.history_index import ENTRY_SIZE, HEADER_SIZE, Checkpoint
 from shell.history_store import HistoryStore
+from shell.journal import CommitJournal, journal_supported
 from shell.store_format import StoreDamaged
 from tests.shell.history_helpers import (
     SNAPSHOT,
@@ -450,6 +452,56 @@ def test_index_ahead_of_checkpoint_is_replayed_without_false_alarms(
     move(again, "s1", 1, "completed")
     assert [o.seq for o in again.open_occurrences("s1")] == [2, 3, 4]
     assert _restart(store_root).recover("s1").problems == ()
+
+
+def _index_header(root: Path) -> Checkpoint:
+    header = Checkpoint.unpack(_files(root).history_index.read_bytes()[:HEADER_SIZE])
+    assert isinstance(header, Checkpoint), header
+    return header
+
+
+@pytest.mark.skipif(not journal_supported(), reason="the journal needs syncfs")
+def test_a_journaled_batch_publishes_no_index_header_before_a_flush_of_the_filesystem(
+    history: HistoryStore, store_root: Path
+) -> None:
+    """A journaled batch flushes only its journal: the index entries it
+    writes may still be in the page cache when the next batch writes the
+    header, and a power cut that kept that header but lost an entry write
+    would make a finished occurrence look open. The header waits for a flush
+    of the whole filesystem (the journal's checkpoint)."""
+    journal = CommitJournal(store_root)
+    journal.open()
+    entry_of_seq_1 = HEADER_SIZE + ENTRY_SIZE
+
+    def wake_up(write: Any) -> None:
+        with GroupCommit(journal=journal) as batch:
+            write(batch)
+
+    wake_up(lambda b: decide(history, "s1", 0, "admitted", batch=b))  # stays open
+    wake_up(lambda b: decide(history, "s1", 1, "admitted", batch=b))
+    admitted_entry = _files(store_root).history_index.read_bytes()[entry_of_seq_1:][:ENTRY_SIZE]
+    wake_up(lambda b: move(history, "s1", 1, "completed", run_id="run-1", batch=b))
+    wake_up(lambda b: decide(history, "s1", 2, batch=b))
+    assert _index_header(store_root).count == 0
+    # The power cut: the completion's entry write is lost, every other write kept.
+    with _files(store_root).history_index.open("r+b") as index:
+        index.seek(entry_of_seq_1)
+        index.write(admitted_entry)
+    journal.close_file()
+    recovered = _restart(store_root).recover("s1")
+    assert [(o.seq, o.status) for o in recovered.open_occurrences] == [(0, "admitted")]
+    assert recovered.problems == ()
+
+    # After the journal's checkpoint, the next batch publishes what was flushed.
+    owner = _restart(store_root)
+    owner.recover("s1")
+    owner.sync_recovered()
+    journal = CommitJournal(store_root)
+    journal.open()
+    wake_up(lambda b: decide(owner, "s1", 3, batch=b))
+    journal.checkpoint()
+    wake_up(lambda b: decide(owner, "s1", 4, batch=b))
+    assert _index_header(store_root).count == 4
 
 
 INDEX_DAMAGE = [
