@@ -210,6 +210,15 @@ EVENTS: Final[Mapping[tuple[str, str], Named]] = {
         "corruption.history_index_stale"
     ),
     (
+        _SHELL_SERVICE,
+        "could not publish the history index checkpoints at the stop (%s);"
+        " the next start replays the rows after them",
+    ): Named("store.index_publish_failed"),
+    (
+        _SHELL_SERVICE,
+        "could not empty the commit journal at the stop (%s); the next start replays it",
+    ): Named("store.journal_checkpoint_failed"),
+    (
         "shell.definition_store",
         "%s was behind %s (seq %d < %d); rebuilt it from the log",
     ): Named("corruption.definition_snapshot_behind"),

@@ -513,13 +513,30 @@ class FileBackend:
                 self.journal.close_file()
             return
         # A clean close publishes the history index checkpoints, so the next
-        # start replays nothing.
-        self.history_store.publish()
+        # start replays nothing. They are derived: a disk that fails here
+        # costs the next start the replay of the tails they would have
+        # covered (a stop still goes on to release the store).
+        try:
+            self.history_store.publish()
+        except OSError as exc:
+            _log.error(
+                "could not publish the history index checkpoints at the stop (%s);"
+                " the next start replays the rows after them",
+                exc,
+            )
         if self.journal is not None:
-            # Empties the journal (a checkpoint); if that fails, its records
-            # stay for the next owner's replay.
-            self.journal.close()
+            try:
+                # Empties the journal (a checkpoint); if that fails, its
+                # records stay for the next owner's replay.
+                self.journal.close()
+            except OSError as exc:
+                _log.error(
+                    "could not empty the commit journal at the stop (%s);"
+                    " the next start replays it",
+                    exc,
+                )
         if consistent:
-            # Only a scheduler whose state matches the stores writes one.
+            # Only a scheduler whose state matches the stores writes one (a
+            # history whose checkpoint is not published is left out of it).
             self.upkeep.write_startup_checkpoint()
-        self.history_store.close()
+        self.history_store.forget()

@@ -127,3 +127,31 @@ async def test_rounds_on_a_full_disk_report_degraded_until_a_round_completes(
     await service.settle()
     assert health.report() is None
     assert await harness.statuses("hourly") == [("10:00", "completed")]
+
+
+@pytest.mark.expected_errors
+async def test_a_stop_that_cannot_publish_the_history_index_still_releases_the_store(
+    harness: Harness, disk: FailWrites, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The index checkpoints are derived: a disk that refuses them at a clean
+    stop is logged, the stop goes on and releases the store, and the next
+    start replays the rows they would have covered."""
+    # No running checkpoint: the stop is the first to publish the indexes.
+    await harness.boot(checkpoint_interval_s=0)
+    await harness.deploy("report.default", CONSTANT_PLAN)
+    await harness.schedules.create_schedule(
+        schedule_id="hourly", deployment_id="report.default", trigger=HOURLY, inputs=WHEN
+    )
+    await harness.at(START.replace(hour=10, minute=0))
+    assert await harness.statuses("hourly") == [("10:00", "completed")]
+    disk.points = frozenset({"before:index:history.idx"})
+    disk.failing = True
+    await harness.shutdown()
+    assert disk.failed == ["before:index:history.idx"]
+    assert "could not publish the history index checkpoints at the stop" in caplog.text
+    disk.failing = False
+    await harness.boot()
+    assert await harness.statuses("hourly") == [("10:00", "completed")]
+    await harness.at(START.replace(hour=11, minute=0))
+    assert await harness.statuses("hourly") == [("10:00", "completed"), ("11:00", "completed")]
+    await harness.shutdown()
