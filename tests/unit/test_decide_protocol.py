@@ -161,7 +161,7 @@ def _recorded(commands: tuple[object, ...]) -> list[tuple[str, str | None]]:
 
 
 @pytest.mark.parametrize("later", ["completed", "failed", "interrupted", "running"])
-def test_a_running_report_a_later_report_on_the_run_follows_is_not_recorded(later: str) -> None:
+def test_a_running_report_followed_by_another_on_its_run_is_not_recorded(later: str) -> None:
     """Rule N: a run that started and stopped between two calls costs one
     history row, the one that says where it is; the state is the one both
     reports in two calls would have left."""
