@@ -219,6 +219,10 @@ EVENTS: Final[Mapping[tuple[str, str], Named]] = {
         "could not empty the commit journal at the stop (%s); the next start replays it",
     ): Named("store.journal_checkpoint_failed"),
     (
+        _SHELL_SERVICE,
+        "could not checkpoint the commit journal (%s); tried again later",
+    ): Named("store.journal_checkpoint_failed"),
+    (
         "shell.definition_store",
         "%s was behind %s (seq %d < %d); rebuilt it from the log",
     ): Named("corruption.definition_snapshot_behind"),

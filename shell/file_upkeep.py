@@ -82,6 +82,16 @@ class FileStoreUpkeep:
         if self._journal is not None:
             self._journal.checkpoint()
 
+    def flush_if_aged(self) -> None:
+        if self._journal is None:
+            return
+        try:
+            self._journal.checkpoint_if_aged()
+        except OSError as exc:
+            # The journal keeps its records; a later commit or quiet moment
+            # tries again.
+            _log.warning("could not checkpoint the commit journal (%s); tried again later", exc)
+
     def write_startup_checkpoint(self, *, examine: Collection[str] | None = None) -> bool:
         try:
             entries = checkpoint_entries(

@@ -32,10 +32,12 @@ it was acted on and none of its writes was applied.
 
 A **checkpoint** flushes the whole filesystem (`syncfs`: every applied write
 is then durable in its own file) and empties the journal. It runs after a
-replay, at a clean close, and after a commit once the journal has grown past
+replay, at a clean close, after a commit once the journal has grown past
 `CHECKPOINT_AT_BYTES` and its oldest record is `CHECKPOINT_AFTER_S` old, or
 past `CHECKPOINT_LIMIT_BYTES` (then off the decision's path: the batch is
-already durable and acknowledged). A crash between the flush and the truncation only
+already durable and acknowledged), and at the running scheduler's quiet
+moments once its oldest record is `CHECKPOINT_AFTER_S` old, whatever its
+size (`checkpoint_if_aged`: the history indexes' headers wait for it). A crash between the flush and the truncation only
 replays writes that are already in place.
 
 Only appends and whole-file replaces made through a journaled batch are
@@ -396,6 +398,18 @@ class CommitJournal:
             and self._monotonic() - self._oldest >= self._checkpoint_after
         ):
             self.checkpoint()
+
+    def checkpoint_if_aged(self) -> bool:
+        """Checkpoint once the oldest record has aged `checkpoint_after_s`,
+        whatever the journal's size; True if it did. For a quiet moment: the
+        kernel has written most of what the records cover back by then, so
+        the `syncfs` finds little to do, and the history indexes' headers,
+        which wait for a flush of the filesystem, go out at the next commit
+        (a start after a crash then replays minutes of rows, not hours)."""
+        if self._oldest is None or self._monotonic() - self._oldest < self._checkpoint_after:
+            return False
+        self.checkpoint()
+        return True
 
     def checkpoint(self) -> None:
         """Make every applied write durable in its own file and empty the journal."""

@@ -1,10 +1,14 @@
 """Housekeeping: the service's work kept off a start's path and off a herd's.
 
-Two jobs, both done through the upkeep port (`shell.store_ports`) and only at
-a quiet moment, when nothing is due for a while:
+Three jobs, all done through the upkeep port (`shell.store_ports`) and only
+at a quiet moment, when nothing is due for a while:
 
 - the first quiet moment after a start sweeps the temp files of interrupted
   writes (a start does not look for them);
+- every quiet moment flushes what was written long enough ago to cost little
+  (on files: the commit journal checkpointed once its oldest record has aged,
+  so that the history indexes' headers, which wait for such a flush, follow
+  the rows by about a minute);
 - the startup checkpoint (`shell/startup_checkpoint.py`: what a start after a
   crash need not read) is rewritten at the first quiet moment and every
   `checkpoint_interval_s` after, if a round had anything to do since; the
@@ -108,6 +112,7 @@ class Housekeeping:
             self._swept = True
             # Temp files a start does not look for (`StoreUpkeepPort`).
             upkeep.sweep_temp_files(older_than_ns=self._started_ns - _SWEEP_MARGIN_NS)
+        upkeep.flush_if_aged()
         interval = self._config.checkpoint_interval_s
         last = self._checkpointed_at
         if (

@@ -276,6 +276,12 @@ class StoreUpkeepPort(Protocol):
         OSError: the round fails and the state is rebuilt from the stores)."""
         ...
 
+    def flush_if_aged(self) -> None:
+        """At a quiet moment, flush what the stores wrote long enough ago
+        that it costs little (never raises for a failed flush: it is tried
+        again later)."""
+        ...
+
     def write_startup_checkpoint(self, *, examine: Collection[str] | None = None) -> bool:
         """Write what the next start may take instead of reading (with
         `examine`, only those schedules are looked at again); False when it

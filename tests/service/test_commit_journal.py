@@ -14,6 +14,7 @@ import pytest
 
 from shell import ManualClock
 from shell.durable import CrashAt, SimulatedCrash, set_fault_injector
+from shell.history_index import HEADER_SIZE, Checkpoint
 from shell.journal import JOURNAL_FILE, journal_supported
 from tests.reliability.world import World
 from tests.shell.test_journal import Recorder
@@ -185,3 +186,31 @@ async def test_a_run_done_in_one_step_costs_one_row_in_one_more_batch(
 
 def _clock() -> ManualClock:
     return ManualClock(START)
+
+
+async def test_a_quiet_moment_checkpoints_an_aged_journal_and_the_index_headers_follow(
+    harness: Harness,
+) -> None:
+    """Once the journal's oldest record has aged, a quiet moment checkpoints
+    it (its `syncfs` finds little left to write), and the next commit
+    publishes the index headers that waited for that flush: a start after a
+    crash replays about a minute of rows, not everything since the last
+    running checkpoint."""
+    await _every_minute_schedules(harness, 1, CONSTANT_PLAN)
+    assert harness.service is not None
+    journal = harness.service._backend.journal  # type: ignore[attr-defined]
+    await harness.at(START + MINUTE)
+    await harness.until_runs_ended("s0")
+    # 30 s before the next instant: quiet, but the records are not old yet.
+    await harness.at(START + MINUTE + timedelta(seconds=30))
+    assert journal.size > 0
+    index = harness.root / "schedules" / "s0" / "history.idx"
+    header = Checkpoint.unpack(index.read_bytes()[:HEADER_SIZE])
+    assert isinstance(header, Checkpoint) and header.count == 0
+    journal._checkpoint_after = 0.0  # the records have aged
+    await harness.at(START + MINUTE + timedelta(seconds=31))
+    assert journal.size == 0
+    await harness.at(START + 2 * MINUTE)
+    await harness.until_runs_ended("s0")
+    header = Checkpoint.unpack(index.read_bytes()[:HEADER_SIZE])
+    assert isinstance(header, Checkpoint) and header.count == 1

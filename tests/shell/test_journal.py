@@ -442,6 +442,24 @@ def test_a_young_journal_waits_for_its_records_to_age_up_to_a_hard_limit(
     journal.close()
 
 
+def test_a_quiet_moment_checkpoints_an_aged_journal_whatever_its_size(store_root: Path) -> None:
+    _seed(store_root)
+    now = [100.0]
+    journal = CommitJournal(store_root, checkpoint_after_s=30.0, monotonic=lambda: now[0])
+    journal.open()
+    assert not journal.checkpoint_if_aged()  # empty
+    batch = GroupCommit(journal=journal)
+    batch.append_bytes(store_root / "a" / "log", b"small\n")
+    batch.commit()
+    now[0] += 29.0
+    assert not journal.checkpoint_if_aged() and journal.size > 0
+    now[0] += 1.0
+    assert journal.checkpoint_if_aged() and journal.size == 0
+    assert (store_root / JOURNAL_FILE).stat().st_size == 0
+    assert (store_root / "a" / "log").read_bytes() == b"one\nsmall\n"
+    journal.close()
+
+
 # --- random batches, a crash anywhere, a lost write-back --------------------------
 
 _FILES = ("a/log", "a/other", "b/log", "b/state")
