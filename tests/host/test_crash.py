@@ -47,6 +47,8 @@ def _kill_when(
                 data: dict[str, Any] = host.record("run-000001") or {}
             except ValueError:  # a file read while it was being written
                 data = {}
+            except FileNotFoundError:  # a segment the child compacted between listing and read
+                data = {}
             except Exception as exc:  # the database before the child migrated it
                 if "does not exist" not in str(exc):
                     raise
