@@ -37,8 +37,9 @@ replay, at a clean close, after a commit once the journal has grown past
 past `CHECKPOINT_LIMIT_BYTES` (then off the decision's path: the batch is
 already durable and acknowledged), and at the running scheduler's quiet
 moments once its oldest record is `CHECKPOINT_AFTER_S` old, whatever its
-size (`checkpoint_if_aged`: the history indexes' headers wait for it). A crash between the flush and the truncation only
-replays writes that are already in place.
+size (`checkpoint_if_aged`: the history indexes' headers wait for it). A
+crash between the flush and the truncation only replays writes that are
+already in place.
 
 Only appends and whole-file replaces made through a journaled batch are
 journaled. Until the next checkpoint, another writer may append to a file
