@@ -406,7 +406,8 @@ class CommitJournal:
         kernel has written most of what the records cover back by then, so
         the `syncfs` finds little to do, and the history indexes' headers,
         which wait for a flush of the filesystem, go out at the next commit
-        (a start after a crash then replays minutes of rows, not hours)."""
+        (a start after a crash then replays about a minute of rows, not all
+        since the last checkpoint of another kind)."""
         if self._oldest is None or self._monotonic() - self._oldest < self._checkpoint_after:
             return False
         self.checkpoint()
