@@ -625,10 +625,8 @@ class HistoryStore:
         touched, shadow.touched = shadow.touched, {}
         log.state = shadow
         header = log.checkpoint_next
-        flushes = -1
         if log.written_at_flush is not None:
-            flushes = filesystem_flushes(log.files.directory, disk=self.disk)
-            if flushes > log.written_at_flush:
+            if filesystem_flushes(log.files.directory, disk=self.disk) > log.written_at_flush:
                 log.written_at_flush = None
             else:
                 # Its entries may still be only in the page cache: a power cut
@@ -650,9 +648,7 @@ class HistoryStore:
             return  # the waiting header describes less; it goes first
         log.checkpoint_next = checkpoint_of(shadow)
         if journaled:
-            if flushes < 0:
-                flushes = filesystem_flushes(log.files.directory, disk=self.disk)
-            log.written_at_flush = flushes
+            log.written_at_flush = filesystem_flushes(log.files.directory, disk=self.disk)
 
     def _drop(self, log: _Log) -> None:
         log.pending = None
