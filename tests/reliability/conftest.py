@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from ..shell_errors import shell_errors
 from .figures import FIGURES
 
 
@@ -25,10 +26,8 @@ def no_unexpected_errors(caplog: pytest.LogCaptureFixture, request: pytest.Fixtu
     yield
     if request.node.get_closest_marker("expected_errors"):
         return
-    errors = [
-        r for r in caplog.records if r.name.startswith("shell") and r.levelno >= logging.ERROR
-    ]
-    assert not errors, [r.getMessage() for r in errors]
+    errors = shell_errors(caplog)
+    assert not errors, errors
 
 
 _SHM = Path("/dev/shm")
