@@ -74,6 +74,7 @@ from shell.store_format import canonical_json, encode_json_line
 __all__ = [
     "AUTO_FSYNC_MAX_FILES",
     "CrashAt",
+    "ExpectedSize",
     "FailWrites",
     "FaultInjector",
     "GroupCommit",
@@ -542,12 +543,23 @@ def append_records(
 # --- group commit -----------------------------------------------------------------
 
 
+# A file size the owner of an append expects at commit: known when staged, or
+# asked for at commit (an owner that goes on appending to the file itself
+# while the batch waits: it names the size once the batch is written).
+ExpectedSize: TypeAlias = int | Callable[[], int] | None
+
+
 class _Append:
     __slots__ = ("chunks", "expect_size")
 
-    def __init__(self, expect_size: int | None) -> None:
+    def __init__(self, expect_size: ExpectedSize) -> None:
         self.chunks: list[bytes] = []
         self.expect_size = expect_size
+
+    def expected(self) -> int | None:
+        """The size the owner expects now; its `OSError` when it cannot say."""
+        expect = self.expect_size
+        return expect() if callable(expect) else expect
 
 
 class GroupCommit:
@@ -590,6 +602,14 @@ class GroupCommit:
         self._on_commit: list[Callable[[], None]] = []
         self._on_abort: list[Callable[[], None]] = []
         self._state: Literal["open", "durable", "committed", "aborted", "crashed"] = "open"
+        self._writing = False
+
+    @property
+    def may_have_written(self) -> bool:
+        """Whether a write of the batch may have reached a file: False for a
+        batch aborted before its commit began, whose owners can keep what they
+        knew before it (nothing of it is on the disk)."""
+        return self._writing
 
     @property
     def state(self) -> str:
@@ -620,7 +640,7 @@ class GroupCommit:
         path: str | os.PathLike[str],
         data: bytes,
         *,
-        expect_size: int | None = None,
+        expect_size: ExpectedSize = None,
         late: bool = False,
         early: bool = False,
     ) -> None:
@@ -628,7 +648,9 @@ class GroupCommit:
 
         `expect_size`, given with the first staging for a file, is checked
         against the file's size at commit: a mismatch means the file changed
-        under its owner, and the commit fails before writing to it. A `late`
+        under its owner, and the commit fails before writing to it. A
+        callable is asked at commit, before the batch's first byte (it may
+        raise `OSError` to fail the commit there). A `late`
         append is written only after every plain append is durable. One file
         takes appends of one rank only. An `early` append (a plain one) of a
         journaled batch is written to its file by `make_durable`, right after
@@ -751,6 +773,7 @@ class GroupCommit:
         temps: dict[str, str] = {}
         basename = os.path.basename
         disk = self._disk
+        self._writing = True
         try:
             self._check_fence()
             fault_point("before:commit")
@@ -818,10 +841,11 @@ class GroupCommit:
                     if not is_directory(self._disk, directory):
                         raise
                     size = 0
-                if entry.expect_size is not None and size != entry.expect_size:
+                expected = entry.expected()
+                if expected is not None and size != expected:
                     raise OSError(
                         errno.EIO,
-                        f"{path} is {size} bytes but its owner expected {entry.expect_size};"
+                        f"{path} is {size} bytes but its owner expected {expected};"
                         " it changed under the scheduler",
                     )
                 entries.append(("append", path, size, b"".join(entry.chunks)))
@@ -832,6 +856,7 @@ class GroupCommit:
         return entries
 
     def _make_journaled_durable(self, journal: Journal) -> None:
+        self._writing = True
         try:
             self._check_fence()
             fault_point("before:commit")
@@ -895,12 +920,13 @@ class GroupCommit:
     def _write_append(self, path: str, entry: _Append, directories: list[str]) -> None:
         file, created = _open_append(path, self._disk)
         try:
-            if entry.expect_size is not None:
+            expected = entry.expected()
+            if expected is not None:
                 size = file.size()
-                if size != entry.expect_size:
+                if size != expected:
                     raise OSError(
                         errno.EIO,
-                        f"{path} is {size} bytes but its owner expected {entry.expect_size};"
+                        f"{path} is {size} bytes but its owner expected {expected};"
                         " it changed under the scheduler",
                     )
             file.append(b"".join(entry.chunks))

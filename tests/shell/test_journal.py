@@ -553,3 +553,68 @@ def test_any_crash_and_lost_write_back_replays_to_the_last_durable_batch(
     replay_journal(root)
     assert _files(root) == _expected(batches[:durable])
     assert (root / JOURNAL_FILE).stat().st_size == 0
+
+
+def test_an_expected_size_asked_at_commit_places_an_append_after_the_owners_own_writes(
+    store_root: Path,
+) -> None:
+    """An owner that goes on appending to its file while a batch waits (a
+    round prepared ahead of its instant) names the size at commit: the
+    batch's bytes go after everything it wrote meanwhile."""
+    _seed(store_root)
+    segment = store_root / "segment"
+    segment.write_bytes(b"frame0\n")
+    journal = CommitJournal(store_root)
+    journal.open()
+    batch = GroupCommit(journal=journal)
+    asked: list[int] = []
+
+    def size_now() -> int:
+        asked.append(segment.stat().st_size)
+        return asked[-1]
+
+    batch.append_bytes(segment, b"staged\n", expect_size=size_now, early=True)
+    assert asked == []  # not asked while staging
+    with segment.open("ab") as owner:
+        owner.write(b"meanwhile\n")
+    batch.commit()
+    assert asked == [17]
+    assert segment.read_bytes() == b"frame0\nmeanwhile\nstaged\n"
+
+
+def test_an_owner_that_cannot_name_the_size_fails_the_commit_before_its_first_byte(
+    store_root: Path,
+) -> None:
+    _seed(store_root)
+    journal = CommitJournal(store_root)
+    journal.open()
+    batch = GroupCommit(journal=journal)
+    _stage(batch, store_root)
+
+    def sealed() -> int:
+        raise OSError(errno.EIO, "sealed while the batch waited")
+
+    batch.append_bytes(store_root / "segment", b"staged\n", expect_size=sealed)
+    aborted: list[bool] = []
+    batch.on_abort(lambda: aborted.append(batch.may_have_written))
+    with pytest.raises(OSError, match="sealed"):
+        batch.commit()
+    assert aborted == [True]  # the commit had begun: its owners read again
+    journal.close_file()
+    replay_journal(store_root)
+    assert _files(store_root) == BEFORE
+
+
+def test_a_batch_dropped_before_its_commit_wrote_nothing(store_root: Path) -> None:
+    _seed(store_root)
+    journal = CommitJournal(store_root)
+    journal.open()
+    batch = GroupCommit(journal=journal)
+    _stage(batch, store_root)
+    seen: list[bool] = []
+    batch.on_abort(lambda: seen.append(batch.may_have_written))
+    batch.abort()
+    assert seen == [False]
+    journal.close_file()
+    replay_journal(store_root)
+    assert _files(store_root) == BEFORE
