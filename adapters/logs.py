@@ -73,6 +73,9 @@ EVENTS: Final[Mapping[tuple[str, str], Named]] = {
     (_SHELL_SERVICE, "scheduler state rebuilt from the stores %s"): Named(
         "scheduler.resynchronized"
     ),
+    (_SHELL_SERVICE, "round of %s not prepared: %s"): Named(
+        "scheduler.round_not_prepared", instant=0
+    ),
     (
         _SHELL_SERVICE,
         "%d run(s) still executing after %.1fs of drain; they keep their executing marks and"

@@ -25,7 +25,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -112,6 +112,13 @@ class SchedulerMetrics:
             buckets=_DURATION_BUCKETS,
             registry=self.registry,
         )
+        self.prepared_rounds = Counter(
+            "wf_scheduler_prepared_rounds",
+            "Rounds decided and staged ahead of their instant, by outcome: committed at the"
+            " instant, or dropped (something happened before it; decided again).",
+            ["outcome"],
+            registry=self.registry,
+        )
         self.findings = Counter(
             "wf_recovery_findings",
             "Findings of startup recovery, by kind (abandoned, ambiguous-resume, unreadable"
@@ -156,6 +163,9 @@ class SchedulerMetrics:
 
     def round_finished(self, seconds: float) -> None:
         self.wakeup.observe(seconds)
+
+    def prepared(self, outcome: Literal["committed", "dropped"]) -> None:
+        self.prepared_rounds.labels(outcome=outcome).inc()
 
     # --- the host and the store ----------------------------------------------------
 

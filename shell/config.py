@@ -25,6 +25,10 @@ class SchedulerServiceConfig(BaseModel):
     # start after a crash reads only the schedules changed since; 0 leaves it
     # to the clean stop alone (see `shell.startup_checkpoint`).
     checkpoint_interval_s: float = Field(default=300.0, ge=0, le=86_400, allow_inf_nan=False)
+    # How long before an instant its round may be decided and staged, so that
+    # at the instant only its commit is left; 0 decides every round when it
+    # is due (see "Prepared rounds" in `shell.service`).
+    prepare_ahead_s: float = Field(default=1.0, ge=0, le=60, allow_inf_nan=False)
     # Start without leading when another server leads the store, and take
     # over when it is gone (a store several servers share: PostgreSQL).
     standby: bool = False

@@ -449,6 +449,10 @@ class FileBackend:
         )
         self._root = os.fspath(store_root)
 
+    # The store is this process's alone (its lock), and a batch writes nothing
+    # before its commit.
+    prepares_ahead = True
+
     def new_batch(self) -> GroupCommit:
         return GroupCommit(journal=self.journal, disk=self.disk)
 

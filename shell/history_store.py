@@ -522,7 +522,7 @@ class HistoryStore:
             log.pending_batch = active
             active.sync_also(log.files.history_index)
             active.on_commit(lambda: self._publish(log))
-            active.on_abort(lambda: self._drop(log))
+            active.on_abort(lambda: self._drop(log, active))
 
     def stage_admitted(
         self,
@@ -650,11 +650,13 @@ class HistoryStore:
         if journaled:
             log.written_at_flush = filesystem_flushes(log.files.directory, disk=self.disk)
 
-    def _drop(self, log: _Log) -> None:
+    def _drop(self, log: _Log, batch: GroupCommit) -> None:
         log.pending = None
         log.pending_batch = None
-        # Some of the batch may have reached the disk: re-read it before the next use.
-        self._logs.pop(log.files.schedule_id, None)
+        if batch.may_have_written:
+            # Some of the batch may have reached the disk: re-read it before
+            # the next use.
+            self._logs.pop(log.files.schedule_id, None)
 
     def append_decision(
         self,

@@ -2,7 +2,7 @@
 recorder (`adapters/metrics.py`) or a test watches, without the loop knowing
 what is done with them.
 
-The service calls its observer at four well-defined points and nowhere else:
+The service calls its observer at five well-defined points and nowhere else:
 
 - `recovered(events)`: a start's (or a resynchronization's) recovery events,
   once they are known, before the first round decides them;
@@ -11,7 +11,9 @@ The service calls its observer at four well-defined points and nowhere else:
   calendar instants the row stands for);
 - `committed(seconds)`: how long that group commit took (staging excluded);
 - `round_finished(seconds)`: how long a whole wake-up took (events, decide,
-  commit, launches), whether it succeeded or failed.
+  commit, launches), whether it succeeded or failed;
+- `prepared(outcome)`: a round prepared ahead of its instant was committed
+  at it (`"committed"`) or dropped, nothing of it written (`"dropped"`).
 
 An observer must be quick and must not raise: it runs on the loop, inside a
 round. `NullObserver` does nothing and is the default.
@@ -22,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Literal, Protocol
 
 from core.events import Event
 
@@ -52,6 +54,8 @@ class SchedulerObserver(Protocol):
 
     def round_finished(self, seconds: float) -> None: ...
 
+    def prepared(self, outcome: Literal["committed", "dropped"]) -> None: ...
+
 
 class NullObserver:
     """An observer that ignores everything."""
@@ -67,3 +71,6 @@ class NullObserver:
 
     def round_finished(self, seconds: float) -> None:
         del seconds
+
+    def prepared(self, outcome: Literal["committed", "dropped"]) -> None:
+        del outcome

@@ -7,6 +7,7 @@ handed to `build_scheduler_service` only has to look like this.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -16,6 +17,7 @@ __all__ = [
     "BatchRunHost",
     "HostApi",
     "HostServer",
+    "PreparingRunHost",
     "RunListener",
     "StagingRunHost",
     "StopNotingHost",
@@ -83,11 +85,30 @@ class StagingRunHost(Protocol):
     together, with one commit instead of two."""
 
     def stage_admit_runs(
-        self, batch: Any, requests: Sequence[Mapping[str, Any]]
+        self,
+        batch: Any,
+        requests: Sequence[Mapping[str, Any]],
+        *,
+        not_before: datetime | None = None,
     ) -> list[str | SchedulingError] | None:
         """`BatchRunHost.admit_runs` staged into `batch`: per request, the run
         id (durable once the batch commits) or the error; None when the host
-        cannot write into that batch (nothing staged)."""
+        cannot write into that batch (nothing staged). `not_before`: the
+        records say they were created no earlier (a round staged ahead of
+        its instant is the decision of that instant)."""
+        ...
+
+
+@runtime_checkable
+class PreparingRunHost(Protocol):
+    """Optional: a host that says when what an admission is checked against
+    (its deployments) may have changed, so that a round staged ahead of its
+    instant can be committed at it only if nothing did (`shell/service.py`,
+    "Prepared rounds")."""
+
+    def admissions_generation(self) -> int:
+        """A number that changes whenever an admission checked now could be
+        checked differently than one checked before."""
         ...
 
 

@@ -50,11 +50,12 @@ import gc
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, TypeVar
 
-from core.commands import Command, PersistRuntime
+from core.commands import AdmitOccurrence, Command, PersistRuntime, RecordOccurrence
 from core.decide import decide, next_wakeup
 from core.errors import (
     InvalidDefinition,
@@ -74,7 +75,7 @@ from core.state import SchedulerState, initial_state, schedule_view
 from shell.clock import Clock, SystemClock
 from shell.config import SchedulerServiceConfig
 from shell.observer import NullObserver, SchedulerObserver
-from shell.ports import HostApi, StopNotingHost, SweepingHost
+from shell.ports import HostApi, PreparingRunHost, StopNotingHost, SweepingHost
 from shell.recovery import (
     Recovered,
     RuntimeMark,
@@ -83,9 +84,9 @@ from shell.recovery import (
     with_history,
 )
 from shell.schedules_api import LiveScheduleView, SchedulesApi
-from shell.service_commands import CommandExecutor, CommittedRound
+from shell.service_commands import CommandExecutor, CommittedRound, StagedRound
 from shell.service_housekeeping import Housekeeping
-from shell.store_format import StoreDamaged, StoreProblem, parse_instant
+from shell.store_format import StoreDamaged, StoreProblem, format_instant, parse_instant
 
 __all__ = ["SchedulerService", "build_scheduler_service"]
 
@@ -134,6 +135,32 @@ async def _let_ready_runs_report() -> None:
     it never waits on time or on a run that is not."""
     for _ in range(_TURNS_BEFORE_NEXT_ROUND):
         await asyncio.sleep(0)
+
+
+# The commands a round staged ahead of its instant may hold: admissions, the
+# rows of occurrences not admitted, runtime records. Anything else (a block,
+# a run to create or start after a recovery) comes from an event, and a
+# round with events is never staged ahead.
+_PREPARABLE = (AdmitOccurrence, RecordOccurrence, PersistRuntime)
+
+# A round staged ahead is committed at most this long after its instant: its
+# rows say they were decided at the instant, and a clock that jumped further
+# (a suspended machine) gets a round decided at the time it woke up.
+_PREPARED_STALE_AFTER = timedelta(seconds=1)
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """A round decided and staged ahead of its instant (see `_prepare`)."""
+
+    instant: datetime
+    # The state it was decided from, and the state and commands decided.
+    base: SchedulerState
+    state: SchedulerState
+    commands: tuple[Command, ...]
+    staged: StagedRound
+    # The host's admissions generation when its admissions were checked.
+    generation: int
 
 
 def _reraise_swallowed_cancel() -> None:
@@ -210,6 +237,11 @@ class SchedulerService:
             observer=self._observer,
         )
         self._housekeeping = Housekeeping(clock=clock, config=config)
+        # The next instant's round, decided and staged ahead of it (`_prepare`),
+        # and the last instant whose round was (tried to be) prepared: one
+        # dropped or given up is decided at its instant, not prepared again.
+        self._prepared: _Prepared | None = None
+        self._tried_instant: datetime | None = None
 
     # --- public ---------------------------------------------------------------------
 
@@ -482,6 +514,12 @@ class SchedulerService:
     # --- the loop ---------------------------------------------------------------------
 
     async def _loop(self) -> None:
+        try:
+            await self._loop_rounds()
+        finally:
+            self._drop_prepared()
+
+    async def _loop_rounds(self) -> None:
         while self._running:
             self._wake.clear()
             began = time.perf_counter()
@@ -510,15 +548,24 @@ class SchedulerService:
             if self._events or self._dirty:
                 await _let_ready_runs_report()
                 continue
-            self._idle.set()
-            now = self._clock.now()
-            deadline = now + timedelta(seconds=self._config.poll_interval_s)
             # A fenced service decides nothing, so what is due stays due: waking
             # for it would spin. It only looks at its lock again now and then;
             # a standby, at the lease, as often.
             due = None if self._fenced or not self._leading else next_wakeup(self._state)
-            if due is not None and due < deadline:
-                deadline = due
+            if due is not None and self._may_prepare(due, self._clock.now()):
+                await self._prepare(due)
+                if self._events or self._dirty:
+                    continue
+            self._idle.set()
+            now = self._clock.now()
+            deadline = now + timedelta(seconds=self._config.poll_interval_s)
+            if due is not None:
+                wake = due
+                if self._prepares(due):
+                    # Wake `prepare_ahead_s` before the instant to prepare it.
+                    wake = max(now, due - timedelta(seconds=self._config.prepare_ahead_s))
+                if wake < deadline:
+                    deadline = wake
             if self._running:
                 await self._clock.sleep_until(deadline, self._wake)
         self._idle.set()
@@ -567,6 +614,7 @@ class SchedulerService:
             )
         self._fenced = True
         self._resync = False
+        self._drop_prepared()
         # Dropped, not kept: nothing is decided any more, and a change left
         # pending would make the loop go round without ever sleeping.
         self._events.clear()
@@ -580,6 +628,7 @@ class SchedulerService:
         if not ownership.stands_by:
             self._fence()
             return
+        self._drop_prepared()
         _log.error("%s: admissions are stopped; standing by to lead again", ownership.loss())
         await ownership.step_down()
         self._leading = False
@@ -641,6 +690,22 @@ class SchedulerService:
     async def _decide_and_commit(self) -> CommittedRound:
         """Decide, stage every write and make them durable: the part of a
         round that decides how late a herd is admitted."""
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None:
+            if self._prepared_holds(prepared):
+                now = self._clock.now()
+                if now < prepared.instant:
+                    # Woken before the instant with nothing new: nothing is due
+                    # before it (it is the next wake-up), and the round stays.
+                    self._prepared = prepared
+                    return CommittedRound()
+                if self._prepared_on_time(prepared, now):
+                    self._state = prepared.state
+                    self._housekeeping.touch((), prepared.commands)
+                    self._observer.prepared("committed")
+                    return await self._commands.finish(prepared.staged)
+            self._prepared = prepared
+            self._drop_prepared()
         events = await self._take_events()
         contradicted = [e for e in events if isinstance(e, RecordsContradicted)]
         now = self._clock.now()
@@ -673,6 +738,114 @@ class SchedulerService:
             contradicted=contradicted,
         )
 
+    # --- rounds prepared ahead of their instant --------------------------------------
+
+    def _may_prepare(self, due: datetime, now: datetime) -> bool:
+        """Whether to decide and stage the round of `due` at `now`, ahead of
+        it (`_prepares`, and `due` is within `prepare_ahead_s`)."""
+        ahead = timedelta(seconds=self._config.prepare_ahead_s)
+        return now < due <= now + ahead and self._prepares(due)
+
+    def _prepares(self, due: datetime) -> bool:
+        """Whether the round of `due` is to be prepared ahead of it: nothing
+        is pending, the stores are this process's alone (nothing else changes
+        what the round read), and `due` was not tried before (a round
+        dropped once is decided at its instant: in a store whose runs report
+        all the time, each instant costs one wasted preparation at most)."""
+        if self._config.prepare_ahead_s <= 0 or self._prepared is not None:
+            return False
+        if due == self._tried_instant or not self._backend.prepares_ahead:
+            return False
+        return isinstance(self._host, PreparingRunHost) and self._undisturbed()
+
+    def _undisturbed(self) -> bool:
+        """Nothing heard or pending that a round would feed to decide."""
+        return (
+            self._running
+            and self._leading
+            and not self._fenced
+            and not self._resync
+            and not self._events
+            and not self._dirty
+            and not self._consumed_now
+            and not self._unseeded
+        )
+
+    async def _prepare(self, instant: datetime) -> None:
+        """Decide the round of `instant` now, with no events, and stage its
+        writes (rows, runtime records, run records, run ids reserved); at the
+        instant only its commit is left (`_decide_and_commit`). It is the
+        round a scheduler woken exactly at the instant would decide, and it
+        is committed only if it still is: nothing heard meanwhile, the
+        state and the host's deployments unchanged, and every occurrence it
+        admits still on time (`_prepared_on_time`); else it is dropped,
+        nothing of it written, and the round is decided anew."""
+        assert isinstance(self._host, PreparingRunHost)
+        self._tried_instant = instant
+        base = self._state
+        generation = self._host.admissions_generation()
+        with _collector_paused():
+            state, decided = decide(base, instant, [])
+            commands = tuple(decided)
+            if not commands or not all(isinstance(c, _PREPARABLE) for c in commands):
+                return
+            try:
+                staged = await self._commands.stage(
+                    commands,
+                    instant,
+                    consumed=self._consumed,
+                    runtime_marks=self._runtime_marks,
+                    contradicted=(),
+                    ahead=True,
+                )
+            except Exception as exc:
+                # The round at the instant meets the same and handles it.
+                _log.debug("round of %s not prepared: %s", format_instant(instant), exc)
+                return
+        if staged is None:
+            return
+        prepared = _Prepared(
+            instant=instant,
+            base=base,
+            state=state,
+            commands=commands,
+            staged=staged,
+            generation=generation,
+        )
+        self._prepared = prepared
+        if not self._prepared_holds(prepared):
+            self._drop_prepared()
+
+    def _prepared_holds(self, prepared: _Prepared) -> bool:
+        """Nothing happened since `prepared` was decided that decide or the
+        host's checks would have seen."""
+        assert isinstance(self._host, PreparingRunHost)
+        return (
+            self._undisturbed()
+            and self._state is prepared.base
+            and self._host.admissions_generation() == prepared.generation
+        )
+
+    @staticmethod
+    def _prepared_on_time(prepared: _Prepared, now: datetime) -> bool:
+        """Whether a round at `now` would still admit what `prepared` admits
+        on time: it is barely past its instant and within each admitted
+        schedule's lateness allowance."""
+        if now - prepared.instant > _PREPARED_STALE_AFTER:
+            return False
+        for command in prepared.commands:
+            if isinstance(command, AdmitOccurrence):
+                schedule = prepared.base.schedules.get(command.schedule_id)
+                if schedule is None or now - command.instant > schedule.allowance:
+                    return False
+        return True
+
+    def _drop_prepared(self) -> None:
+        prepared, self._prepared = self._prepared, None
+        if prepared is not None:
+            self._observer.prepared("dropped")
+            self._commands.drop(prepared.staged)
+
     async def _resynchronize(self) -> None:
         """Rebuild the state from the stores and the run API, as a start does.
 
@@ -684,6 +857,7 @@ class SchedulerService:
         in this process are tracked as they are now; capacity changes not yet
         applied are kept.
         """
+        self._drop_prepared()
         pending = [e for e in self._events if isinstance(e, CapacityChanged)]
         self._events, self._dirty = [], set()
         self._consumed, self._consumed_now = {}, set()

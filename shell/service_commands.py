@@ -63,7 +63,7 @@ from shell.schedules_api import RUN_NOT_CREATED, SchedulesApi
 from shell.store_format import format_instant
 from shell.store_ports import BatchPort, ScheduleBackend
 
-__all__ = ["CommandExecutor", "CommittedRound"]
+__all__ = ["CommandExecutor", "CommittedRound", "StagedRound"]
 
 # The service's own messages: operators and tests filter on its logger name.
 _log = logging.getLogger("shell.service")
@@ -86,6 +86,17 @@ class CommittedRound:
     runtime_marks: dict[str, RuntimeMark] = field(default_factory=dict)
     # The decision rows staged in the batch, for the observer once it commits.
     decisions: list[Decision] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class StagedRound:
+    """A round staged in its batch and not committed yet (`CommandExecutor.stage`)."""
+
+    batch: BatchPort
+    after: CommittedRound
+    # Schedules whose store refused a write: their rows are not in the batch.
+    refused: set[str]
+    runtime_marks: dict[str, RuntimeMark]
 
 
 class CommandExecutor:
@@ -129,6 +140,34 @@ class CommandExecutor:
         made durable; `contradicted` the round's RecordsContradicted events,
         whose file, record and reason a BlockSchedule's stored diagnostic
         keeps (the command carries only decide's text)."""
+        staged = await self.stage(
+            commands,
+            now,
+            consumed=consumed,
+            runtime_marks=runtime_marks,
+            contradicted=contradicted,
+        )
+        assert staged is not None  # only a round staged ahead gives up
+        return await self.finish(staged)
+
+    async def stage(
+        self,
+        commands: Sequence[Command],
+        now: datetime,
+        *,
+        consumed: Mapping[str, int],
+        runtime_marks: dict[str, RuntimeMark],
+        contradicted: Sequence[RecordsContradicted],
+        ahead: bool = False,
+    ) -> StagedRound | None:
+        """The first part of `commit`: every write of `commands` staged in a
+        new batch, nothing durable yet but the run ids reserved.
+
+        `ahead`: the round is staged ahead of its instant (`now`, still to
+        come), to be committed at it (`finish`) or dropped (`drop`). Such a
+        round does nothing outside its batch: where a store refuses a write,
+        or a block's diagnostic would be written, it gives up (None, the
+        batch aborted) and the round at the instant does it all again."""
         admits = [c for c in commands if isinstance(c, AdmitOccurrence)]
         verdicts = await self._preflight_all(admits)
         passing = [a for a in admits if verdicts[(a.schedule_id, a.instant)] is None]
@@ -160,45 +199,80 @@ class CommandExecutor:
                 try:
                     staging.stage(command)
                 except SchedulingError as exc:
-                    if schedule_id is None:
+                    if schedule_id is None or ahead:
                         raise
                     refused.add(schedule_id)
                     await self._refused(schedule_id, exc)
+            if ahead and staging.blocks:
+                batch.abort()
+                return None
             # The diagnostics of the round's blocks, each written on its own.
             for block in staging.blocks:
                 await self._persist_block(block, staging)
-            self._stage_runs(batch, after)
-            began = time.perf_counter()
+            self._stage_runs(batch, after, not_before=now if ahead else None)
+        except SchedulingError:
+            if batch.state == "open":
+                batch.abort()
+            if ahead:
+                return None
+            raise
+        except BaseException:
+            if batch.state == "open":
+                batch.abort()
+            raise
+        return StagedRound(batch=batch, after=after, refused=refused, runtime_marks=runtime_marks)
 
-            async def durable() -> None:
-                self._observer.committed(time.perf_counter() - began)
-                runtime_marks.update(after.runtime_marks)
-                # Only rows of schedules whose writes were not refused reached the batch.
-                self._observer.decided(
-                    [d for d in after.decisions if d.schedule_id not in refused], now
-                )
-                for event in after.events:
-                    self._emit(event)
-                # The runs whose records the commit wrote start now: on files,
-                # before the round's history files are written from the
-                # journal (a herd's first firing creates them all).
-                await self._launch_staged(after)
+    async def finish(self, staged: StagedRound) -> CommittedRound:
+        """The rest of `commit`: make the staged round durable, then launch the
+        runs whose records its batch wrote."""
+        batch, after, refused = staged.batch, staged.after, staged.refused
+        runtime_marks = staged.runtime_marks
+        began = time.perf_counter()
 
-            await backend.commit(batch, durable)
+        async def durable() -> None:
+            self._observer.committed(time.perf_counter() - began)
+            runtime_marks.update(after.runtime_marks)
+            # Only rows of schedules whose writes were not refused reached the
+            # batch; durable now (a round prepared ahead was decided at its
+            # instant, before this).
+            self._observer.decided(
+                [d for d in after.decisions if d.schedule_id not in refused], self._clock.now()
+            )
+            for event in after.events:
+                self._emit(event)
+            # The runs whose records the commit wrote start now: on files,
+            # before the round's history files are written from the
+            # journal (a herd's first firing creates them all).
+            await self._launch_staged(after)
+
+        try:
+            await self._backend.commit(batch, durable)
         except BaseException:
             if batch.state == "open":
                 batch.abort()
             raise
         return after
 
-    def _stage_runs(self, batch: BatchPort, after: CommittedRound) -> None:
+    @staticmethod
+    def drop(staged: StagedRound) -> None:
+        """Give up a staged round: nothing of its batch is written (its run
+        ids stay unused)."""
+        if staged.batch.state == "open":
+            staged.batch.abort()
+
+    def _stage_runs(
+        self, batch: BatchPort, after: CommittedRound, *, not_before: datetime | None
+    ) -> None:
         """The admitted run records into the round's own batch, when the host
         can write there: each admission and its run record then commit
         together (`StagingRunHost`)."""
         if not after.launches or not isinstance(self._host, StagingRunHost):
             return
-        outcomes = self._host.stage_admit_runs(
-            batch, [_admission_request(*launch) for launch in after.launches]
+        requests = [_admission_request(*launch) for launch in after.launches]
+        outcomes = (
+            self._host.stage_admit_runs(batch, requests)
+            if not_before is None
+            else self._host.stage_admit_runs(batch, requests, not_before=not_before)
         )
         if outcomes is None:
             return

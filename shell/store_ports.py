@@ -331,6 +331,13 @@ class ScheduleBackend(Protocol):
         """Quiet-moment work (None: the backend needs none)."""
         ...
 
+    @property
+    def prepares_ahead(self) -> bool:
+        """Whether a round may be staged ahead of its instant and committed at
+        it: only this process writes the stores (no other server changes what
+        the round read meanwhile), and a batch can wait open."""
+        ...
+
     def new_batch(self) -> BatchPort: ...
 
     async def commit(

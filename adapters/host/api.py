@@ -19,6 +19,7 @@ import copy
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, Final, TypeAlias
 
 from core.errors import (
@@ -318,8 +319,19 @@ class WorkflowApi:
                 await self._runs.put_many(list(staged.values()))
         return results
 
+    def admissions_generation(self) -> int:
+        """Changes whenever an admission checked now could be checked
+        differently than one checked before (a deployment saved, deleted or
+        read anew): a round staged ahead of its instant is committed only if
+        it did not (`shell.ports.PreparingRunHost`)."""
+        return self._deployments.generation
+
     def stage_admit_runs(
-        self, batch: BatchPort, requests: Sequence[Mapping[str, Any]]
+        self,
+        batch: BatchPort,
+        requests: Sequence[Mapping[str, Any]],
+        *,
+        not_before: datetime | None = None,
     ) -> list[str | SchedulingError] | None:
         """`admit_runs` into a scheduler round's `batch`: the run records
         are written by the round's own commit, together with the admissions
@@ -328,10 +340,14 @@ class WorkflowApi:
         or the error `admit_run` would have raised (nothing staged for it).
         None when this store cannot write into `batch` (on files: the
         scheduler calls `admit_runs` after its commit instead); nothing is
-        checked then."""
+        checked then. `not_before`: the records' creation time is no earlier
+        (a round staged ahead of its instant decides as of that instant)."""
         if not self._runs.stages_into(batch):
             return None
-        results, staged = self._admissions(requests)
+        created_at = self._now()
+        if not_before is not None and datetime.fromisoformat(created_at) < not_before:
+            created_at = not_before.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        results, staged = self._admissions(requests, created_at)
         for number, record in list(staged.items()):
             if self._runs.exists(number):
                 del staged[number]
@@ -343,10 +359,11 @@ class WorkflowApi:
         return results
 
     def _admissions(
-        self, requests: Sequence[Mapping[str, Any]]
+        self, requests: Sequence[Mapping[str, Any]], created_at: str | None = None
     ) -> tuple[list[str | SchedulingError], dict[int, RunRecord]]:
         """The records a batch of admissions makes (by run number) and, per
-        request in order, its run id or the error `admit_run` would raise."""
+        request in order, its run id or the error `admit_run` would raise.
+        `created_at`: the records' creation time (the clock's now if None)."""
         results: list[str | SchedulingError] = []
         staged: dict[int, RunRecord] = {}
         # A herd's schedules often share a deployment and inputs: resolved
@@ -375,7 +392,7 @@ class WorkflowApi:
                 results.append(exc)
                 continue
             staged[number] = self._admitted(
-                run_id, deployment, merged, request.get("max_steps"), stored_origin
+                run_id, deployment, merged, request.get("max_steps"), stored_origin, created_at
             )
             results.append(run_id)
         return results, staged
@@ -427,8 +444,9 @@ class WorkflowApi:
         merged: dict[str, Any],
         max_steps: int | None,
         origin: dict[str, Any],
+        created_at: str | None = None,
     ) -> RunRecord:
-        now = self._now()
+        now = created_at if created_at is not None else self._now()
         return RunRecord(
             run_id=run_id,
             status="admitted",

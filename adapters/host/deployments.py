@@ -46,6 +46,15 @@ class DeploymentStore:
     def __init__(self, persistence: DeploymentPersistence) -> None:
         self._persistence = persistence
         self._items: dict[str, dict[str, Any]] = {}
+        # Moves on every change of `_items`: an admission checked before it
+        # moved may be checked differently now (`generation`).
+        self._generation = 0
+
+    @property
+    def generation(self) -> int:
+        """A number that changes whenever a deployment is saved, deleted or
+        read anew."""
+        return self._generation
 
     async def load(self) -> list[dict[str, Any]]:
         """Read every deployment. Unreadable ones are returned as findings."""
@@ -66,6 +75,7 @@ class DeploymentStore:
                 )
                 continue
             self._items[record["deployment_id"]] = record
+            self._generation += 1
         return findings
 
     def has(self, deployment_id: Any) -> bool:
@@ -86,6 +96,7 @@ class DeploymentStore:
         except StoreUnavailable as exc:
             answer_from_cache(exc)
             return
+        self._generation += 1
         if stored is None:
             self._items.pop(deployment_id, None)
             return
@@ -110,6 +121,7 @@ class DeploymentStore:
             answer_from_cache(exc)
             return
         self._items = fresh
+        self._generation += 1
 
     def _parse(self, deployment_id: str, data: Any) -> dict[str, Any]:
         if not isinstance(data, dict):
@@ -171,6 +183,7 @@ class DeploymentStore:
         await self._persistence.write(deployment_id, {"format": 1, **record})
         fault_point("after:write:deployment")
         self._items[deployment_id] = record
+        self._generation += 1
         return copy.deepcopy(record)
 
     def _lookup(self, deployment_id: Any) -> dict[str, Any]:
@@ -204,4 +217,5 @@ class DeploymentStore:
         record = self._lookup(deployment_id)
         await self._persistence.delete(deployment_id)
         del self._items[deployment_id]
+        self._generation += 1
         return copy.deepcopy(record)

@@ -49,6 +49,7 @@ file is then stale and left alone.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import struct
@@ -388,13 +389,29 @@ class FileRunLog:
         if self._staged:
             raise RuntimeError("a scheduler batch already holds staged run records")
         segment = self.open_segment()
+        path = self.segment_path(segment)
         frames = [_frame_of(record) for record in records]
         data = b"".join(frame for _, frame in frames)
-        start = self._end
+        # Where the frames go is the segment's end when the batch is written,
+        # not now: a batch prepared ahead of its instant waits, and the runs
+        # that stop meanwhile append their records to this segment (which
+        # does not roll while a batch holds staged frames: `open_segment`).
+        start = -1
+
+        def expected() -> int:
+            nonlocal start
+            if self._active != segment or self._file is None:
+                raise OSError(
+                    errno.EIO,
+                    f"{path} was sealed while a scheduler batch waited to append to it",
+                )
+            start = self._end
+            return start
+
         # Early: written right after the journal's fsync, before the round's
         # history files, so that the runs are launched (their executing marks
         # appended after these frames) without waiting for those.
-        batch.append_bytes(self.segment_path(segment), data, expect_size=start, early=True)
+        batch.append_bytes(path, data, expect_size=expected, early=True)
         self._staged = True
         self._journal_pinned.add(segment)
 
@@ -407,9 +424,11 @@ class FileRunLog:
         def aborted() -> None:
             if not self._staged:
                 return  # written already; a later part of the batch failed
+            self._staged = False
+            if start < 0:
+                return  # dropped before the batch wrote anything
             # The segment may hold part of the batch (a replay completes it):
             # nothing of this process appends after those bytes again.
-            self._staged = False
             self._seal()
 
         batch.on_early(committed)
@@ -420,7 +439,13 @@ class FileRunLog:
     def open_segment(self) -> int:
         """The active segment, opening a new one (this process's first write,
         or the last one is full)."""
-        if self._file is not None and self._active is not None and self._end < ROLL_AT_BYTES:
+        if (
+            self._file is not None
+            and self._active is not None
+            and (self._end < ROLL_AT_BYTES or self._staged)
+        ):
+            # A segment with frames staged in a waiting batch is not rolled:
+            # they go at its end (`stage_created`).
             return self._active
         self._seal()
         directory = str(self.dir)
@@ -483,8 +508,6 @@ class FileRunLog:
     def append(self, records: Sequence[RunRecord]) -> None:
         """Append the records' frames with one write and one flush; then they
         are the runs' records."""
-        if self._staged:
-            raise RuntimeError("a run record write while a scheduler batch holds staged records")
         frames = [_frame_of(record) for record in records]
         self._placed_in_active(frames, self._write(b"".join(frame for _, frame in frames)))
         self.compact()

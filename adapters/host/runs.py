@@ -100,6 +100,9 @@ class RunStore:
         self._order: list[int] = []
         # Records that exist in the store but cannot be used: number -> finding.
         self._broken: dict[int, dict[str, Any]] = {}
+        # Numbers of new records a scheduler batch holds, not yet durable: taken
+        # (`exists`), so that no other admission writes the same run meanwhile.
+        self._staged: set[int] = set()
         # The locks of the runs someone holds or awaits (see `_RunLock`).
         self._locks: dict[str, _RunLock] = {}
         # Records waiting for this turn's group commit (see `commit`).
@@ -349,6 +352,7 @@ class RunStore:
         return (
             number in self._records
             or number in self._broken
+            or number in self._staged
             or self._persistence.exists(format_run_id(number))
         )
 
@@ -434,7 +438,7 @@ class RunStore:
         for record in records:
             number = parse_run_id(record.run_id)
             assert number is not None and RUN_ID_PATTERN.match(record.run_id)
-            if number in seen or number in self._records:
+            if number in seen or number in self._records or number in self._staged:
                 raise ValueError(f"run {record.run_id} is not new, or appears twice")
             numbers.append(number)
             seen.add(number)
@@ -442,12 +446,18 @@ class RunStore:
             fault_point("before:run:admitted")
 
         def written() -> None:
+            self._staged.difference_update(numbers)
             for number, record in zip(numbers, records, strict=True):
                 self._remember(number, record)
             for _ in records:
                 fault_point("after:run:admitted")
 
+        def dropped() -> None:
+            self._staged.difference_update(numbers)
+
         self._persistence.stage_created(batch, records, written)
+        self._staged.update(numbers)
+        batch.on_abort(dropped)
 
     async def commit(self, record: RunRecord) -> None:
         """`put`, group-committed with every other record committed in the same

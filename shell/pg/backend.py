@@ -208,6 +208,9 @@ class PgBackend:
     database must be open (`await database.open()`)."""
 
     upkeep: None = None
+    # Other servers of the database change deployments that an admission
+    # staged ahead would not see.
+    prepares_ahead = False
 
     def __init__(
         self,

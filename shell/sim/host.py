@@ -216,6 +216,11 @@ class SimHost:
             )
         return dict(inputs)
 
+    def admissions_generation(self) -> int:
+        """Changes when the simulation adds or removes a deployment (the only
+        thing its admissions are checked against)."""
+        return hash(tuple(sorted(self._disk.deployments)))
+
     async def reserve_run_ids(self, count: int) -> list[str]:
         """Durably reserve `count` fresh run ids with one write."""
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_RESERVE:
