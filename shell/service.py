@@ -29,6 +29,25 @@ database, the loop is the same. Each round of the loop:
 5. sleeps until `next_wakeup(state)`, never longer than `poll_interval_s`,
    or until the API or the host wakes it.
 
+Prepared rounds
+---------------
+When the stores are this process's alone (`ScheduleBackend.prepares_ahead`)
+and the host says when its deployments change (`PreparingRunHost`), the
+loop wakes `prepare_ahead_s` before the next due instant, decides that
+instant's round with no events, `decide(state, instant, [])`, and stages
+it (`CommandExecutor.stage(ahead=True)`): every write in one open batch,
+nothing written. At the instant the round at the top of the loop commits
+it instead of deciding (`CommandExecutor.finish`). It commits only a round
+that is still the one a scheduler woken exactly at the instant decides:
+nothing heard since (no event, no changed schedule), the state it was
+decided from unchanged, the host's deployments unchanged, the clock at most
+`_PREPARED_STALE_AFTER` past the instant and within the allowance of every
+occurrence it admits. Otherwise the round is dropped (its batch aborted
+before writing: the stores keep what they knew) and decided as usual; an
+instant is prepared once at most. A wake-up before the instant with nothing
+new keeps the prepared round. The commit, the launches and everything
+after are the usual round's.
+
 `stop()` stops admitting first (no more rounds), then drains executing runs
 for up to `drain_grace_s`; whatever still runs keeps its executing mark, noted
 (when the host can) with the drain that ran out, and the next start's
@@ -248,6 +267,11 @@ class SchedulerService:
     @property
     def running(self) -> bool:
         return self._running
+
+    @property
+    def prepare_ahead_s(self) -> float:
+        """How long before an instant its round may be prepared (`_prepare`)."""
+        return self._config.prepare_ahead_s
 
     @property
     def state(self) -> SchedulerState:
@@ -784,12 +808,12 @@ class SchedulerService:
         self._tried_instant = instant
         base = self._state
         generation = self._host.admissions_generation()
-        with _collector_paused():
-            state, decided = decide(base, instant, [])
-            commands = tuple(decided)
-            if not commands or not all(isinstance(c, _PREPARABLE) for c in commands):
-                return
-            try:
+        try:
+            with _collector_paused():
+                state, decided = decide(base, instant, [])
+                commands = tuple(decided)
+                if not commands or not all(isinstance(c, _PREPARABLE) for c in commands):
+                    return
                 staged = await self._commands.stage(
                     commands,
                     instant,
@@ -798,10 +822,10 @@ class SchedulerService:
                     contradicted=(),
                     ahead=True,
                 )
-            except Exception as exc:
-                # The round at the instant meets the same and handles it.
-                _log.debug("round of %s not prepared: %s", format_instant(instant), exc)
-                return
+        except Exception as exc:
+            # The round at the instant meets the same and handles it.
+            _log.debug("round of %s not prepared: %s", format_instant(instant), exc)
+            return
         if staged is None:
             return
         prepared = _Prepared(

@@ -422,6 +422,12 @@ class _Simulation:
             wake = next_wakeup(self.process.service.state)
             if wake is not None:
                 moments.append(wake)
+                # The loop's own wake-up before it, to prepare its round
+                # (`prepare_ahead_s`): committed at the instant, or dropped
+                # by what happens in between.
+                early = wake - timedelta(seconds=self.process.service.prepare_ahead_s)
+                if early > now:
+                    moments.append(early)
         moment = max(min(moments), now + _SECOND)
         roll = self.rng.random()
         if self.process is not None and roll < 0.03:
