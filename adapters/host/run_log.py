@@ -33,8 +33,11 @@ first write), so a torn tail is never followed by anything.
 **Group commit.** The scheduler's round can carry the admitted records of
 its runs in its own journaled commit (`stage_created`): the frames are an
 append of the round's batch, in the same journal record as the admissions,
-made durable by the journal's one fsync and written at their reserved
-offset; a replay after a crash writes them again (`shell.journal`).
+made durable by the journal's one fsync and written at the offset the
+journal recorded: the active segment's end when the batch is written, which
+the log names then (a round prepared ahead of its instant waits with its
+frames staged while runs that stop append theirs). A replay after a crash
+writes them again (`shell.journal`).
 
 **Compaction.** A segment other than the active one whose frames are mostly
 superseded (`COMPACT_DEAD_RATIO`) has its live frames copied, checked, to the

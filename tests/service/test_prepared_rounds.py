@@ -73,6 +73,15 @@ async def every_minute(h: Harness, schedule_id: str = "s", **fields: Any) -> Non
     await h.service.settle()
 
 
+async def prepared(world: tuple[Harness, Watcher], **fields: Any) -> tuple[Harness, Watcher]:
+    """A service on `world` and an every-minute schedule `s` (with `fields`)
+    created at 09:30: the loop has prepared the round of 09:31."""
+    h, watcher = world
+    await start(h, watcher)
+    await every_minute(h, **fields)
+    return h, watcher
+
+
 def history_bytes(h: Harness, schedule_id: str) -> bytes:
     path = h.root / "schedules" / schedule_id / "history.jsonl"
     return path.read_bytes() if path.exists() else b""
@@ -88,9 +97,7 @@ async def run_of(h: Harness, schedule_id: str, minute: str) -> dict[str, Any]:
 async def test_a_prepared_round_writes_nothing_before_its_instant_and_commits_at_it(
     world: tuple[Harness, Watcher],
 ) -> None:
-    h, watcher = world
-    await start(h, watcher)
-    await every_minute(h)
+    h, watcher = await prepared(world)
     # Prepared at 09:30 for 09:31: nothing of it is in the history or the runs.
     assert await h.occurrences("s") == []
     assert history_bytes(h, "s") == b""
@@ -111,9 +118,9 @@ async def test_a_prepared_round_writes_nothing_before_its_instant_and_commits_at
 async def test_waking_before_the_instant_with_nothing_new_keeps_the_prepared_round(
     world: tuple[Harness, Watcher],
 ) -> None:
-    h, watcher = world
-    service = await start(h, watcher)
-    await every_minute(h)
+    h, watcher = await prepared(world)
+    assert h.service is not None
+    service = h.service
     for seconds in (10, 20, 59):
         await h.at(START + timedelta(seconds=seconds))
     await service.settle()
@@ -132,9 +139,7 @@ async def test_waking_before_the_instant_with_nothing_new_keeps_the_prepared_rou
 async def test_a_pause_before_the_instant_drops_the_prepared_round(
     world: tuple[Harness, Watcher],
 ) -> None:
-    h, watcher = world
-    await start(h, watcher)
-    await every_minute(h)
+    h, watcher = await prepared(world)
     await h.at(START + timedelta(seconds=30))
     await h.schedules.pause_schedule(schedule_id="s")
     await h.at(START + MINUTE)
@@ -149,9 +154,7 @@ async def test_a_pause_before_the_instant_drops_the_prepared_round(
 async def test_a_deployment_saved_before_the_instant_drops_the_prepared_round(
     world: tuple[Harness, Watcher],
 ) -> None:
-    h, watcher = world
-    await start(h, watcher)
-    await every_minute(h)
+    h, watcher = await prepared(world)
     await h.at(START + timedelta(seconds=30))
     signed = {
         **CONSTANT_PLAN,
@@ -175,9 +178,7 @@ async def test_a_deployment_saved_before_the_instant_drops_the_prepared_round(
 async def test_a_clock_past_the_allowance_drops_the_prepared_round_and_misses_the_instant(
     world: tuple[Harness, Watcher],
 ) -> None:
-    h, watcher = world
-    await start(h, watcher)
-    await every_minute(h, lateness_allowance_s=0.0)
+    h, watcher = await prepared(world, lateness_allowance_s=0.0)
     # Half a second late with no allowance: the round at 09:31:00.5 misses
     # 09:31, as it would have with nothing prepared.
     await h.at(START + MINUTE + timedelta(milliseconds=500))
@@ -188,9 +189,7 @@ async def test_a_clock_past_the_allowance_drops_the_prepared_round_and_misses_th
 async def test_a_clock_that_jumped_past_the_instant_gets_a_round_decided_when_it_woke(
     world: tuple[Harness, Watcher],
 ) -> None:
-    h, watcher = world
-    await start(h, watcher)
-    await every_minute(h, lateness_allowance_s=3600.0)
+    h, watcher = await prepared(world, lateness_allowance_s=3600.0)
     woke = START + MINUTE + timedelta(seconds=5)
     await h.at(woke)
     await h.until_runs_ended("s")
@@ -206,9 +205,7 @@ async def test_runs_that_write_while_the_round_waits_and_its_staged_run_records_
 ) -> None:
     """The prepared round's run records go at the run log's end as it is at
     the instant: runs that stop while the round waits append there first."""
-    h, watcher = world
-    await start(h, watcher)
-    await every_minute(h)
+    h, watcher = await prepared(world)
     await h.at(START + timedelta(seconds=30))
     # A run of no schedule (the scheduler hears nothing of it) executes and
     # stops while the round waits, appending its records to the run log.
@@ -235,9 +232,7 @@ async def test_runs_that_write_while_the_round_waits_and_its_staged_run_records_
 async def test_a_run_id_the_waiting_round_holds_cannot_be_admitted_meanwhile(
     world: tuple[Harness, Watcher],
 ) -> None:
-    h, watcher = world
-    await start(h, watcher)
-    await every_minute(h)
+    h, watcher = await prepared(world)
     # The round prepared at 09:30 reserved the next id and staged its record.
     held = f"run-{1:06d}"
     with pytest.raises(AlreadyExists):
