@@ -43,10 +43,10 @@ nothing heard since (no event, no changed schedule), the state it was
 decided from unchanged, the host's deployments unchanged, the clock at most
 `_PREPARED_STALE_AFTER` past the instant and within the allowance of every
 occurrence it admits. Otherwise the round is dropped (its batch aborted
-before writing: the stores keep what they knew) and decided as usual; an
-instant is prepared once at most. A wake-up before the instant with nothing
-new keeps the prepared round. The commit, the launches and everything
-after are the usual round's.
+before writing: the stores keep what they knew, and its run ids go to the
+next admissions) and decided as usual; an instant is prepared once at most.
+A wake-up before the instant with nothing new keeps the prepared round. The
+commit, the launches and everything after are the usual round's.
 
 `stop()` stops admitting first (no more rounds), then drains executing runs
 for up to `drain_grace_s`; whatever still runs keeps its executing mark, noted

@@ -97,6 +97,9 @@ class StagedRound:
     # Schedules whose store refused a write: their rows are not in the batch.
     refused: set[str]
     runtime_marks: dict[str, RuntimeMark]
+    # The run ids reserved for it: from the spares, and fresh ones.
+    spare_ids: list[str]
+    fresh_ids: list[str]
 
 
 class CommandExecutor:
@@ -121,6 +124,9 @@ class CommandExecutor:
         self._reserve_chunk = reserve_chunk
         self._emit = emit
         self._refused = refused
+        # Run ids reserved for a round prepared ahead and dropped, in order:
+        # the next rounds use them first, so a dropped round leaves no gap.
+        self._spare_ids: list[str] = []
 
     async def commit(
         self,
@@ -167,11 +173,57 @@ class CommandExecutor:
         come), to be committed at it (`finish`) or dropped (`drop`). Such a
         round does nothing outside its batch: where a store refuses a write,
         or a block's diagnostic would be written, it gives up (None, the
-        batch aborted) and the round at the instant does it all again."""
+        batch aborted) and the round at the instant does it all again. The
+        run ids of a round given up or dropped are the next rounds' first
+        (`_spare_ids`): preparing leaves no gap between run ids."""
         admits = [c for c in commands if isinstance(c, AdmitOccurrence)]
         verdicts = await self._preflight_all(admits)
         passing = [a for a in admits if verdicts[(a.schedule_id, a.instant)] is None]
-        run_ids = iter(await self._reserve_run_ids(len(passing)))
+        spare_ids, self._spare_ids = (
+            self._spare_ids[: len(passing)],
+            self._spare_ids[len(passing) :],
+        )
+        try:
+            fresh_ids = await self._reserve_run_ids(len(passing) - len(spare_ids))
+        except BaseException:
+            self._spare_ids = spare_ids + self._spare_ids
+            raise
+        try:
+            staged = await self._stage_reserved(
+                commands,
+                now,
+                verdicts,
+                spare_ids,
+                fresh_ids,
+                consumed=consumed,
+                runtime_marks=runtime_marks,
+                contradicted=contradicted,
+                ahead=ahead,
+            )
+        except BaseException:
+            if ahead:
+                # Nothing of a round staged ahead was written: its ids are unused.
+                self._give_back(spare_ids, fresh_ids)
+            raise
+        if staged is None:
+            self._give_back(spare_ids, fresh_ids)
+        return staged
+
+    async def _stage_reserved(
+        self,
+        commands: Sequence[Command],
+        now: datetime,
+        verdicts: Mapping[tuple[str, datetime], str | None],
+        spare_ids: list[str],
+        fresh_ids: list[str],
+        *,
+        consumed: Mapping[str, int],
+        runtime_marks: dict[str, RuntimeMark],
+        contradicted: Sequence[RecordsContradicted],
+        ahead: bool,
+    ) -> StagedRound | None:
+        """`stage` once the preflights ran and the run ids are reserved."""
+        run_ids = iter([*spare_ids, *fresh_ids])
         after = CommittedRound()
         backend = self._backend
         batch = backend.new_batch()
@@ -220,7 +272,14 @@ class CommandExecutor:
             if batch.state == "open":
                 batch.abort()
             raise
-        return StagedRound(batch=batch, after=after, refused=refused, runtime_marks=runtime_marks)
+        return StagedRound(
+            batch=batch,
+            after=after,
+            refused=refused,
+            runtime_marks=runtime_marks,
+            spare_ids=spare_ids,
+            fresh_ids=fresh_ids,
+        )
 
     async def finish(self, staged: StagedRound) -> CommittedRound:
         """The rest of `commit`: make the staged round durable, then launch the
@@ -253,12 +312,16 @@ class CommandExecutor:
             raise
         return after
 
-    @staticmethod
-    def drop(staged: StagedRound) -> None:
-        """Give up a staged round: nothing of its batch is written (its run
-        ids stay unused)."""
+    def drop(self, staged: StagedRound) -> None:
+        """Give up a staged round: nothing of its batch is written, and its
+        run ids, reserved and unused, are the next rounds' first."""
         if staged.batch.state == "open":
             staged.batch.abort()
+            self._give_back(staged.spare_ids, staged.fresh_ids)
+
+    def _give_back(self, spare_ids: list[str], fresh_ids: list[str]) -> None:
+        # The spares taken were the first, the fresh ones are above every spare.
+        self._spare_ids = [*spare_ids, *self._spare_ids, *fresh_ids]
 
     def _stage_runs(
         self, batch: BatchPort, after: CommittedRound, *, not_before: datetime | None

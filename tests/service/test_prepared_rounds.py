@@ -241,3 +241,19 @@ async def test_a_run_id_the_waiting_round_holds_cannot_be_admitted_meanwhile(
     await h.until_runs_ended("s")
     assert watcher.outcomes[0] == "committed"
     assert (await run_of(h, "s", "09:31"))["run_id"] == held
+
+
+async def test_a_dropped_round_leaves_no_gap_between_run_ids(
+    world: tuple[Harness, Watcher],
+) -> None:
+    """The run id the dropped round had reserved goes to the next admission,
+    as the README's quickstart expects of a new store's first run."""
+    h, watcher = await prepared(world)
+    await h.at(START + timedelta(seconds=30))
+    await every_minute(h, "t")  # a change: the round of 09:31 is dropped
+    await h.at(START + MINUTE)
+    await h.until_runs_ended("s")
+    await h.until_runs_ended("t")
+    assert watcher.outcomes[0] == "dropped"
+    ids = {(await run_of(h, name, "09:31"))["run_id"] for name in ("s", "t")}
+    assert ids == {f"run-{1:06d}", f"run-{2:06d}"}
