@@ -649,8 +649,9 @@ class GroupCommit:
         `expect_size`, given with the first staging for a file, is checked
         against the file's size at commit: a mismatch means the file changed
         under its owner, and the commit fails before writing to it. A
-        callable is asked at commit, before the batch's first byte (it may
-        raise `OSError` to fail the commit there). A `late`
+        callable is asked at commit and may raise `OSError` to fail it: in a
+        journaled batch before the batch's first byte, without a journal
+        before that file's append. A `late`
         append is written only after every plain append is durable. One file
         takes appends of one rank only. An `early` append (a plain one) of a
         journaled batch is written to its file by `make_durable`, right after
