@@ -41,8 +41,8 @@ it instead of deciding (`CommandExecutor.finish`). It commits only a round
 that is still the one a scheduler woken exactly at the instant decides:
 nothing heard since (no event, no changed schedule), the state it was
 decided from unchanged, the host's deployments unchanged, the clock at most
-`_PREPARED_STALE_AFTER` past the instant and within the allowance of every
-occurrence it admits. Otherwise the round is dropped (its batch aborted
+`PREPARED_STALE_AFTER` past the instant and within the allowance of every
+occurrence it admits (`core.prepared`). Otherwise the round is dropped (its batch aborted
 before writing: the stores keep what they knew, and its run ids go to the
 next admissions) and decided as usual; an instant is prepared once at most.
 A wake-up before the instant with nothing new keeps the prepared round. The
@@ -90,6 +90,7 @@ from core.events import (
     RunStatusChanged,
 )
 from core.occurrences import RUN_STATUSES
+from core.prepared import commits_as_decided
 from core.state import SchedulerState, initial_state, schedule_view
 from shell.clock import Clock, SystemClock
 from shell.config import SchedulerServiceConfig
@@ -187,11 +188,6 @@ async def _let_ready_runs_report() -> None:
 # a run to create or start after a recovery) comes from an event, and a
 # round with events is never staged ahead.
 _PREPARABLE = (AdmitOccurrence, RecordOccurrence, PersistRuntime)
-
-# A round staged ahead is committed at most this long after its instant: its
-# rows say they were decided at the instant, and a clock that jumped further
-# (a suspended machine) gets a round decided at the time it woke up.
-_PREPARED_STALE_AFTER = timedelta(seconds=1)
 
 
 @dataclass(slots=True)
@@ -749,7 +745,7 @@ class SchedulerService:
                     # before it (it is the next wake-up), and the round stays.
                     self._prepared = prepared
                     return CommittedRound()
-                if self._prepared_on_time(prepared, now):
+                if commits_as_decided(prepared.base, prepared.commands, prepared.instant, now):
                     self._state = prepared.state
                     self._housekeeping.touch((), prepared.commands)
                     self._observer.prepared("committed")
@@ -832,18 +828,18 @@ class SchedulerService:
         round a scheduler woken exactly at the instant would decide, and it
         is committed only if it still is: nothing heard meanwhile, the
         state and the host's deployments unchanged, and every occurrence it
-        admits still on time (`_prepared_on_time`); else it is dropped,
+        admits still on time (`core.prepared`); else it is dropped,
         nothing of it written, and the round is decided anew."""
         assert isinstance(self._host, PreparingRunHost)
         self._tried_instant = instant
         base = self._state
         generation = self._host.admissions_generation()
-        # Held until the prepared round is committed or dropped (`_release`).
+        # Held until the prepared round is committed or dropped.
         _COLLECTOR.hold()
+        staged = None
         try:
             state, decided = decide(base, instant, [])
             commands = tuple(decided)
-            staged = None
             if commands and all(isinstance(c, _PREPARABLE) for c in commands):
                 staged = await self._commands.stage(
                     commands,
@@ -856,12 +852,10 @@ class SchedulerService:
         except Exception as exc:
             # The round at the instant meets the same and handles it.
             _log.debug("round of %s not prepared: %s", format_instant(instant), exc)
-            staged = None
-        except BaseException:
-            _COLLECTOR.release()
-            raise
+        finally:
+            if staged is None:
+                _COLLECTOR.release()
         if staged is None:
-            _COLLECTOR.release()
             return
         prepared = _Prepared(
             instant=instant,
@@ -884,20 +878,6 @@ class SchedulerService:
             and self._state is prepared.base
             and self._host.admissions_generation() == prepared.generation
         )
-
-    @staticmethod
-    def _prepared_on_time(prepared: _Prepared, now: datetime) -> bool:
-        """Whether a round at `now` would still admit what `prepared` admits
-        on time: it is barely past its instant and within each admitted
-        schedule's lateness allowance."""
-        if now - prepared.instant > _PREPARED_STALE_AFTER:
-            return False
-        for command in prepared.commands:
-            if isinstance(command, AdmitOccurrence):
-                schedule = prepared.base.schedules.get(command.schedule_id)
-                if schedule is None or now - command.instant > schedule.allowance:
-                    return False
-        return True
 
     def _drop_prepared(self) -> None:
         prepared, self._prepared = self._prepared, None

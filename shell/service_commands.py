@@ -186,8 +186,9 @@ class CommandExecutor:
         try:
             fresh_ids = await self._reserve_run_ids(len(passing) - len(spare_ids))
         except BaseException:
-            self._spare_ids = spare_ids + self._spare_ids
+            self._give_back(spare_ids, [])
             raise
+        staged: StagedRound | None = None
         try:
             staged = await self._stage_reserved(
                 commands,
@@ -200,13 +201,10 @@ class CommandExecutor:
                 contradicted=contradicted,
                 ahead=ahead,
             )
-        except BaseException:
-            if ahead:
+        finally:
+            if staged is None and ahead:
                 # Nothing of a round staged ahead was written: its ids are unused.
                 self._give_back(spare_ids, fresh_ids)
-            raise
-        if staged is None:
-            self._give_back(spare_ids, fresh_ids)
         return staged
 
     async def _stage_reserved(
@@ -331,11 +329,10 @@ class CommandExecutor:
         together (`StagingRunHost`)."""
         if not after.launches or not isinstance(self._host, StagingRunHost):
             return
-        requests = [_admission_request(*launch) for launch in after.launches]
-        outcomes = (
-            self._host.stage_admit_runs(batch, requests)
-            if not_before is None
-            else self._host.stage_admit_runs(batch, requests, not_before=not_before)
+        outcomes = self._host.stage_admit_runs(
+            batch,
+            [_admission_request(*launch) for launch in after.launches],
+            not_before=not_before,
         )
         if outcomes is None:
             return
