@@ -37,7 +37,7 @@ schedule at a time, at most `BACKFILL_LIMIT` calendar instants per request.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, get_args
@@ -51,9 +51,11 @@ __all__ = [
     "EARLIEST_START",
     "OVERLAP_OVERRIDES",
     "Backfill",
+    "BackfillInForce",
     "BackfillPlan",
     "BackfillState",
     "backfill_from_payload",
+    "backfill_in_force",
     "backfill_to_payload",
     "calendar_instants",
     "check_overlap_override",
@@ -142,6 +144,29 @@ class BackfillPlan:
     instants: tuple[datetime, ...]
     already_admitted: int
     left_to_calendar: int
+
+
+BackfillInForce = Literal["running", "requested"]
+
+
+def backfill_in_force(applied: Backfill | None, unapplied: Sequence[str]) -> BackfillInForce | None:
+    """The schedule's backfill as the API must see it before a request or a
+    cancel: `applied` is the backfill the scheduler's state holds, and
+    `unapplied` the kinds of the lifecycle records written after the last one
+    that state applied, oldest first (an operator may write two before the
+    scheduler's next round). The newest `backfill` or `backfill-cancelled`
+    among them decides: a cancel ends whatever backfill there was; a request
+    beside a backfill still running leaves that one ("running": `decide`
+    ignores the request), and is "requested" otherwise (its plan is made when
+    it is applied). With neither, the applied backfill is in force while it
+    runs."""
+    operator = [kind for kind in unapplied if kind in ("backfill", "backfill-cancelled")]
+    running = applied is not None and applied.state == "running"
+    if not operator:
+        return "running" if running else None
+    if operator[-1] == "backfill-cancelled":
+        return None
+    return "running" if running and "backfill-cancelled" not in operator else "requested"
 
 
 def check_overlap_override(value: object, field: str = "overlap") -> str | None:

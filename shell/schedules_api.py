@@ -40,7 +40,12 @@ from core.errors import (
     SchedulingError,
 )
 from core.occurrences import TERMINAL_RUN_STATUSES
-from core.operator_actions import Backfill, check_overlap_override
+from core.operator_actions import (
+    Backfill,
+    BackfillInForce,
+    backfill_in_force,
+    check_overlap_override,
+)
 from core.recovery_checks import claimed_origin
 from core.schedule_state import lifecycle_state, oneshot_finished
 from shell.clock import Clock, ReadClock, SystemClock
@@ -48,6 +53,7 @@ from shell.disk import OS_DISK, Disk
 from shell.file_backend import FileBackend
 from shell.history_cursor import decode_cursor, encode_cursor
 from shell.operator_requests import (
+    TRIGGER_WAIT_S,
     backfill_plan_view,
     backfill_view,
     checked_range,
@@ -90,6 +96,8 @@ RUN_NOT_CREATED = "the run could not be created"
 
 # Marks a newest-first page cursor (not base64url, so never an oldest-first one).
 _NEWEST = "~"
+# How often a cancel waiting for a requested backfill to start looks again.
+_APPLIED_POLL_S = 0.02
 
 # Set while the scheduler reads run records itself (recovery, the checks
 # below): `check_inspected_run` is then not asked again for each of them.
@@ -130,6 +138,17 @@ class LiveScheduleView:
     backfill: Backfill | None = None
     # The newest trigger's instant (rule P: the next one comes after it).
     last_trigger: datetime | None = None
+    # The newest lifecycle record this view has applied.
+    lifecycle_seq: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _BackfillInForce:
+    state: BackfillInForce | None
+    # The backfill the scheduler's state holds (None when it never had one).
+    applied: Backfill | None
+    # The newest lifecycle record written.
+    newest_seq: int
 
 
 class _Service(Protocol):
@@ -480,12 +499,20 @@ class SchedulesApi:
             first, last, instants = checked_range(definition, start, end, now)
             live = self._service.live_view(schedule_id) if self._service is not None else None
             loaded = await self.runtime.load(schedule_id)
-            running = live.backfill if live is not None else stored_backfill(loaded.record)
-            if running is not None and running.state == "running":
+            in_force = await self._backfill_in_force(schedule_id, live, loaded.record)
+            if in_force.state == "running":
+                running = in_force.applied
+                assert running is not None
                 raise InvalidState(
                     f"schedule {schedule_id!r} has a backfill running"
                     f" ({running.admitted} of {running.planned} admitted): cancel it first",
                     data={"schedule_id": schedule_id, "backfill": backfill_view(running)},
+                )
+            if in_force.state == "requested":
+                raise InvalidState(
+                    f"schedule {schedule_id!r} has a backfill requested that the scheduler"
+                    " has not started yet: cancel it first",
+                    data={"schedule_id": schedule_id},
                 )
             if live is not None:
                 watermark, pending = live.watermark, (*live.pending, *live.active)
@@ -519,35 +546,85 @@ class SchedulesApi:
     @store_call(writes=True)
     async def cancel_backfill(self, *, schedule_id: str) -> dict[str, Any]:
         """Stop the schedule's running backfill: nothing more is admitted; its
-        runs already admitted go on. Raises `NotFound`, and `InvalidState`
-        when no backfill is running (or the schedule is deleted)."""
-        async with self._write_lock:
-            await self._check_owner()
-            snapshot = await self.definitions.get(schedule_id)
-            if snapshot["deleted"]:
+        runs already admitted go on. A backfill requested that the scheduler
+        has not started yet is waited for (up to `TRIGGER_WAIT_S`), so the
+        answer shows its plan. Raises `NotFound`, and `InvalidState` when no
+        backfill is running (a cancel already written counts), the schedule
+        is deleted, or the requested one was not started within the wait."""
+        for waited in (False, True):
+            async with self._write_lock:
+                await self._check_owner()
+                snapshot = await self.definitions.get(schedule_id)
+                if snapshot["deleted"]:
+                    raise InvalidState(
+                        f"schedule {schedule_id!r} is deleted", data={"schedule_id": schedule_id}
+                    )
+                live = self._service.live_view(schedule_id) if self._service is not None else None
+                loaded = await self.runtime.load(schedule_id)
+                in_force = await self._backfill_in_force(schedule_id, live, loaded.record)
+                if in_force.state is None:
+                    raise InvalidState(
+                        f"schedule {schedule_id!r} has no backfill running",
+                        data={"schedule_id": schedule_id},
+                    )
+                if in_force.state == "running":
+                    now = self.clock.now()
+                    async with self._telling(schedule_id):
+                        await self.definitions.apply_change(
+                            schedule_id, "backfill-cancelled", at=now, action={}
+                        )
+                    break
+            if waited:
                 raise InvalidState(
-                    f"schedule {schedule_id!r} is deleted", data={"schedule_id": schedule_id}
-                )
-            live = self._service.live_view(schedule_id) if self._service is not None else None
-            loaded = await self.runtime.load(schedule_id)
-            running = live.backfill if live is not None else stored_backfill(loaded.record)
-            if running is None or running.state != "running":
-                raise InvalidState(
-                    f"schedule {schedule_id!r} has no backfill running",
+                    f"schedule {schedule_id!r} has a backfill requested that the scheduler"
+                    f" did not start within {TRIGGER_WAIT_S:g} s; cancel again once it has",
                     data={"schedule_id": schedule_id},
                 )
-            now = self.clock.now()
-            async with self._telling(schedule_id):
-                await self.definitions.apply_change(
-                    schedule_id, "backfill-cancelled", at=now, action={}
-                )
+            await self._applied_through(schedule_id, in_force.newest_seq)
         self.store_health.succeeded("api")
         self._changed(schedule_id)
         return {
             "schedule_id": schedule_id,
             "cancelled_at": format_instant(now),
-            "backfill": backfill_view(running),
+            "backfill": backfill_view(in_force.applied),
         }
+
+    async def _backfill_in_force(
+        self,
+        schedule_id: str,
+        live: LiveScheduleView | None,
+        record: Mapping[str, Any] | None,
+    ) -> _BackfillInForce:
+        """The schedule's backfill with the lifecycle records written after
+        the ones the scheduler applied (`backfill_in_force`): the live view's,
+        or with no leading service here, the stored runtime record's."""
+        if live is not None:
+            applied, seq = live.backfill, live.lifecycle_seq
+        else:
+            applied = stored_backfill(record)
+            seq = int(record["lifecycle_seq"]) if record is not None else 0
+        unapplied = await self.definitions.records_after(schedule_id, seq)
+        return _BackfillInForce(
+            state=backfill_in_force(applied, [r["kind"] for r in unapplied]),
+            applied=applied,
+            newest_seq=unapplied[-1]["seq"] if unapplied else seq,
+        )
+
+    async def _applied_through(self, schedule_id: str, seq: int) -> None:
+        """Wait (up to `TRIGGER_WAIT_S`) until the scheduler applied the
+        schedule's lifecycle records through `seq`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TRIGGER_WAIT_S
+        while loop.time() < deadline:
+            live = self._service.live_view(schedule_id) if self._service is not None else None
+            if live is not None:
+                applied = live.lifecycle_seq
+            else:
+                record = (await self.runtime.load(schedule_id)).record
+                applied = int(record["lifecycle_seq"]) if record is not None else 0
+            if applied >= seq:
+                return
+            await asyncio.sleep(_APPLIED_POLL_S)
 
     async def _lifecycle(self, schedule_id: str, kind: Any) -> dict[str, Any]:
         async with self._write_lock:

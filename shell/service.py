@@ -239,6 +239,10 @@ class SchedulerService:
         self._dirty: set[str] = set()
         # Per schedule, the seq of the last lifecycle record fed to decide.
         self._consumed: dict[str, int] = {}
+        # The lifecycle seq each schedule's `_state` has applied: `_consumed`
+        # runs ahead of it while a round reads the logs, and the API folds the
+        # records after it (`backfill_in_force`).
+        self._applied_seq: dict[str, int] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._running = False
@@ -526,6 +530,7 @@ class SchedulerService:
             active=tuple(view.active),
             backfill=view.backfill,
             last_trigger=view.last_trigger,
+            lifecycle_seq=self._applied_seq.get(schedule_id, 0),
         )
 
     async def records_damaged(self, problem: StoreProblem) -> None:
@@ -683,6 +688,7 @@ class SchedulerService:
         self._state = initial_state(max_concurrent_runs=self._state.max_concurrent_runs)
         self._drop_what_the_store_tells_again()
         self._consumed, self._consumed_now, self._unseeded = {}, set(), []
+        self._applied_seq = {}
         self._resync = False
         await self._know_leadership()
 
@@ -763,6 +769,8 @@ class SchedulerService:
         self._housekeeping.touch(events, commands)
         persisted = {c.schedule_id for c in commands if isinstance(c, PersistRuntime)}
         consumed, self._consumed_now = self._consumed_now, set()
+        if events or consumed:
+            self._applied_seq = dict(self._consumed)
         extra: list[Command] = []
         for schedule_id in sorted(consumed - persisted):
             if schedule_id in self._state.schedules:
@@ -903,6 +911,7 @@ class SchedulerService:
         pending = [e for e in self._events if isinstance(e, CapacityChanged)]
         self._events, self._dirty = [], set()
         self._consumed, self._consumed_now = {}, set()
+        self._applied_seq = {}
         self._state = initial_state(max_concurrent_runs=self._state.max_concurrent_runs)
         recovery = await self._recover()
         # Run reports that arrived during the recovery are newer than it.

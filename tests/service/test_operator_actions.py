@@ -3,6 +3,7 @@ and stores (files and PostgreSQL), on a manual clock."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 
 import pytest
@@ -215,6 +216,53 @@ async def test_a_backfill_survives_a_restart_and_can_be_cancelled(harness: Harne
     assert [row for row in rows if row[1] == "backfill"] == [
         ("11:00:00", "backfill", "interrupted")
     ]
+
+
+async def test_requests_written_before_the_scheduler_applies_them_count(
+    harness: Harness,
+) -> None:
+    await harness.boot()
+    await _hourly(harness, GATE_PLAN)
+    await harness.at(hour(10))  # 10:00 waits at its gate: the schedule is busy
+    await harness.at(hour(13, 30))  # 11:00-13:00 skipped-overlap
+    schedules = harness.schedules
+    window = {"start": "2026-03-02T11:00:00Z", "end": "2026-03-02T13:30:00Z"}
+    # A cancel sent with the request waits until the scheduler starts it, and
+    # answers its plan.
+    requested, cancelled = await asyncio.gather(
+        schedules.backfill_schedule(schedule_id="hourly", overlap="allow", **window),
+        schedules.cancel_backfill(schedule_id="hourly"),
+    )
+    assert requested["backfill"]["planned"] == 3
+    assert cancelled["backfill"]["planned"] == 3
+    await harness.service.settle()  # type: ignore[union-attr]
+    backfill = (await schedules.get_schedule(schedule_id="hourly"))["backfill"]
+    assert (backfill["state"], backfill["planned"]) == ("cancelled", 3)
+
+    # Two cancels at once: the second sees the first, written and not yet applied.
+    await schedules.backfill_schedule(schedule_id="hourly", overlap="allow", **window)
+    await harness.service.settle()  # type: ignore[union-attr]
+    answers = await asyncio.gather(
+        schedules.cancel_backfill(schedule_id="hourly"),
+        schedules.cancel_backfill(schedule_id="hourly"),
+        return_exceptions=True,
+    )
+    refused = [a for a in answers if isinstance(a, BaseException)]
+    assert len(refused) == 1 and isinstance(refused[0], InvalidState), answers
+    assert "no backfill running" in str(refused[0])
+
+    # Two requests at once: the second sees the first.
+    answers = await asyncio.gather(
+        schedules.backfill_schedule(schedule_id="hourly", overlap="allow", **window),
+        schedules.backfill_schedule(schedule_id="hourly", overlap="allow", **window),
+        return_exceptions=True,
+    )
+    refused = [a for a in answers if isinstance(a, BaseException)]
+    assert len(refused) == 1 and isinstance(refused[0], InvalidState), answers
+    assert "cancel it first" in str(refused[0])
+    await harness.service.settle()  # type: ignore[union-attr]
+    kinds = [r["kind"] for r in await schedules.definitions.records_after("hourly", 0)]
+    assert kinds.count("backfill") == 3 and kinds.count("backfill-cancelled") == 2
 
 
 async def test_a_bad_backfill_request_names_the_field_and_writes_nothing(
