@@ -2,7 +2,8 @@
 
 The definition, runtime and history stores, the commit journal and the
 durable-write primitives (`shell.durable`, `shell.jsonlog`) reach files only
-through a `Disk`. Production uses `OS_DISK` (plain `os` calls, no caching);
+through a `Disk`. Production uses `OS_DISK` (plain `os` calls; it keeps the
+descriptors of the files written after every commit open between writes);
 the deterministic simulation gives the same stores a simulated disk
 (`shell.sim.disk.SimDisk`) that keeps unsynced writes apart from durable
 ones and injects the faults a real disk has: torn writes, power cuts that
@@ -99,10 +100,15 @@ class Disk(Protocol):
         append: bool = False,
         create: bool = False,
         exclusive: bool = False,
+        keep: bool = False,
     ) -> DiskFile:
         """Open `path` (read-only unless `write` or `append`); `create` makes
         a missing file, `exclusive` raises `FileExistsError` for an existing
-        one, `FileNotFoundError` otherwise when it is missing."""
+        one, `FileNotFoundError` otherwise when it is missing. `keep` (with
+        `write` and `create` only): the disk may keep the descriptor open
+        after `close` and hand it out again for the same path, until that
+        path is renamed over or removed through the disk; the caller makes no
+        such change of the path between its open and its close."""
         ...
 
     def rename(self, source: str, target: str) -> None:
@@ -122,6 +128,11 @@ class Disk(Protocol):
     def make_directory(self, path: str, *, parents: bool = False) -> None:
         """`mkdir`; with `parents`, also the missing parents, and an existing
         directory is not an error."""
+        ...
+
+    def release_kept(self, directory: str) -> None:
+        """Close the descriptors kept open (`open`'s `keep`) of the files
+        under `directory`: its store is closed."""
         ...
 
     def remove_directory(self, path: str) -> None: ...
@@ -179,7 +190,37 @@ class OsFile:
         os.close(self.fd)
 
 
+class _KeptFile(OsFile):
+    """A descriptor `OsDisk` keeps open between writes: `close` gives it back."""
+
+    __slots__ = ("_disk", "path")
+
+    def __init__(self, fd: int, disk: OsDisk, path: str) -> None:
+        super().__init__(fd)
+        self._disk = disk
+        self.path = path
+
+    def close(self) -> None:
+        self._disk.given_back(self)
+
+
 _O_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
+# Descriptors the process keeps free of kept files: sockets, the run log's
+# segments, a start's reads.
+_RESERVED_DESCRIPTORS: Final = 1024
+
+
+def _kept_capacity() -> int:
+    """How many descriptors `OsDisk` keeps open: half of what the process may
+    open beyond the reserve (none under a limit of 2,048 or less)."""
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return 0
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 20
+    return max(0, (soft - _RESERVED_DESCRIPTORS) // 2 - _RESERVED_DESCRIPTORS // 2)
 
 
 def _load_syncfs() -> Callable[[int], int] | None:
@@ -200,7 +241,17 @@ SYNCFS: Final = _load_syncfs()
 
 
 class OsDisk:
-    """The real file system, through `os` (stateless: one instance serves all)."""
+    """The real file system, through `os`. One instance serves all: it keeps
+    the descriptors of files opened with `keep` (each schedule's history and
+    its index, written after every commit: their `open` and `close` were a
+    tenth of the CPU of an every-minute occurrence), as many as
+    `_kept_capacity` allows, first come first kept (with ten thousand
+    schedules written in turn, evicting the least recently used would keep
+    none of them long enough to be used again)."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, _KeptFile] = {}
+        self._capacity: int | None = None
 
     def open(
         self,
@@ -210,7 +261,10 @@ class OsDisk:
         append: bool = False,
         create: bool = False,
         exclusive: bool = False,
+        keep: bool = False,
     ) -> OsFile:
+        if keep:
+            return self._open_kept(path, write=write, create=create)
         if not (append or write or create or exclusive):
             # Most opens of a start: read-only.
             return OsFile(os.open(path, os.O_RDONLY))
@@ -227,12 +281,50 @@ class OsDisk:
             flags |= os.O_EXCL
         return OsFile(os.open(path, flags, 0o644))
 
+    def _open_kept(self, path: str, *, write: bool, create: bool) -> OsFile:
+        if not (write and create):
+            raise ValueError("a kept descriptor is opened to write, creating the file")
+        kept = self._kept.get(path)
+        if kept is not None:
+            return kept
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        if self._capacity is None:
+            self._capacity = _kept_capacity()
+        if len(self._kept) >= self._capacity:
+            return OsFile(fd)
+        kept = self._kept[path] = _KeptFile(fd, self, path)
+        return kept
+
+    def given_back(self, file: _KeptFile) -> None:
+        """`file` was closed by its user: kept unless its path was dropped."""
+        if self._kept.get(file.path) is not file:
+            os.close(file.fd)
+
+    def _drop(self, path: str) -> None:
+        """Forget the kept descriptor of `path` (renamed over or removed: a
+        later open must find the new file)."""
+        kept = self._kept.pop(path, None)
+        if kept is not None:
+            os.close(kept.fd)
+
+    def release_kept(self, directory: str) -> None:
+        inside = os.path.join(directory, "")
+        for path in [p for p in self._kept if p.startswith(inside)]:
+            self._drop(path)
+
+    def rename(self, source: str, target: str) -> None:
+        self._drop(target)
+        self._drop(source)
+        os.replace(source, target)
+
+    def remove(self, path: str) -> None:
+        self._drop(path)
+        os.unlink(path)
+
     # The `os` functions themselves, not wrappers: a start stats and lists
     # every schedule's files, and a Python frame per call showed in its time.
-    rename = staticmethod(os.replace)
     list = staticmethod(os.listdir)
     stat = staticmethod(os.stat)
-    remove = staticmethod(os.unlink)
 
     def make_directory(self, path: str, *, parents: bool = False) -> None:
         if parents:
@@ -241,6 +333,7 @@ class OsDisk:
             os.mkdir(path)
 
     def remove_directory(self, path: str) -> None:
+        self.release_kept(path)
         os.rmdir(path)
 
     def fsync_directory(self, path: str) -> None:

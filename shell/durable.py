@@ -420,8 +420,9 @@ def _replace_with_temp(path: str, data: bytes, *, sync: bool, disk: Disk) -> Non
 
 
 def _write_at(path: str, offset: int, data: bytes, disk: Disk) -> None:
-    """Write `data` at `offset` of `path` (created if missing), with no flush."""
-    file = disk.open(path, write=True, create=True)
+    """Write `data` at `offset` of `path` (created if missing), with no flush.
+    The descriptor is kept (a schedule's files are written at every commit)."""
+    file = disk.open(path, write=True, create=True, keep=True)
     try:
         file.write_at(data, offset)
     finally:

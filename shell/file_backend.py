@@ -509,6 +509,12 @@ class FileBackend:
         self.history_store.sync_recovered()
 
     async def close_owned(self, *, owned: bool, consistent: bool) -> None:
+        try:
+            await self._close_owned(owned=owned, consistent=consistent)
+        finally:
+            self.disk.release_kept(self._root)
+
+    async def _close_owned(self, *, owned: bool, consistent: bool) -> None:
         if not owned:
             # Fenced: the store may be another's now (or its path names
             # another directory), so closing writes nothing; the next owner

@@ -565,7 +565,7 @@ class HistoryIndex:
         if not fence_checked:
             check_fence(files.history_index)
         fault_point(f"before:index:{HISTORY_INDEX_FILE}")
-        fd = self.disk.open(files.history_index, write=True, create=True)
+        fd = self.disk.open(files.history_index, write=True, create=True, keep=True)
         try:
             if header is not None:
                 fd.write_at(header.pack(), 0)

@@ -242,7 +242,11 @@ class SimFileSystem:
         append: bool = False,
         create: bool = False,
         exclusive: bool = False,
+        keep: bool = False,
     ) -> SimFile:
+        # `keep` is a descriptor cache of the real disk's; each open here is
+        # a fresh file, which is what a kept descriptor must behave like.
+        del keep
         path = _normal(path)
         node = self._names.get(path)
         if isinstance(node, _Directory):
@@ -318,6 +322,10 @@ class SimFileSystem:
         self._parent_of(path)
         self._fault("mkdir", path)
         self._bind(path, _Directory(next(self._numbers), self._now()))
+
+    def release_kept(self, directory: str) -> None:
+        """Nothing is kept open here (see `open`)."""
+        del directory
 
     def remove_directory(self, path: str) -> None:
         path = _normal(path)

@@ -1,0 +1,88 @@
+"""The real disk's kept descriptors (`open(..., keep=True)`): a kept file is
+written where the path points now, after a rename over it, a removal or a
+closed store, and never past the process's descriptor budget."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from shell.disk import OsDisk
+
+
+def _write(disk: OsDisk, path: Path, data: bytes, offset: int = 0) -> None:
+    file = disk.open(str(path), write=True, create=True, keep=True)
+    try:
+        file.write_at(data, offset)
+    finally:
+        file.close()
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="counts /proc/self/fd")
+def test_a_kept_file_is_opened_once_and_closed_with_its_store(tmp_path: Path) -> None:
+    disk = OsDisk()
+    before = _open_descriptors()
+    for index in range(5):
+        _write(disk, tmp_path / "history", b"%d" % index, index)
+    assert (tmp_path / "history").read_bytes() == b"01234"
+    assert _open_descriptors() == before + 1
+    disk.release_kept(str(tmp_path))
+    assert _open_descriptors() == before
+
+
+def test_a_rename_over_a_kept_path_sends_the_next_writes_to_the_new_file(tmp_path: Path) -> None:
+    disk = OsDisk()
+    path = tmp_path / "index"
+    _write(disk, path, b"old")
+    (tmp_path / "index.tmp").write_bytes(b"new")
+    disk.rename(str(tmp_path / "index.tmp"), str(path))
+    _write(disk, path, b"N")
+    assert path.read_bytes() == b"New"
+    # A kept source renamed elsewhere is dropped too.
+    _write(disk, tmp_path / "moved", b"a")
+    disk.rename(str(tmp_path / "moved"), str(tmp_path / "target"))
+    _write(disk, tmp_path / "moved", b"b")
+    assert (tmp_path / "moved").read_bytes() == b"b"
+    assert (tmp_path / "target").read_bytes() == b"a"
+    disk.release_kept(str(tmp_path))
+
+
+def test_a_removed_kept_path_is_created_again_by_the_next_write(tmp_path: Path) -> None:
+    disk = OsDisk()
+    directory = tmp_path / "schedule"
+    disk.make_directory(str(directory))
+    path = directory / "history"
+    _write(disk, path, b"first")
+    disk.remove(str(path))
+    _write(disk, path, b"again")
+    assert path.read_bytes() == b"again"
+    _write(disk, directory / "index", b"x")
+    disk.remove(str(path))
+    disk.remove(str(directory / "index"))
+    disk.remove_directory(str(directory))
+    assert not directory.exists()
+
+
+def test_past_its_capacity_the_disk_opens_and_closes_each_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("shell.disk._kept_capacity", lambda: 2)
+    disk = OsDisk()
+    before = _open_descriptors()
+    for name in ("a", "b", "c", "d"):
+        _write(disk, tmp_path / name, name.encode())
+    assert [(tmp_path / n).read_bytes() for n in "abcd"] == [b"a", b"b", b"c", b"d"]
+    assert _open_descriptors() == before + 2
+    disk.release_kept(str(tmp_path))
+    assert _open_descriptors() == before
+
+
+def test_only_a_write_that_creates_can_be_kept(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="kept descriptor"):
+        OsDisk().open(str(tmp_path / "x"), append=True, keep=True)
