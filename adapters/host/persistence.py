@@ -161,9 +161,14 @@ class RunPersistence(Protocol):
         refuse it)."""
         ...
 
-    async def write_many(self, records: Sequence[RunRecord], *, created: AbstractSet[str]) -> None:
+    async def write_many(
+        self, records: Sequence[RunRecord], *, created: AbstractSet[str]
+    ) -> Sequence[bytes] | None:
         """Store several records durably, all with one flush or transaction
-        (group commit). `created`: the run ids among them that are new."""
+        (group commit). `created`: the run ids among them that are new.
+        Answers each record's JSON as stored, in order, when the store wrote
+        them as JSON text (the cache keeps a finished run's that way), or
+        None."""
         ...
 
     def stages_into(self, batch: object) -> bool:

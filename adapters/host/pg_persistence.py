@@ -398,7 +398,9 @@ class PgRuns:
     async def write(self, record: RunRecord, *, created: bool) -> None:
         await self.write_many([record], created={record.run_id} if created else set())
 
-    async def write_many(self, records: Sequence[RunRecord], *, created: AbstractSet[str]) -> None:
+    async def write_many(
+        self, records: Sequence[RunRecord], *, created: AbstractSet[str]
+    ) -> Sequence[bytes] | None:
         new = [_run_row(r) for r in records if r.run_id in created]
         changed = [r for r in records if r.run_id not in created]
         updates = [(*_run_row(r)[1:], _run_row(r)[0], self._version(r)) for r in changed]
@@ -436,6 +438,7 @@ class PgRuns:
         for row in new:
             self._versions[int(row[0])] = 1
         self._versions.update(versions)
+        return None
 
     def _version(self, record: RunRecord) -> int:
         # A row this server created and never read since is at version 1.

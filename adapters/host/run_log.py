@@ -371,8 +371,10 @@ class FileRunLog:
     async def write(self, record: RunRecord, *, created: bool) -> None:
         self.append([record])
 
-    async def write_many(self, records: Sequence[RunRecord], *, created: AbstractSet[str]) -> None:
-        self.append(records)
+    async def write_many(
+        self, records: Sequence[RunRecord], *, created: AbstractSet[str]
+    ) -> Sequence[bytes] | None:
+        return self.append(records)
 
     def stages_into(self, batch: object) -> bool:
         # Only a journaled batch of this very store, on the disk the log is
@@ -508,12 +510,16 @@ class FileRunLog:
         self._size[segment] = self._end
         return start
 
-    def append(self, records: Sequence[RunRecord]) -> None:
+    def append(self, records: Sequence[RunRecord]) -> list[bytes]:
         """Append the records' frames with one write and one flush; then they
-        are the runs' records."""
-        frames = [_frame_of(record) for record in records]
+        are the runs' records. Answers their JSON, in order."""
+        payloads = [record.model_dump_json().encode("utf-8") for record in records]
+        frames = [
+            _frame_of(record, payload) for record, payload in zip(records, payloads, strict=True)
+        ]
         self._placed_in_active(frames, self._write(b"".join(frame for _, frame in frames)))
         self.compact()
+        return payloads
 
     def _placed_in_active(self, frames: Sequence[tuple[int, bytes]], start: int) -> None:
         assert self._active is not None
@@ -599,9 +605,13 @@ def _map(path: Path) -> bytes | mmap.mmap:
         return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-def _frame_of(record: RunRecord) -> tuple[int, bytes]:
+def _frame_of(record: RunRecord, payload: bytes | None = None) -> tuple[int, bytes]:
+    """The run's number and the frame of `record` (`payload`: its JSON, when
+    the caller encoded it)."""
     number = parse_run_id(record.run_id)
     if number is None:
         raise ValueError(f"{record.run_id!r} is not a run id")
-    # pydantic's own encoder: about a third of `json.dumps(record.to_json())`.
-    return number, encode_frame(number, record.model_dump_json().encode("utf-8"))
+    if payload is None:
+        # pydantic's own encoder: about a third of `json.dumps(record.to_json())`.
+        payload = record.model_dump_json().encode("utf-8")
+    return number, encode_frame(number, payload)

@@ -383,8 +383,10 @@ class RunStore:
         old = self._records.get(number)
         what = _write_kind(old, record)
         fault_point(f"before:run:{what}")
-        await self._persistence.write(record, created=old is None)
-        self._remember(number, record)
+        stored = await self._persistence.write_many(
+            [record], created={record.run_id} if old is None else set()
+        )
+        self._remember(number, record, stored[0] if stored is not None else None)
         fault_point(f"after:run:{what}")
 
     async def put_many(self, records: Sequence[RunRecord]) -> None:
@@ -415,9 +417,9 @@ class RunStore:
             staged.append((number, record, _write_kind(old, record)))
         for _, _, what in staged:
             fault_point(f"before:run:{what}")
-        await self._persistence.write_many([r for _, r, _ in staged], created=created)
-        for number, record, _ in staged:
-            self._remember(number, record)
+        stored = await self._persistence.write_many([r for _, r, _ in staged], created=created)
+        for index, (number, record, _) in enumerate(staged):
+            self._remember(number, record, stored[index] if stored is not None else None)
         for _, _, what in staged:
             fault_point(f"after:run:{what}")
 

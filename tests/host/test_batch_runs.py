@@ -53,9 +53,9 @@ def count_batches(server: LocalStaticWorkflowServer, monkeypatch: pytest.MonkeyP
     persistence = server.api._runs._persistence
     real = persistence.write_many
 
-    async def spy(records: Any, **kwargs: Any) -> None:
+    async def spy(records: Any, **kwargs: Any) -> Any:
         sizes.append(len(records))
-        await real(records, **kwargs)
+        return await real(records, **kwargs)
 
     monkeypatch.setattr(persistence, "write_many", spy)
     return sizes
