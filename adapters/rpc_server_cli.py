@@ -46,6 +46,7 @@ from adapters.host import (
 from adapters.host.records import StopCause
 from adapters.logs import configure_logging
 from adapters.metrics import SchedulerMetrics
+from adapters.process_limits import raise_open_file_limit
 from adapters.rpc.app import create_app, leadership_health, with_store_health
 from adapters.rpc.auth import InsecureBind, check_bind_security
 from adapters.rpc.config import ENV_STORE_URL, ServerSettings, resolve_settings
@@ -463,6 +464,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         sys.exit(EXIT_SETTINGS)
     configure_logging(args.log_level, args.log_format, access_log=args.access_log)
     tune_collector()
+    raise_open_file_limit()
     try:
         status = asyncio.run(serve(settings, exiting=True, access_log=args.access_log))
     except SchedulingError as exc:

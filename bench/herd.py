@@ -56,6 +56,7 @@ import shell.durable
 import shell.journal
 import shell.service
 from adapters.collector import freeze_startup_objects, tune_collector
+from adapters.process_limits import raise_open_file_limit
 from shell import ManualClock, SchedulerServiceConfig, build_scheduler_service
 
 START = datetime(2026, 3, 2, 9, 30, 30, tzinfo=UTC)
@@ -279,6 +280,7 @@ def _print_breakdown(title: str, breakdown: dict[str, tuple[float, int]]) -> Non
 
 def main(argv: list[str] | None = None) -> None:
     tune_collector()
+    raise_open_file_limit()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schedules", type=int, default=10_000)
     parser.add_argument("--json", action="store_true", help="print one JSON object")

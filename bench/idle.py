@@ -26,6 +26,7 @@ from typing import Any
 import harness
 
 from adapters.collector import freeze_startup_objects, tune_collector
+from adapters.process_limits import raise_open_file_limit
 
 
 def _far_minute() -> int:
@@ -95,6 +96,7 @@ def _child(kind: str, schedules: int, minutes: float) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     tune_collector()
+    raise_open_file_limit()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schedules", type=int, default=10_000)
     parser.add_argument("--minutes", type=float, default=1.0, help="measured window")

@@ -35,6 +35,7 @@ from pathlib import Path
 import harness
 
 from adapters.collector import freeze_startup_objects, tune_collector
+from adapters.process_limits import raise_open_file_limit
 from core.decide import decide
 from core.definitions import parse_definition
 from core.events import ScheduleCreated
@@ -136,6 +137,7 @@ def _child(kind: str, schedules: int) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> None:
     tune_collector()
+    raise_open_file_limit()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schedules", type=int, default=10_000)
     parser.add_argument("--distinct-triggers", action="store_true")

@@ -395,8 +395,10 @@ def _phases(stamps: dict[str, float]) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> None:
     from adapters.collector import tune_collector
+    from adapters.process_limits import raise_open_file_limit
 
     tune_collector()
+    raise_open_file_limit()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--schedules", type=int, default=10_000)
     parser.add_argument("--rows", type=int, default=1_000_000, help="history rows in all")

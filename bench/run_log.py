@@ -44,6 +44,7 @@ from adapters.collector import freeze_startup_objects, tune_collector
 from adapters.host.identifiers import format_run_id
 from adapters.host.run_log import LOG_DIR, encode_frame
 from adapters.host.runs import _encode_cursor
+from adapters.process_limits import raise_open_file_limit
 
 _PER_SEGMENT = 30_000
 
@@ -155,6 +156,7 @@ async def measure(runs: int, samples: int, root: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     tune_collector()
+    raise_open_file_limit()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1_000_000)
     parser.add_argument("--samples", type=int, default=2000)

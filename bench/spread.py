@@ -59,6 +59,7 @@ import harness
 import pgstore
 
 from adapters.collector import freeze_startup_objects, tune_collector
+from adapters.process_limits import raise_open_file_limit
 
 PATTERNS = ("minute", "hour")
 
@@ -330,6 +331,7 @@ def compare(schedules: int, ours: dict[str, Any], theirs: dict[str, Any]) -> lis
 
 def main(argv: list[str] | None = None) -> None:
     tune_collector()
+    raise_open_file_limit()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--schedules", type=int, action="append", help="repeatable; default 1000 and 10000"

@@ -205,14 +205,15 @@ class _KeptFile(OsFile):
 
 
 _O_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
-# Descriptors the process keeps free of kept files: sockets, the run log's
-# segments, a start's reads.
-_RESERVED_DESCRIPTORS: Final = 1024
+# Descriptors the process keeps free of kept files (sockets, the run log's
+# segments, a start's reads): at least this many, and a quarter of the limit.
+_RESERVED_DESCRIPTORS: Final = 2048
 
 
 def _kept_capacity() -> int:
-    """How many descriptors `OsDisk` keeps open: half of what the process may
-    open beyond the reserve (none under a limit of 2,048 or less)."""
+    """How many descriptors `OsDisk` keeps open: what the process may open
+    beyond the reserve (none under a limit of 2,048 or less; servers raise
+    theirs at start, `adapters.process_limits`)."""
     try:
         import resource
     except ImportError:  # not POSIX
@@ -220,7 +221,7 @@ def _kept_capacity() -> int:
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         soft = 1 << 20
-    return max(0, (soft - _RESERVED_DESCRIPTORS) // 2 - _RESERVED_DESCRIPTORS // 2)
+    return max(0, soft - max(_RESERVED_DESCRIPTORS, soft // 4))
 
 
 def _load_syncfs() -> Callable[[int], int] | None:
