@@ -193,12 +193,15 @@ class OsFile:
 class _KeptFile(OsFile):
     """A descriptor `OsDisk` keeps open between writes: `close` gives it back."""
 
-    __slots__ = ("_disk", "path")
+    __slots__ = ("_disk", "lent", "path")
 
     def __init__(self, fd: int, disk: OsDisk, path: str) -> None:
         super().__init__(fd)
         self._disk = disk
         self.path = path
+        # Opens not yet closed: a descriptor dropped while lent is closed
+        # when the last of them gives it back, never under its user.
+        self.lent = 0
 
     def close(self) -> None:
         self._disk.given_back(self)
@@ -244,11 +247,11 @@ SYNCFS: Final = _load_syncfs()
 class OsDisk:
     """The real file system, through `os`. One instance serves all: it keeps
     the descriptors of files opened with `keep` (each schedule's history and
-    its index, written after every commit: their `open` and `close` were a
-    tenth of the CPU of an every-minute occurrence), as many as
-    `_kept_capacity` allows, first come first kept (with ten thousand
-    schedules written in turn, evicting the least recently used would keep
-    none of them long enough to be used again)."""
+    its index, written after every commit: an `open` and a `close` per file
+    per commit otherwise), as many as `_kept_capacity` allows, first come
+    first kept (with ten thousand schedules written in turn, evicting the
+    least recently used would keep none of them long enough to be used
+    again)."""
 
     def __init__(self) -> None:
         self._kept: dict[str, _KeptFile] = {}
@@ -286,26 +289,27 @@ class OsDisk:
         if not (write and create):
             raise ValueError("a kept descriptor is opened to write, creating the file")
         kept = self._kept.get(path)
-        if kept is not None:
-            return kept
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        if self._capacity is None:
-            self._capacity = _kept_capacity()
-        if len(self._kept) >= self._capacity:
-            return OsFile(fd)
-        kept = self._kept[path] = _KeptFile(fd, self, path)
+        if kept is None:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            if self._capacity is None:
+                self._capacity = _kept_capacity()
+            if len(self._kept) >= self._capacity:
+                return OsFile(fd)
+            kept = self._kept[path] = _KeptFile(fd, self, path)
+        kept.lent += 1
         return kept
 
     def given_back(self, file: _KeptFile) -> None:
         """`file` was closed by its user: kept unless its path was dropped."""
-        if self._kept.get(file.path) is not file:
+        file.lent -= 1
+        if file.lent == 0 and self._kept.get(file.path) is not file:
             os.close(file.fd)
 
     def _drop(self, path: str) -> None:
         """Forget the kept descriptor of `path` (renamed over or removed: a
         later open must find the new file)."""
         kept = self._kept.pop(path, None)
-        if kept is not None:
+        if kept is not None and kept.lent == 0:
             os.close(kept.fd)
 
     def release_kept(self, directory: str) -> None:

@@ -86,3 +86,20 @@ def test_past_its_capacity_the_disk_opens_and_closes_each_time(
 def test_only_a_write_that_creates_can_be_kept(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="kept descriptor"):
         OsDisk().open(str(tmp_path / "x"), append=True, keep=True)
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="counts /proc/self/fd")
+def test_a_kept_file_dropped_while_in_use_is_closed_once_its_user_closes_it(
+    tmp_path: Path,
+) -> None:
+    disk = OsDisk()
+    before = _open_descriptors()
+    path = tmp_path / "history"
+    file = disk.open(str(path), write=True, create=True, keep=True)
+    # Against the contract (no change of the path while it is open), and yet
+    # the descriptor is not closed under its user.
+    disk.release_kept(str(tmp_path))
+    file.write_at(b"still open", 0)
+    file.close()
+    assert path.read_bytes() == b"still open"
+    assert _open_descriptors() == before
