@@ -21,9 +21,9 @@ OPEN_FILES_WANTED: Final = 1 << 18
 
 def raise_open_file_limit() -> int:
     """Raise the soft limit on open files towards the hard limit (up to
-    `OPEN_FILES_WANTED`); the soft limit now. Call once, at process start,
-    before the stores open any file. Where the platform has no such limit
-    (not POSIX) or refuses, the limit stays as it was."""
+    `OPEN_FILES_WANTED`); the soft limit now (-1 where the platform has no
+    such limit: not POSIX). Call once, at process start, before the stores
+    open any file. Where the system refuses, the limit stays as it was."""
     try:
         import resource
     except ImportError:
