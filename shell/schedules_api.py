@@ -151,6 +151,16 @@ class _BackfillInForce:
     newest_seq: int
 
 
+def _applied(
+    live: LiveScheduleView | None, record: Mapping[str, Any] | None
+) -> tuple[Backfill | None, int]:
+    """The backfill the scheduler's state holds and the lifecycle seq that
+    state applied: the live view's, or without one the runtime record's."""
+    if live is not None:
+        return live.backfill, live.lifecycle_seq
+    return stored_backfill(record), int(record["lifecycle_seq"]) if record is not None else 0
+
+
 class _Service(Protocol):
     def schedule_changed(self, schedule_id: str) -> None: ...
 
@@ -436,7 +446,7 @@ class SchedulesApi:
             snapshot = await self.definitions.get(schedule_id)
             definition = refuse_unless_live(snapshot, "triggered")
             now = self.clock.now()
-            live = self._service.live_view(schedule_id) if self._service is not None else None
+            live = self._live_view(schedule_id)
             taken: tuple[datetime, ...] = ()
             after: datetime | None = None
             if live is not None:
@@ -497,7 +507,7 @@ class SchedulesApi:
             definition = refuse_unless_live(snapshot, "backfilled")
             now = self.clock.now()
             first, last, instants = checked_range(definition, start, end, now)
-            live = self._service.live_view(schedule_id) if self._service is not None else None
+            live = self._live_view(schedule_id)
             loaded = await self.runtime.load(schedule_id)
             in_force = await self._backfill_in_force(schedule_id, live, loaded.record)
             if in_force.state == "running":
@@ -559,7 +569,7 @@ class SchedulesApi:
                     raise InvalidState(
                         f"schedule {schedule_id!r} is deleted", data={"schedule_id": schedule_id}
                     )
-                live = self._service.live_view(schedule_id) if self._service is not None else None
+                live = self._live_view(schedule_id)
                 loaded = await self.runtime.load(schedule_id)
                 in_force = await self._backfill_in_force(schedule_id, live, loaded.record)
                 if in_force.state is None:
@@ -598,11 +608,7 @@ class SchedulesApi:
         """The schedule's backfill with the lifecycle records written after
         the ones the scheduler applied (`backfill_in_force`): the live view's,
         or with no leading service here, the stored runtime record's."""
-        if live is not None:
-            applied, seq = live.backfill, live.lifecycle_seq
-        else:
-            applied = stored_backfill(record)
-            seq = int(record["lifecycle_seq"]) if record is not None else 0
+        applied, seq = _applied(live, record)
         unapplied = await self.definitions.records_after(schedule_id, seq)
         return _BackfillInForce(
             state=backfill_in_force(applied, [r["kind"] for r in unapplied]),
@@ -616,15 +622,15 @@ class SchedulesApi:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + TRIGGER_WAIT_S
         while loop.time() < deadline:
-            live = self._service.live_view(schedule_id) if self._service is not None else None
-            if live is not None:
-                applied = live.lifecycle_seq
-            else:
-                record = (await self.runtime.load(schedule_id)).record
-                applied = int(record["lifecycle_seq"]) if record is not None else 0
-            if applied >= seq:
+            live = self._live_view(schedule_id)
+            record = None if live is not None else (await self.runtime.load(schedule_id)).record
+            if _applied(live, record)[1] >= seq:
                 return
             await asyncio.sleep(_APPLIED_POLL_S)
+
+    def _live_view(self, schedule_id: str) -> LiveScheduleView | None:
+        """What the attached service knows of the schedule, if it leads."""
+        return self._service.live_view(schedule_id) if self._service is not None else None
 
     async def _lifecycle(self, schedule_id: str, kind: Any) -> dict[str, Any]:
         async with self._write_lock:
@@ -891,7 +897,7 @@ class SchedulesApi:
     # --- presentation -------------------------------------------------------------
 
     async def _pending_instants(self, schedule_id: str) -> tuple[datetime, ...]:
-        live = self._service.live_view(schedule_id) if self._service is not None else None
+        live = self._live_view(schedule_id)
         if live is not None:
             return live.pending
         return _pending_in((await self.runtime.load(schedule_id)).record)
@@ -899,7 +905,7 @@ class SchedulesApi:
     async def _present(self, snapshot: Mapping[str, Any], now: datetime) -> dict[str, Any]:
         schedule_id = snapshot["schedule_id"]
         definition = dict(snapshot["definition"])
-        live = self._service.live_view(schedule_id) if self._service is not None else None
+        live = self._live_view(schedule_id)
         try:
             parsed: ScheduleDefinition | None = parse_definition(definition)
         except InvalidDefinition:

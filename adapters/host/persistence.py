@@ -155,10 +155,10 @@ class RunPersistence(Protocol):
         key instead, at the write."""
         ...
 
-    async def write(self, record: RunRecord, *, created: bool) -> None:
+    async def write(self, record: RunRecord, *, created: bool) -> bytes | None:
         """Store one record durably. `created`: the store holds no record of
         this run yet (a new one: never an overwrite where the database can
-        refuse it)."""
+        refuse it). Answers its JSON as stored, as `write_many` does."""
         ...
 
     async def write_many(

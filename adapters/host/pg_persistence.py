@@ -395,8 +395,9 @@ class PgRuns:
         # since by someone else is refused by the primary key at the INSERT.
         return False
 
-    async def write(self, record: RunRecord, *, created: bool) -> None:
+    async def write(self, record: RunRecord, *, created: bool) -> bytes | None:
         await self.write_many([record], created={record.run_id} if created else set())
+        return None
 
     async def write_many(
         self, records: Sequence[RunRecord], *, created: AbstractSet[str]

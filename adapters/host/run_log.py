@@ -368,8 +368,8 @@ class FileRunLog:
         number = parse_run_id(run_id)
         return number is not None and number in self._latest
 
-    async def write(self, record: RunRecord, *, created: bool) -> None:
-        self.append([record])
+    async def write(self, record: RunRecord, *, created: bool) -> bytes | None:
+        return self.append([record])[0]
 
     async def write_many(
         self, records: Sequence[RunRecord], *, created: AbstractSet[str]

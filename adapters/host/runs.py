@@ -383,10 +383,8 @@ class RunStore:
         old = self._records.get(number)
         what = _write_kind(old, record)
         fault_point(f"before:run:{what}")
-        stored = await self._persistence.write_many(
-            [record], created={record.run_id} if old is None else set()
-        )
-        self._remember(number, record, stored[0] if stored is not None else None)
+        stored = await self._persistence.write(record, created=old is None)
+        self._remember(number, record, stored)
         fault_point(f"after:run:{what}")
 
     async def put_many(self, records: Sequence[RunRecord]) -> None:
