@@ -69,6 +69,8 @@ from .records import (
     RunRecord,
     StopCause,
     StopNote,
+    assembled,
+    revised,
 )
 from .runs import RunStore
 from .schemas import validate_instance
@@ -131,18 +133,24 @@ class RunExecutor:
             )
         plan = self._plan(record)
         now = self._now()
-        record = record.model_copy(
-            update={
+        record = revised(
+            record,
+            {
                 "status": "running",
                 "attempt": 1,
                 # Constants and the clock's text: nothing to validate, and a
                 # herd launches thousands.
-                "executing": ExecutingMark.model_construct(
-                    attempt=1, kind="start", since=now, server=self._store.server_id
+                "executing": assembled(
+                    ExecutingMark,
+                    attempt=1,
+                    kind="start",
+                    since=now,
+                    stopped=None,
+                    server=self._store.server_id,
                 ),
-                "progress": Progress.model_construct(node=plan.start, state={}, steps=0),
+                "progress": assembled(Progress, node=plan.start, state={}, steps=0),
                 "updated_at": now,
-            }
+            },
         )
         return record, plan
 
@@ -342,14 +350,15 @@ class RunExecutor:
     async def _write_step(self, run_id: str, entry: dict[str, Any], position: Position) -> None:
         async with self._store.lock(run_id):
             record = self._store.get(run_id)
-            record = record.model_copy(
-                update={
+            record = revised(
+                record,
+                {
                     "progress": Progress(
                         node=position.node, state=position.state, steps=position.steps
                     ),
                     "trace": [*record.trace, entry],
                     "updated_at": self._now(),
-                }
+                },
             )
             await self._store.commit(record)
 
@@ -358,26 +367,33 @@ class RunExecutor:
             record = self._store.get(run_id)
             now = self._now()
             position = stop.position
-            record = record.model_copy(
-                update={
+            # The engine's state is validated once, by the checkpoint; the
+            # position is the checkpoint's.
+            checkpoint = Checkpoint(
+                attempt=record.attempt,
+                status=stop.status,
+                node=position.node,
+                state=position.state,
+                steps=position.steps,
+                at=now,
+            )
+            record = revised(
+                record,
+                {
                     "status": stop.status,
                     "executing": None,
-                    "checkpoint": Checkpoint(
-                        attempt=record.attempt,
-                        status=stop.status,
-                        node=position.node,
-                        state=position.state,
-                        steps=position.steps,
-                        at=now,
-                    ),
-                    "progress": Progress(
-                        node=position.node, state=position.state, steps=position.steps
+                    "checkpoint": checkpoint,
+                    "progress": assembled(
+                        Progress,
+                        node=checkpoint.node,
+                        state=checkpoint.state,
+                        steps=checkpoint.steps,
                     ),
                     "trace": [*record.trace, stop.entry] if stop.entry else record.trace,
                     "output": stop.output if stop.status == "completed" else None,
                     "error": RunError(**stop.error) if stop.error else None,
                     "updated_at": now,
-                }
+                },
             )
             await self._store.commit(record)
         self._notify(record)

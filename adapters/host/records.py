@@ -25,7 +25,8 @@ stopped run.
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from collections.abc import Mapping
+from typing import Any, Final, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -50,7 +51,9 @@ __all__ = [
     "Snapshot",
     "StopCause",
     "StopNote",
+    "assembled",
     "check_consistency",
+    "revised",
     "schedule_id_of",
 ]
 
@@ -58,6 +61,9 @@ RECORD_FORMAT: Final = 1
 STOP_STATUSES = frozenset({"interrupted", "completed", "failed", "exhausted"})
 
 _STRICT = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+_Model = TypeVar("_Model", bound=BaseModel)
+_set_slot = object.__setattr__
 
 
 class Snapshot(BaseModel):
@@ -168,6 +174,35 @@ class RunRecord(BaseModel):
     def from_json(cls, data: Any) -> RunRecord:
         """Parse a stored record. Raises pydantic.ValidationError."""
         return cls.model_validate(data)
+
+
+def revised(record: _Model, changes: Mapping[str, Any]) -> _Model:
+    """`record.model_copy(update=changes)` for these models (frozen, no extra
+    or private attributes), in a third of its time: a run's record is copied
+    twice per run on the scheduler's hot path. Like `model_copy`, nothing in
+    `changes` is validated: the caller passes values of the fields' types."""
+    model = type(record)
+    copy = model.__new__(model)
+    _set_slot(copy, "__dict__", {**record.__dict__, **changes})
+    _set_slot(copy, "__pydantic_extra__", None)
+    _set_slot(copy, "__pydantic_fields_set__", record.__pydantic_fields_set__ | changes.keys())
+    _set_slot(copy, "__pydantic_private__", None)
+    return copy
+
+
+def assembled(model: type[_Model], **fields: Any) -> _Model:
+    """A `model` of trusted `fields`, every one of them given (defaults
+    included), unvalidated: what `model_construct` builds, in a third of its
+    time (it looks up each field's default in Python)."""
+    declared = model.__pydantic_fields__
+    if fields.keys() != declared.keys():
+        raise TypeError(f"{model.__name__} takes exactly the fields {sorted(declared)}")
+    built = model.__new__(model)
+    _set_slot(built, "__dict__", fields)
+    _set_slot(built, "__pydantic_extra__", None)
+    _set_slot(built, "__pydantic_fields_set__", set(fields))
+    _set_slot(built, "__pydantic_private__", None)
+    return built
 
 
 def schedule_id_of(record: RunRecord) -> str | None:
