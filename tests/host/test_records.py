@@ -60,8 +60,10 @@ def test_assembled_is_model_construct_of_every_field() -> None:
     )
     slow = ExecutingMark.model_construct(attempt=1, kind="start", since=LATER, server="srv-1")
     assert fast == slow
-    assert fast.model_dump_json() == slow.model_dump_json() == (
-        '{"attempt":1,"kind":"start","since":"2026-03-02T09:00:01.000250Z","server":"srv-1"}'
+    assert (
+        fast.model_dump_json()
+        == slow.model_dump_json()
+        == ('{"attempt":1,"kind":"start","since":"2026-03-02T09:00:01.000250Z","server":"srv-1"}')
     )
     checkpoint = Checkpoint(
         attempt=1, status="completed", node="__end__", state={"x": 1}, steps=1, at=LATER
