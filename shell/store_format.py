@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import json
+import json.encoder
 import os
 import re
 from collections.abc import Mapping
@@ -52,6 +53,11 @@ __all__ = [
     "parse_instant",
     "read_file",
 ]
+
+# The C encoder `json.dumps` itself runs (None where CPython's accelerator
+# is missing: then `json.dumps`).
+_c_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
+_encode_ascii: Any = json.encoder.encode_basestring_ascii
 
 SCHEDULES_DIR: Final = "schedules"
 LOCK_FILE: Final = "scheduler.lock"
@@ -249,8 +255,19 @@ def canonical_json(value: object) -> bytes:
 
     Raises `TypeError` or `ValueError` for what JSON cannot hold.
     """
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return text.encode("ascii")
+    # What `json.dumps(value, sort_keys=True, separators=(",", ":"),
+    # allow_nan=False)` runs, without building its encoder objects on every
+    # call (a third of its time for a history row; every row is encoded).
+    # The fresh `markers` keep its refusal of a circular value.
+    if _c_make_encoder is None:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        return text.encode("ascii")
+    encode = _c_make_encoder({}, _not_json, _encode_ascii, None, ":", ",", True, False, False)
+    return "".join(encode(value, 0)).encode("ascii")
+
+
+def _not_json(value: object) -> object:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 def encode_json_line(record: Mapping[str, Any]) -> bytes:

@@ -1,14 +1,18 @@
-"""Schedule ids as directory names, and instants at rest."""
+"""Schedule ids as directory names, instants at rest, and canonical JSON."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from core.errors import InvalidInput
 from shell.store_format import (
     canonical_instant,
+    canonical_json,
     check_schedule_id,
     encode_json_line,
     format_instant,
@@ -83,3 +87,33 @@ def test_naive_datetime_cannot_be_formatted() -> None:
 
 def test_json_line_is_canonical() -> None:
     assert encode_json_line({"b": 1, "a": "é"}) == b'{"a":"\\u00e9","b":1}\n'
+
+
+_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(_JSON)
+def test_canonical_json_is_what_json_dumps_writes(value: object) -> None:
+    expected = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    assert canonical_json(value) == expected.encode("ascii")
+
+
+def test_canonical_json_refuses_what_json_cannot_hold() -> None:
+    looped: list[object] = []
+    looped.append(looped)
+    with pytest.raises(ValueError, match="Circular"):
+        canonical_json({"a": looped})
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        canonical_json({"x": float("nan")})
+    with pytest.raises(TypeError, match="set is not JSON serializable"):
+        canonical_json({"x": {1}})
+    # A refusal leaves nothing behind: the same value encodes afterwards.
+    assert canonical_json({"a": [1]}) == b'{"a":[1]}'
