@@ -736,6 +736,7 @@ class GroupCommit:
         self._check_open()
         self._state = "aborted"
         self._run(self._on_abort)
+        self._release()
 
     def commit(self) -> None:
         """Make every staged write durable, in the documented order."""
@@ -768,6 +769,7 @@ class GroupCommit:
             return
         self._state = "committed"
         self._run(self._on_commit)
+        self._release()
         fault_point("after:commit")
 
     def _commit_files(self) -> None:
@@ -820,6 +822,7 @@ class GroupCommit:
             for temp in temps.values():
                 _unlink_quietly(temp, disk)
             self._run(self._on_abort)
+            self._release()
             raise
 
     def _check_fence(self) -> None:
@@ -884,6 +887,7 @@ class GroupCommit:
             raise
         self._state = "committed"
         self._run(self._on_commit)
+        self._release()
         try:
             journal.after_commit()
         except StoreFenced:
@@ -918,6 +922,24 @@ class GroupCommit:
         # replays its journal before it reads them again.
         self._state = "aborted"
         self._run(self._on_abort)
+        self._release()
+
+    def _release(self) -> None:
+        """Drop what a finished batch staged. Its callbacks are closures of
+        their stores, which hold the batch: left in place, every round's batch
+        was a reference cycle (a thousand callbacks and their staged bytes at
+        a thousand schedules) that only the cyclic collector freed, and each
+        young pass scanned it."""
+        self._on_durable.clear()
+        self._on_early.clear()
+        self._on_commit.clear()
+        self._on_abort.clear()
+        self._appends.clear()
+        self._late_appends.clear()
+        self._replaces.clear()
+        self._also_sync.clear()
+        self._pending_entries = []
+        self._early.clear()
 
     def _write_append(self, path: str, entry: _Append, directories: list[str]) -> None:
         file, created = _open_append(path, self._disk)

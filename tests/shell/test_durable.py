@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import weakref
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,7 @@ from shell.durable import (
     set_fault_injector,
     sync_paths,
 )
+from shell.journal import CommitJournal
 
 
 def _names(directory: Path) -> list[str]:
@@ -257,3 +260,50 @@ def test_sync_paths_skips_missing_files(tmp_path: Path) -> None:
     (tmp_path / "x").write_bytes(b"x")
     sync_paths([tmp_path / "x", tmp_path / "missing"], [tmp_path], mode="fsync")
     sync_paths([tmp_path / "x", tmp_path / "missing"], [tmp_path], mode="syncfs")
+
+
+def _listen(batch: GroupCommit, heard: list[str]) -> None:
+    """Callbacks that hold the batch, as a store's closures do (their cell
+    outlives this call)."""
+    batch.on_durable(lambda: heard.append(f"durable {batch.journal_root}"))
+    batch.on_commit(lambda: heard.append(f"committed {batch.journal_root}"))
+    batch.on_abort(lambda: heard.append(f"aborted {batch.journal_root}"))
+
+
+@pytest.mark.parametrize("journaled", [False, True], ids=["files", "journal"])
+@pytest.mark.parametrize("ending", ["commit", "abort", "failed commit"])
+def test_a_finished_batch_is_freed_without_the_cyclic_collector(
+    tmp_path: Path, journaled: bool, ending: str
+) -> None:
+    """Stores register callbacks that close over the batch: a finished batch
+    drops them, so that it (and the bytes it staged) is freed as soon as its
+    last user lets go, not at some later pass of the cyclic collector."""
+    journal = CommitJournal(tmp_path) if journaled else None
+    if journal is not None:
+        journal.open()
+    target = tmp_path / ("missing" if ending == "failed commit" else ".") / "log.jsonl"
+    collector_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        batch = GroupCommit(journal=journal)
+        batch.append_records(target, [{"n": 1}])
+        heard: list[str] = []
+        _listen(batch, heard)
+        if ending == "abort":
+            batch.abort()
+        elif ending == "failed commit":
+            with pytest.raises(FileNotFoundError):
+                batch.commit()
+        else:
+            batch.commit()
+        root = str(tmp_path) if journaled else None
+        expected = ["durable", "committed"] if ending == "commit" else ["aborted"]
+        assert heard == [f"{what} {root}" for what in expected]
+        gone = weakref.ref(batch)
+        del batch
+        assert gone() is None
+    finally:
+        if collector_was_on:
+            gc.enable()
+        if journal is not None:
+            journal.close()
