@@ -175,7 +175,9 @@ class _CollectorPause:
             return
         self._deferred = False
         gc.enable()
-        if gc.get_count()[0] >= _QUIET_MIN:
+        # A few young objects are left to the collector's own trigger: every
+        # explicit pass counts towards a middle and an old one.
+        if gc.get_count()[0] >= max(_QUIET_MIN, gc.get_threshold()[0] // 10):
             _collect_due()
 
     @contextlib.contextmanager
@@ -200,8 +202,9 @@ def _collect_due() -> None:
 
 # One per process: the collector is.
 _COLLECTOR = _CollectorPause()
-# Young objects below which the quiet moment's pass is not worth running,
-# and above which a hold runs the deferred pass first.
+# Young objects below which the quiet moment's pass is not run (at least;
+# a tenth of the young threshold if more), and above which a hold runs the
+# deferred pass first.
 _QUIET_MIN: Final = 1_000
 _DEFERRED_MOST: Final = 500_000
 

@@ -48,12 +48,17 @@ def _young_garbage(count: int) -> list[object]:
     return [[] for _ in range(count)]
 
 
+def _enough_for_a_quiet_pass() -> int:
+    """More young objects than the quiet moment's pass waits for."""
+    return 2 * max(service._QUIET_MIN, gc.get_threshold()[0] // 10)
+
+
 def test_the_pass_after_a_hold_waits_for_the_quiet_moment(passes: list[int]) -> None:
     gc.enable()
     pause = _CollectorPause()
     with pause.paused():
         assert not gc.isenabled()
-        kept = _young_garbage(2 * service._QUIET_MIN)
+        kept = _young_garbage(_enough_for_a_quiet_pass())
     # Released, but the loop is not quiet yet: the runs the round launched
     # are executing, and no pass scans them.
     assert not gc.isenabled()
@@ -65,6 +70,18 @@ def test_the_pass_after_a_hold_waits_for_the_quiet_moment(passes: list[int]) -> 
     pause.collect_deferred()
     assert passes == [0]
     del kept
+
+
+def test_a_quiet_moment_with_few_young_objects_leaves_them_to_the_trigger(
+    passes: list[int],
+) -> None:
+    gc.enable()
+    gc.collect(0)
+    pause = _CollectorPause()
+    with pause.paused():
+        pass
+    pause.collect_deferred()
+    assert gc.isenabled() and passes == [0]  # the test's own pass only
 
 
 def test_a_quiet_moment_under_a_hold_runs_nothing(passes: list[int]) -> None:
@@ -99,7 +116,7 @@ def test_a_collector_turned_off_by_the_process_stays_off(passes: list[int]) -> N
     gc.disable()
     pause = _CollectorPause()
     with pause.paused():
-        kept = _young_garbage(2 * service._QUIET_MIN)
+        kept = _young_garbage(_enough_for_a_quiet_pass())
     pause.collect_deferred()
     assert not gc.isenabled() and passes == []
     del kept
