@@ -497,8 +497,16 @@ def enter_transition(
     refusal = run_row_refusal(current.status, current.run_id, status, run_id, seq)
     if refusal is not None:
         raise Bad(refusal, seq)
+    if status in TERMINAL_STATUSES:
+        # Closed: only its index entry is kept.
+        state.open.pop(seq, None)
+        state.by_instant.pop(current.instant, None)
+        state.touched[seq] = Entry(
+            current.decision_off, current.decision_len, offset, length, status
+        )
+        return
     # Built field by field: `dataclasses.replace` costs several times more,
-    # and this runs for two rows of every scheduled run.
+    # and this runs for a row of most scheduled runs.
     updated = Open(
         seq=seq,
         instant=current.instant,
@@ -515,12 +523,8 @@ def enter_transition(
         updated_at=recorded_text,
         origin=current.origin,
     )
-    if status in TERMINAL_STATUSES:
-        state.open.pop(seq, None)
-        state.by_instant.pop(current.instant, None)
-    else:
-        state.open[seq] = updated
-        state.by_instant[current.instant] = seq
+    state.open[seq] = updated
+    state.by_instant[current.instant] = seq
     state.touched[seq] = updated.entry()
 
 
