@@ -18,9 +18,10 @@ benchmarks so that they measure what runs:
   startup does not create garbage cycles worth reclaiming.
 
 Nothing here changes what the server does, only when the collector runs.
-The scheduler service also pauses the collector for the part of each round
-that decides and commits (`shell.service`), so a herd's rows are durable
-before the collection of what deciding them allocated.
+The scheduler service also pauses the collector from each round's decide
+until its loop is quiet again (`shell.service`), so a herd's rows are
+durable before the collection of what deciding them allocated, and the pass
+runs once the round's runs have reported, not while they execute.
 """
 
 from __future__ import annotations
