@@ -734,9 +734,7 @@ class GroupCommit:
     def abort(self) -> None:
         """Drop everything staged; nothing is written. Runs `on_abort` callbacks."""
         self._check_open()
-        self._state = "aborted"
-        self._run(self._on_abort)
-        self._release()
+        self._end("aborted", self._on_abort)
 
     def commit(self) -> None:
         """Make every staged write durable, in the documented order."""
@@ -767,9 +765,7 @@ class GroupCommit:
         if self._journal is not None:
             self._complete_journaled(self._journal)
             return
-        self._state = "committed"
-        self._run(self._on_commit)
-        self._release()
+        self._end("committed", self._on_commit)
         fault_point("after:commit")
 
     def _commit_files(self) -> None:
@@ -818,11 +814,9 @@ class GroupCommit:
             self._state = "crashed"
             raise
         except BaseException:
-            self._state = "aborted"
             for temp in temps.values():
                 _unlink_quietly(temp, disk)
-            self._run(self._on_abort)
-            self._release()
+            self._end("aborted", self._on_abort)
             raise
 
     def _check_fence(self) -> None:
@@ -885,9 +879,7 @@ class GroupCommit:
         except BaseException as exc:
             self._failed(exc)
             raise
-        self._state = "committed"
-        self._run(self._on_commit)
-        self._release()
+        self._end("committed", self._on_commit)
         try:
             journal.after_commit()
         except StoreFenced:
@@ -920,16 +912,19 @@ class GroupCommit:
             return
         # Durable or not, the files may lack part of the batch: the owner
         # replays its journal before it reads them again.
-        self._state = "aborted"
-        self._run(self._on_abort)
-        self._release()
+        self._end("aborted", self._on_abort)
 
-    def _release(self) -> None:
-        """Drop what a finished batch staged. Its callbacks are closures of
+    def _end(
+        self, state: Literal["committed", "aborted"], callbacks: list[Callable[[], None]]
+    ) -> None:
+        """Finish the batch: its state, then its callbacks of that ending,
+        then everything it staged dropped. Its callbacks are closures of
         their stores, which hold the batch: left in place, every round's batch
         was a reference cycle (a thousand callbacks and their staged bytes at
         a thousand schedules) that only the cyclic collector freed, and each
         young pass scanned it."""
+        self._state = state
+        self._run(callbacks)
         self._on_durable.clear()
         self._on_early.clear()
         self._on_commit.clear()

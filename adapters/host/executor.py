@@ -229,8 +229,9 @@ class RunExecutor:
                 outcome="resumed",
                 at=now,
             )
-            record = record.model_copy(
-                update={
+            record = revised(
+                record,
+                {
                     "status": "running",
                     "attempt": attempt,
                     "executing": ExecutingMark(
@@ -243,7 +244,7 @@ class RunExecutor:
                     ),
                     "trace": [*record.trace, entry],
                     "updated_at": now,
-                }
+                },
             )
             await self._store.put(record)
         self._notify(record)
@@ -408,8 +409,9 @@ class RunExecutor:
                     return
                 now = self._now()
                 progress = record.progress
-                record = record.model_copy(
-                    update={
+                record = revised(
+                    record,
+                    {
                         "status": "failed",
                         "executing": None,
                         "checkpoint": Checkpoint(
@@ -426,7 +428,7 @@ class RunExecutor:
                             node=progress.node,
                         ),
                         "updated_at": now,
-                    }
+                    },
                 )
                 await self._store.put(record)
         except Exception:
@@ -465,9 +467,7 @@ class RunExecutor:
                 return None
             try:
                 await self._store.commit(
-                    record.model_copy(
-                        update={"executing": mark.model_copy(update={"stopped": note})}
-                    )
+                    revised(record, {"executing": revised(mark, {"stopped": note})})
                 )
             except StoreFenced:
                 # A fenced stop writes nothing; the next owner's recovery says

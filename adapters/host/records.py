@@ -178,9 +178,10 @@ class RunRecord(BaseModel):
 
 def revised(record: _Model, changes: Mapping[str, Any]) -> _Model:
     """`record.model_copy(update=changes)` for these models (frozen, no extra
-    or private attributes), in a third of its time: a run's record is copied
-    twice per run on the scheduler's hot path. Like `model_copy`, nothing in
-    `changes` is validated: the caller passes values of the fields' types."""
+    or private attributes), in a third of its time: every change of a run's
+    record is such a copy, two per run on the scheduler's hot path. Like
+    `model_copy`, nothing in `changes` is validated: the caller passes values
+    of the fields' types."""
     model = type(record)
     copy = model.__new__(model)
     _set_slot(copy, "__dict__", {**record.__dict__, **changes})

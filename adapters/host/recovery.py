@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from .records import Checkpoint, RunError, RunRecord, StopNote
+from .records import Checkpoint, RunError, RunRecord, StopNote, revised
 
 __all__ = ["ABANDONED", "AMBIGUOUS_RESUME", "GONE", "STOPPED", "recover_record", "stop_reason"]
 
@@ -90,8 +90,9 @@ def recover_record(
             f"{AMBIGUOUS_RESUME.format(attempt=attempt)}{stopped}; failed closed, not retried; "
             f"external effects may already have occurred ({where})"
         )
-    failed = record.model_copy(
-        update={
+    failed = revised(
+        record,
+        {
             "status": "failed",
             "executing": None,
             "updated_at": now,
@@ -105,6 +106,6 @@ def recover_record(
                 by="recovery",
             ),
             "error": RunError(kind=finding, message=message, node=progress.node),
-        }
+        },
     )
     return failed, {"run_id": record.run_id, "finding": finding, "reason": message}
