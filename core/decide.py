@@ -137,8 +137,10 @@ works on, and the index keys derived from a schedule; last, small helpers
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
+from operator import attrgetter
 from typing import Any, Final, TypeAlias
 
 from pyrsistent import pset
@@ -1431,29 +1433,13 @@ class _ScheduleDraft:
         self.next_instant = _next_after(self.trigger, self.watermark)
 
     def freeze(self) -> ScheduleState:
-        return ScheduleState(
-            schedule_id=self.schedule_id,
-            definition=self.definition,
-            revision=self.revision,
-            trigger=self.trigger,
-            created_at=self.created_at,
-            watermark=self.watermark,
-            next_instant=self.next_instant,
-            held=self.held,
-            waiting=self.waiting,
-            active=self.active,
-            paused=self.paused,
-            deleted=self.deleted,
-            blocked=self.blocked,
-            due=self.due,
-            queued=self.queued,
-            latest=self.latest,
-            limit=self.limit,
-            allowance=self.allowance,
-            backfill=self.backfill,
-            last_trigger=self.last_trigger,
-            last_trigger_request=self.last_trigger_request,
-        )
+        # A frozen dataclass's __init__ sets each field through
+        # object.__setattr__; the slots' own descriptors do the same at half
+        # the cost (two schedules frozen per occurrence, 21 fields each).
+        state = _new_object(ScheduleState)
+        for set_field, value in zip(_SET_STATE_FIELD, _draft_fields(self), strict=True):
+            set_field(state, value)
+        return state
 
     def describe(self) -> str:
         flags = [
@@ -1475,6 +1461,13 @@ class _ScheduleDraft:
 
 
 _DraftOrState: TypeAlias = _ScheduleDraft | ScheduleState
+
+# What `_ScheduleDraft.freeze` reads and sets, field for field.
+_new_object: Final = object.__new__
+_draft_fields: Final = attrgetter(*(f.name for f in fields(ScheduleState)))
+_SET_STATE_FIELD: Final[tuple[Callable[[ScheduleState, Any], None], ...]] = tuple(
+    getattr(ScheduleState, f.name).__set__ for f in fields(ScheduleState)
+)
 
 
 def _due_time(schedule: _DraftOrState) -> datetime | None:

@@ -4,8 +4,10 @@ fails here rather than being silently dropped (or reset) by a `decide` call."""
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import FrozenInstanceError, fields
 from typing import Any
+
+import pytest
 
 from core.decide import _ScheduleDraft
 from core.state import ScheduleState
@@ -29,6 +31,10 @@ def test_copying_in_and_freezing_carries_every_field_unchanged() -> None:
     frozen = copy.freeze()
     for name in FIELD_NAMES:
         assert getattr(frozen, name) is markers[name], name
+    # Built without its __init__, it is still the frozen dataclass.
+    assert type(frozen) is ScheduleState and frozen == state
+    with pytest.raises(FrozenInstanceError):
+        frozen.revision = 2  # type: ignore[misc]
 
 
 def test_a_fresh_working_copy_sets_every_field() -> None:
