@@ -557,11 +557,14 @@ class HistoryIndex:
         *,
         header: Checkpoint | None = None,
         fence_checked: bool = False,
+        headed: bool = False,
     ) -> None:
         """Write `entries` in place (and `header`, once the entries it
         describes are durable); not flushed here. `fence_checked`: the
         caller's batch checked the index's fence before its first byte (it
-        holds the index among its files), so this write is part of it."""
+        holds the index among its files), so this write is part of it.
+        `headed`: the caller wrote to this index before, so it has a header
+        (else a new file gets the empty one)."""
         if not fence_checked:
             check_fence(files.history_index)
         fault_point(f"before:index:{HISTORY_INDEX_FILE}")
@@ -569,7 +572,7 @@ class HistoryIndex:
         try:
             if header is not None:
                 fd.write_at(header.pack(), 0)
-            elif fd.size() < HEADER_SIZE:
+            elif not headed and fd.size() < HEADER_SIZE:
                 fd.write_at(EMPTY_CHECKPOINT.pack(), 0)
             # One write per run of consecutive seqs (a whole batch of new
             # decisions is one run).

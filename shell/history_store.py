@@ -27,13 +27,17 @@ offset and length of the decision row, offset and length of the latest row,
 the latest status, and a CRC. A page is one read of `limit` entries and one
 (or a few) reads of the rows they point to: O(limit), whatever the log size.
 
-The index is written with plain `pwrite`s after each group commit and is
-made durable by a later flush: the next commit's, which names the index
+The index is written with plain `pwrite`s after each group commit (the
+entry of an occurrence a commit opens waits for the next commit, usually its
+run's end, or for `publish()`: one write per occurrence instead of two; reads
+take it from memory meanwhile, and no header covers it) and is made durable
+by a later flush: the next commit's, which names the index
 among its files, or for a journaled batch (which flushes only its journal)
 the journal's next checkpoint, a `syncfs` (or `close()`). The header records
 a checkpoint `(log size C, count, lines, low-water seq)` with the guarantee
 that every index write describing `log[0:C]` was flushed before the header
-was written; so the header lags one commit behind, or until that flush.
+was written; so the header lags one commit behind (two after a commit that
+opened an occurrence), or until that flush.
 Loading trusts the
 index up to `C` after checking the header CRC and the last entry against the
 log, then replays only `log[C:]`: O(tail), not O(log). An entry may be
@@ -193,6 +197,12 @@ class _Log:
     pending: State | None = None
     pending_batch: GroupCommit | None = None
     needs_sync: bool = False
+    # This process wrote to the index file since the log was loaded, so the
+    # file has its header (an `fstat` less per write).
+    index_headed: bool = False
+    # Occurrences the last commit opened whose entries are not in the index
+    # file yet (`_publish`); reads take them from `state.open`.
+    held: frozenset[int] = frozenset()
 
 
 def _line_number(fd: DiskFile, offset: int) -> int:
@@ -290,14 +300,16 @@ class HistoryStore:
         """A clean, fully published recovered history as JSON-able values, for
         the startup checkpoint (`shell/startup_checkpoint.py`); None when there
         is none to give: not loaded, staged writes, problems, or an index
-        header on disk that is not the held state's checkpoint (the next load
-        would replay a tail, or another writer touched the index)."""
+        header on disk that is not the checkpoint of the state in memory, or
+        entries not written to the index yet (the next load would replay a tail, or another writer
+        touched the index)."""
         log = self._logs.get(schedule_id)
         if (
             log is None
             or log.pending is not None
             or log.problems
             or log.overlay
+            or log.held
             or log.checkpoint_next is not None
             or log.needs_sync
             or not self._index.header_matches(log.files, log.state)
@@ -623,7 +635,17 @@ class HistoryStore:
         log.pending = None
         log.pending_batch = None
         touched, shadow.touched = shadow.touched, {}
-        log.state = shadow
+        previous, log.state = log.state, shadow
+        # An occurrence this commit opened is held out of the index file for
+        # one commit: its entry is in `state.open` for every read, and the next
+        # commit writes it, usually already terminal (its run's end), so the
+        # entry is written once rather than twice. Not yet in the file, it is
+        # not under any header: a load replays its row.
+        held = frozenset(seq for seq in touched if seq >= previous.count and seq in shadow.open)
+        entries = {seq: entry for seq, entry in touched.items() if seq not in held}
+        for seq in log.held:
+            if seq not in entries and seq in shadow.open:
+                entries[seq] = shadow.open[seq].entry()
         header = log.checkpoint_next
         if log.written_at_flush is not None:
             if filesystem_flushes(log.files.directory, disk=self.disk) > log.written_at_flush:
@@ -635,7 +657,9 @@ class HistoryStore:
         try:
             # Part of the batch, which checked the fence for the index too
             # (`sync_also` made it one of the batch's files).
-            self._index.write_entries(log.files, touched, header=header, fence_checked=True)
+            self._index.write_entries(
+                log.files, entries, header=header, fence_checked=True, headed=log.index_headed
+            )
         except OSError as exc:
             # The rows are durable; the index is derived. Reload (and repair
             # the index) before the next use.
@@ -644,11 +668,30 @@ class HistoryStore:
             )
             self._logs.pop(log.files.schedule_id, None)
             return
-        if log.checkpoint_next is not None and header is None:
+        log.index_headed = True
+        held_before, log.held = log.held, held
+        if header is not None:
+            log.checkpoint_next = None
+        elif log.checkpoint_next is not None:
             return  # the waiting header describes less; it goes first
-        log.checkpoint_next = checkpoint_of(shadow)
+        if held and not held_before:
+            # A header may describe only entries in the file. The next commit,
+            # usually the run's end seconds later, gives one describing more
+            # than the state before this one would.
+            return
+        # With entries held again (runs that overlap), the state before this
+        # commit, whose held entries went out just now: a header never waits
+        # for more than two commits.
+        log.checkpoint_next = checkpoint_of(previous if held else shadow)
         if journaled:
             log.written_at_flush = filesystem_flushes(log.files.directory, disk=self.disk)
+
+    def _write_held(self, log: _Log) -> None:
+        """Write the entries `_publish` held (before a flush that publishes headers)."""
+        entries = {seq: log.state.open[seq].entry() for seq in log.held if seq in log.state.open}
+        self._index.write_entries(log.files, entries, headed=log.index_headed)
+        log.index_headed = True
+        log.held = frozenset()
 
     def _drop(self, log: _Log, batch: GroupCommit) -> None:
         log.pending = None
@@ -1145,13 +1188,17 @@ class HistoryStore:
 
     def publish(self) -> None:
         """Publish every index checkpoint durably, so the next start replays
-        nothing: one flush of all index files, the headers, one more flush."""
+        nothing: the held entries written, one flush of all index files, the
+        headers, one more flush."""
         logs = [
             log
             for log in self._logs.values()
-            if log.checkpoint_next is not None and log.pending is None
+            if (log.checkpoint_next is not None or log.held) and log.pending is None
         ]
         if logs:
+            for log in logs:
+                if log.held:
+                    self._write_held(log)
             paths = [p for log in logs for p in (log.files.history, log.files.history_index)]
             sync_paths(paths, mode="auto", disk=self.disk)
             for log in logs:

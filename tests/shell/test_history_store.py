@@ -421,7 +421,9 @@ def test_recovery_after_a_crash_rewrites_no_index_entry(
 
     monkeypatch.setattr(os, "pwrite", pwrite)
     recovered = _restart(store_root).recover("s1")
-    assert recovered.tail_rows == 1
+    # The header lags: it describes the state before the admission (whose
+    # entry the running row's commit wrote), so both rows are replayed.
+    assert recovered.tail_rows == 2
     assert written == []
 
 
@@ -897,3 +899,92 @@ def test_a_page_reads_o_limit_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     rows, _ = owner.page("s1", limit=100, cursor=cursor)
     assert [r["seq"] for r in rows] == list(range(5100, 5200))
     assert counter.bytes < 100 * (32 + 2 * row_size)
+
+
+# --- entries held for one commit -----------------------------------------------------------------
+
+
+def _entries_in_file(root: Path) -> int:
+    return max(0, (_files(root).history_index.stat().st_size - HEADER_SIZE) // ENTRY_SIZE)
+
+
+def _header(root: Path) -> Checkpoint:
+    header = Checkpoint.unpack(_files(root).history_index.read_bytes()[:HEADER_SIZE])
+    assert isinstance(header, Checkpoint)
+    return header
+
+
+def test_an_admission_entry_waits_for_its_end_and_is_written_once(
+    history: HistoryStore, store_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    decide(history, "s1", 0, "skipped-misfire")
+    assert _entries_in_file(store_root) == 1
+    decide(history, "s1", 1, "admitted")
+    # Not in the file yet, yet every read sees it.
+    assert _entries_in_file(store_root) == 1
+    assert [(r["seq"], r["status"]) for r in all_rows(history, "s1")] == [
+        (0, "skipped-misfire"),
+        (1, "admitted"),
+    ]
+    assert history.occurrence_at("s1", minute(1)) is not None
+    index_writes: list[int] = []
+    real_pwrite = os.pwrite
+    index_path = str(_files(store_root).history_index)
+
+    def pwrite(fd: int, data: bytes, offset: int) -> int:
+        if os.readlink(f"/proc/self/fd/{fd}") == index_path:
+            index_writes.append(offset)
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite)
+    move(history, "s1", 1, "completed", run_id="run-1")
+    # One write of the entry, already terminal (and the header that waited).
+    assert HEADER_SIZE + ENTRY_SIZE in index_writes
+    assert index_writes.count(HEADER_SIZE + ENTRY_SIZE) == 1
+    assert _entries_in_file(store_root) == 2
+    assert all_rows(history, "s1")[1]["status"] == "completed"
+
+
+def test_a_crash_with_an_entry_held_replays_its_row(
+    history: HistoryStore, store_root: Path
+) -> None:
+    _build(history, 20)
+    history.publish()
+    decide(history, "s1", 20, "admitted")
+    # The process dies here: the entry was never written, no header covers it.
+    assert _entries_in_file(store_root) == 20
+    assert _header(store_root).count == 20
+    fresh = _restart(store_root)
+    recovered = fresh.recover("s1")
+    assert recovered.tail_rows == 1
+    assert [o.instant for o in recovered.open_occurrences] == ["2024-01-01T00:20:00Z"]
+    assert all_rows(fresh, "s1")[20]["status"] == "admitted"
+    assert fresh.verify("s1") == ()
+
+
+def test_publish_writes_held_entries_before_the_header_covers_them(
+    history: HistoryStore, store_root: Path
+) -> None:
+    decide(history, "s1", 0, "admitted")
+    assert _entries_in_file(store_root) == 0
+    history.publish()
+    assert _entries_in_file(store_root) == 1
+    assert _header(store_root).count == 1
+    after = _restart(store_root).recover("s1")
+    assert (after.tail_rows, after.occurrences) == (0, 1)
+    assert [o.status for o in after.open_occurrences] == ["admitted"]
+    assert history.export_state("s1") is not None
+
+
+def test_overlapping_runs_still_move_the_header_on(history: HistoryStore, store_root: Path) -> None:
+    # Every commit opens an occurrence while the previous one still runs: the
+    # header may not cover the newest entry, but it follows one commit behind.
+    for i in range(6):
+        with GroupCommit() as batch:
+            decide(history, "s1", i, "admitted", batch=batch)
+            if i:
+                move(history, "s1", i - 1, "running", run_id=f"run-{i - 1}", batch=batch)
+    assert _header(store_root).count >= 4
+    recovered = _restart(store_root).recover("s1")
+    assert recovered.tail_rows <= 4
+    assert recovered.occurrences == 6
