@@ -14,7 +14,11 @@ Steps and stops are group-committed (`RunStore.commit`): the runs that write
 in the same turn of the event loop share one flush (or one transaction), and
 each task goes on
 only once its record is durable. `launch_many` writes many executing marks
-with one flush before any of those runs starts.
+with one flush before any of those runs starts. On a store of one server, the
+runs it launches start in one task (`_execute_together`): those that stop
+without waiting for anything (instant steps to their end, as most scheduled
+runs do) have their stops written together by it, each listener told once
+they are durable; a run that waits goes on in a task of its own.
 
 Listeners are called after the write, synchronously, in the event loop; one
 that raises is logged and ignored. A task that is cancelled (shutdown) writes
@@ -43,8 +47,10 @@ rather than going on ahead of what the store says.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
 from typing import Any, Final
 
 from core.errors import (
@@ -160,7 +166,7 @@ class RunExecutor:
             record, plan = self._executing(run_id)
             await self._store.put(record)
         self._notify(record)
-        return self._spawn(record, plan)
+        return self._spawn(run_id, functools.partial(self._engine, record, plan))
 
     async def launch_many(self, run_ids: Sequence[str]) -> list[SchedulingError | None]:
         """`launch` for many runs, with one group commit for all executing marks.
@@ -180,10 +186,10 @@ class RunExecutor:
                     outcomes[run_id] = exc
             if started:
                 await self._store.put_many([record for record, _ in started])
-        for record, plan in started:
+        for record, _ in started:
             outcomes[record.run_id] = None
             self._notify(record)
-            self._spawn(record, plan)
+        self._start_together(started)
         results: list[SchedulingError | None] = []
         seen: set[str] = set()
         for run_id in run_ids:
@@ -248,30 +254,128 @@ class RunExecutor:
             )
             await self._store.put(record)
         self._notify(record)
-        return self._spawn(record, plan)
+        return self._spawn(run_id, functools.partial(self._engine, record, plan))
 
-    def _spawn(self, record: RunRecord, plan: Plan) -> asyncio.Task[None]:
-        task = asyncio.create_task(self._execute(record, plan), name=f"wf-run:{record.run_id}")
-        self._tasks[record.run_id] = task
-        return task
-
-    async def _execute(self, record: RunRecord, plan: Plan) -> None:
+    def _engine(self, record: RunRecord, plan: Plan) -> Coroutine[Any, Any, Stop]:
+        """The engine's execution of the run from its recorded progress."""
         run_id = record.run_id
         assert record.progress is not None
+        return execute(
+            plan,
+            record.snapshot.inputs,
+            Position(
+                node=record.progress.node,
+                state=record.progress.state,
+                steps=record.progress.steps,
+            ),
+            max_steps=record.snapshot.max_steps,
+            attempt=record.attempt,
+            now=self._now,
+            record_step=lambda entry, position: self._record_step(run_id, entry, position),
+        )
+
+    def _spawn(
+        self,
+        run_id: str,
+        engine: Callable[[], Awaitable[Stop]],
+        context: contextvars.Context | None = None,
+    ) -> asyncio.Task[None]:
+        task = asyncio.create_task(
+            self._execute(run_id, engine), name=f"wf-run:{run_id}", context=context
+        )
+        self._tasks[run_id] = task
+        return task
+
+    def _start_together(self, started: Sequence[tuple[RunRecord, Plan]]) -> None:
+        """Start runs whose executing marks are durable: several on a store of
+        one server in one task (`_execute_together`), else a task each."""
+        if len(started) < 2 or self._store.shared:
+            for record, plan in started:
+                self._spawn(record.run_id, functools.partial(self._engine, record, plan))
+            return
+        first = started[0][0].run_id
+        task = asyncio.create_task(
+            self._execute_together(started), name=f"wf-runs:{first}+{len(started) - 1}"
+        )
+        for record, _ in started:
+            self._tasks[record.run_id] = task
+
+    async def _execute_together(self, started: Sequence[tuple[RunRecord, Plan]]) -> None:
+        """Execute runs launched together, starting each one's engine here, as
+        its own task's first step would (in a copy of the context). A run that
+        stops without waiting for anything, a plan of instant steps to its
+        end, as most scheduled runs are, has its stop recorded with the
+        others' in one write; a run that waits goes on in a task of its own
+        from where it waits. Saves a task, a lock and a future per run: a
+        third of the host's cost of such a run."""
+        stopped: list[tuple[str, Stop]] = []
+        failed: list[tuple[str, Exception]] = []
         try:
-            stop = await execute(
-                plan,
-                record.snapshot.inputs,
-                Position(
-                    node=record.progress.node,
-                    state=record.progress.state,
-                    steps=record.progress.steps,
-                ),
-                max_steps=record.snapshot.max_steps,
-                attempt=record.attempt,
-                now=self._now,
-                record_step=lambda entry, position: self._record_step(run_id, entry, position),
-            )
+            for record, plan in started:
+                run_id = record.run_id
+                engine = self._engine(record, plan)
+                context = contextvars.copy_context()
+                try:
+                    waiting = context.run(engine.send, None)
+                except StopIteration as end:
+                    stopped.append((run_id, end.value))
+                except Exception as exc:
+                    _log.exception("run %s: host error while executing", run_id)
+                    failed.append((run_id, exc))
+                else:
+                    self._spawn(run_id, _Waiting(engine, waiting).rest, context)
+            if stopped:
+                await self._record_stops(stopped, failed)
+            for run_id, error in failed:
+                await self._record_host_error(run_id, error)
+        finally:
+            current = asyncio.current_task()
+            for record, _ in started:
+                if self._tasks.get(record.run_id) is current:
+                    del self._tasks[record.run_id]
+
+    async def _record_stops(
+        self, stopped: Sequence[tuple[str, Stop]], failed: list[tuple[str, Exception]]
+    ) -> None:
+        """`_record_stop` for several runs with one write (a store of one
+        server: no retries); a run whose stop cannot be recorded joins
+        `failed`, as its own task would have recorded a host error."""
+        records: list[RunRecord] = []
+        try:
+            async with self._store.locked(run_id for run_id, _ in stopped):
+                for run_id, stop in stopped:
+                    try:
+                        records.append(self._stopped(self._store.get(run_id), stop))
+                    except Exception as exc:
+                        _log.exception("run %s: host error while executing", run_id)
+                        failed.append((run_id, exc))
+                if records:
+                    await self._store.put_many(records)
+        except (StoreFenced, RunChanged) as exc:
+            for record in records:
+                _log.warning(
+                    "run %s stopped, but its stop is not recorded: %s",
+                    record.run_id,
+                    exc.message,
+                )
+            return
+        except Exception as exc:
+            for record in records:
+                _log.error(
+                    "run %s: host error while executing",
+                    record.run_id,
+                    exc_info=(type(exc), exc, exc.__traceback__),
+                )
+                failed.append((record.run_id, exc))
+            return
+        for record in records:
+            self._notify(record)
+
+    async def _execute(self, run_id: str, engine: Callable[[], Awaitable[Stop]]) -> None:
+        try:
+            # Made here: a task cancelled before its first step leaves no
+            # coroutine that was never awaited.
+            stop = await engine()
             stopped = await self._again_while_unavailable(
                 run_id,
                 lambda: self._record_stop(run_id, stop),
@@ -365,39 +469,42 @@ class RunExecutor:
 
     async def _record_stop(self, run_id: str, stop: Stop) -> None:
         async with self._store.lock(run_id):
-            record = self._store.get(run_id)
-            now = self._now()
-            position = stop.position
-            # The engine's state is validated once, by the checkpoint; the
-            # position is the checkpoint's.
-            checkpoint = Checkpoint(
-                attempt=record.attempt,
-                status=stop.status,
-                node=position.node,
-                state=position.state,
-                steps=position.steps,
-                at=now,
-            )
-            record = revised(
-                record,
-                {
-                    "status": stop.status,
-                    "executing": None,
-                    "checkpoint": checkpoint,
-                    "progress": assembled(
-                        Progress,
-                        node=checkpoint.node,
-                        state=checkpoint.state,
-                        steps=checkpoint.steps,
-                    ),
-                    "trace": [*record.trace, stop.entry] if stop.entry else record.trace,
-                    "output": stop.output if stop.status == "completed" else None,
-                    "error": RunError(**stop.error) if stop.error else None,
-                    "updated_at": now,
-                },
-            )
+            record = self._stopped(self._store.get(run_id), stop)
             await self._store.commit(record)
         self._notify(record)
+
+    def _stopped(self, record: RunRecord, stop: Stop) -> RunRecord:
+        """`record` stopped as `stop` says, not yet written."""
+        now = self._now()
+        position = stop.position
+        # The engine's state is validated once, by the checkpoint; the
+        # position is the checkpoint's.
+        checkpoint = Checkpoint(
+            attempt=record.attempt,
+            status=stop.status,
+            node=position.node,
+            state=position.state,
+            steps=position.steps,
+            at=now,
+        )
+        return revised(
+            record,
+            {
+                "status": stop.status,
+                "executing": None,
+                "checkpoint": checkpoint,
+                "progress": assembled(
+                    Progress,
+                    node=checkpoint.node,
+                    state=checkpoint.state,
+                    steps=checkpoint.steps,
+                ),
+                "trace": [*record.trace, stop.entry] if stop.entry else record.trace,
+                "output": stop.output if stop.status == "completed" else None,
+                "error": RunError(**stop.error) if stop.error else None,
+                "updated_at": now,
+            },
+        )
 
     async def _record_host_error(self, run_id: str, exc: Exception) -> None:
         # Best effort: if even this write fails the executing mark stays and
@@ -438,9 +545,15 @@ class RunExecutor:
 
     async def drain(self, timeout_s: float | None) -> list[str]:
         """Wait up to `timeout_s` for executing tasks; the ids still executing."""
-        pending = [task for task in self._tasks.values() if not task.done()]
-        if pending:
-            await asyncio.wait(pending, timeout=timeout_s)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout_s is None else loop.time() + timeout_s
+        # Again while tasks are left: a run started with others may go on in
+        # a task of its own, made while the first one was awaited.
+        while pending := {task for task in self._tasks.values() if not task.done()}:
+            remaining = None if deadline is None else deadline - loop.time()
+            if remaining is not None and remaining <= 0:
+                break
+            await asyncio.wait(pending, timeout=remaining)
         return self.executing()
 
     async def note_stopped(self, cause: StopCause, grace_s: float) -> list[str]:
@@ -482,3 +595,35 @@ class RunExecutor:
             task.cancel()
         await asyncio.gather(*tasks.values(), return_exceptions=True)
         return sorted(tasks)
+
+
+class _Waiting:
+    """The rest of a coroutine whose first step ran outside any task and
+    handed back `waiting` (a future, or None for a bare yield): awaited by a
+    task, it yields that to the task first, then drives the coroutine on as
+    the task would have from the start."""
+
+    __slots__ = ("_coroutine", "_waiting")
+
+    def __init__(self, coroutine: Coroutine[Any, Any, Stop], waiting: Any) -> None:
+        self._coroutine = coroutine
+        self._waiting = waiting
+
+    def rest(self) -> _Waiting:
+        return self
+
+    def __await__(self) -> Generator[Any, Any, Stop]:
+        coroutine, waiting = self._coroutine, self._waiting
+        while True:
+            try:
+                sent = yield waiting
+            except BaseException as exc:  # a cancellation (or a close) goes on inward
+                try:
+                    waiting = coroutine.throw(exc)
+                except StopIteration as end:
+                    return end.value  # type: ignore[no-any-return]
+            else:
+                try:
+                    waiting = coroutine.send(sent)
+                except StopIteration as end:
+                    return end.value  # type: ignore[no-any-return]

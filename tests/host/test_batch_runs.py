@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from adapters.host import LocalStaticWorkflowServer
+from adapters.host.capabilities import CAPABILITIES
 from adapters.host.schemas import validate_instance
 from core.errors import AlreadyExists, InvalidInput, InvalidState, NotFound
 from shell.durable import CrashAt, FailWrites, SimulatedCrash, set_fault_injector
@@ -281,3 +282,109 @@ async def test_a_sleeping_run_can_still_be_cancelled_after_a_batch_launch(
     assert sorted(await server.api.cancel_executing()) == ids
     for run_id in ids:
         assert _stored(host, run_id)["status"] == "running"  # its mark stays
+
+
+async def test_runs_launched_together_that_stop_at_once_write_their_stops_together(
+    host: HostStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = await host.build()
+    await deploy(server, GREETING_PLAN)
+    ids = await server.api.reserve_run_ids(4)
+    await server.api.admit_runs([_request(run_id, i) for i, run_id in enumerate(ids)])
+    told: list[tuple[str, str]] = []
+    server.api.add_run_listener(lambda run_id, status, *_: told.append((run_id, status)))
+    batches = count_batches(server, monkeypatch)
+    await server.api.launch_runs(ids)
+    assert await server.api.drain(5) == []
+    # The marks, then the four stops in one write; each listener told after it.
+    assert batches == [4, 4]
+    assert told == [(run_id, "running") for run_id in ids] + [
+        (run_id, "completed") for run_id in ids
+    ]
+    for index, run_id in enumerate(ids):
+        stored = _stored(host, run_id)
+        assert stored["status"] == "completed" and stored["executing"] is None
+        assert stored["output"] == {"result": f"hello n{index}"}
+
+
+async def test_a_run_that_waits_goes_on_in_a_task_of_its_own(host: HostStore) -> None:
+    server = await host.build()
+    await deploy(server, GREETING_PLAN)
+    await deploy(server, sleep_plan(30), "nap.default")
+    greeted = await server.api.reserve_run_ids(2)
+    sleepers = await server.api.reserve_run_ids(2)
+    await server.api.admit_runs(
+        [_request(run_id, i) for i, run_id in enumerate(greeted)]
+        + [
+            _request(run_id, i, deployment_id="nap.default", inputs={})
+            for i, run_id in enumerate(sleepers)
+        ]
+    )
+    # Interleaved: each sleeper waits, and the run after it still goes on.
+    await server.api.launch_runs([greeted[0], sleepers[0], greeted[1], sleepers[1]])
+    assert sorted(await server.api.drain(0.5)) == sleepers
+    assert [_stored(host, run_id)["status"] for run_id in greeted] == ["completed"] * 2
+    executor = server.api._executor
+    first, second = (executor.task(run_id) for run_id in sleepers)
+    assert first is not None and second is not None and first is not second
+    assert sorted(await server.api.cancel_executing()) == sleepers
+    for run_id in sleepers:
+        assert _stored(host, run_id)["status"] == "running"  # its mark stays
+
+
+async def test_runs_that_wait_briefly_end_like_the_others(host: HostStore) -> None:
+    server = await host.build()
+    await deploy(server, sleep_plan(0.01), "nap.default")
+    ids = await server.api.reserve_run_ids(3)
+    await server.api.admit_runs(
+        [
+            _request(run_id, i, deployment_id="nap.default", inputs={})
+            for i, run_id in enumerate(ids)
+        ]
+    )
+    await server.api.launch_runs(ids)
+    assert await server.api.drain(5) == []
+    for run_id in ids:
+        stored = _stored(host, run_id)
+        assert stored["status"] == "completed" and stored["output"] == {"slept": 0.01}
+
+
+class _BrokenFor:
+    """`wf.std.format`, except that it raises (a bug, not a CapabilityError)
+    for one input name."""
+
+    def __init__(self, real: Any, name: str) -> None:
+        self._real = real
+        self._name = name
+
+    def __getattr__(self, attribute: str) -> Any:
+        return getattr(self._real, attribute)
+
+    async def run(self, params: Any, scope: Any) -> Any:
+        if scope.inputs.get("name") == self._name:
+            raise RuntimeError("the capability has a bug")
+        return await self._real.run(params, scope)
+
+
+@pytest.mark.parametrize("together", [True, False], ids=["together", "alone"])
+async def test_a_host_error_fails_its_run_and_no_other(
+    host: HostStore, monkeypatch: pytest.MonkeyPatch, together: bool
+) -> None:
+    server = await host.build()
+    await deploy(server, GREETING_PLAN)
+    ids = await server.api.reserve_run_ids(3)
+    await server.api.admit_runs([_request(run_id, i) for i, run_id in enumerate(ids)])
+    monkeypatch.setitem(
+        CAPABILITIES, "wf.std.format", _BrokenFor(CAPABILITIES["wf.std.format"], "n1")
+    )
+    if together:
+        await server.api.launch_runs(ids)
+    else:
+        for run_id in ids:
+            await server.api.launch_run(run_id)
+    assert await server.api.drain(5) == []
+    broken = _stored(host, ids[1])
+    assert broken["status"] == "failed" and broken["executing"] is None
+    assert broken["error"]["kind"] == "host"
+    assert "RuntimeError: the capability has a bug" in broken["error"]["message"]
+    assert [_stored(host, ids[i])["status"] for i in (0, 2)] == ["completed"] * 2
