@@ -301,8 +301,8 @@ class HistoryStore:
         the startup checkpoint (`shell/startup_checkpoint.py`); None when there
         is none to give: not loaded, staged writes, problems, or an index
         header on disk that is not the checkpoint of the state in memory, or
-        entries not written to the index yet (the next load would replay a tail, or another writer
-        touched the index)."""
+        entries not written to the index yet (the next load would replay a
+        tail, or another writer touched the index)."""
         log = self._logs.get(schedule_id)
         if (
             log is None

@@ -306,8 +306,8 @@ class RunExecutor:
         stops without waiting for anything, a plan of instant steps to its
         end, as most scheduled runs are, has its stop recorded with the
         others' in one write; a run that waits goes on in a task of its own
-        from where it waits. Saves a task, a lock and a future per run: a
-        third of the host's cost of such a run."""
+        from where it waits. Saves a task, a lock and a future per run
+        (`bench/host_runs.py`, batched: 0.13 to 0.11 ms of CPU per run)."""
         stopped: list[tuple[str, Stop]] = []
         failed: list[tuple[str, Exception]] = []
         try:
@@ -323,7 +323,7 @@ class RunExecutor:
                     _log.exception("run %s: host error while executing", run_id)
                     failed.append((run_id, exc))
                 else:
-                    self._spawn(run_id, _Waiting(engine, waiting).rest, context)
+                    self._spawn(run_id, functools.partial(_Waiting, engine, waiting), context)
             if stopped:
                 await self._record_stops(stopped, failed)
             for run_id, error in failed:
@@ -608,9 +608,6 @@ class _Waiting:
     def __init__(self, coroutine: Coroutine[Any, Any, Stop], waiting: Any) -> None:
         self._coroutine = coroutine
         self._waiting = waiting
-
-    def rest(self) -> _Waiting:
-        return self
 
     def __await__(self) -> Generator[Any, Any, Stop]:
         coroutine, waiting = self._coroutine, self._waiting
