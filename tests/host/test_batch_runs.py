@@ -47,6 +47,23 @@ def _stored(host: HostStore, run_id: str) -> dict[str, Any]:
     return data
 
 
+async def _admitted_runs(
+    host: HostStore, count: int, plan: dict[str, Any] = GREETING_PLAN
+) -> tuple[LocalStaticWorkflowServer, list[str]]:
+    """A server with `count` runs of `plan` admitted (not launched); a plan
+    other than the greeting takes no inputs."""
+    server = await host.build()
+    if plan is GREETING_PLAN:
+        await deploy(server, plan)
+        changes: dict[str, Any] = {}
+    else:
+        await deploy(server, plan, "nap.default")
+        changes = {"deployment_id": "nap.default", "inputs": {}}
+    ids = await server.api.reserve_run_ids(count)
+    await server.api.admit_runs([_request(run_id, i, **changes) for i, run_id in enumerate(ids)])
+    return server, ids
+
+
 def count_batches(server: LocalStaticWorkflowServer, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The size of every group of run records the server's run store writes
     together (one flush of files, one transaction)."""
@@ -134,10 +151,7 @@ async def test_concurrent_admissions_of_one_reserved_id_admit_it_once(host: Host
 async def test_launch_runs_marks_then_runs_each_admitted_run(
     host: HostStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server = await host.build()
-    await deploy(server, GREETING_PLAN)
-    ids = await server.api.reserve_run_ids(3)
-    await server.api.admit_runs([_request(run_id, i) for i, run_id in enumerate(ids)])
+    server, ids = await _admitted_runs(host, 3)
     seen: list[tuple[str, str]] = []
     server.api.add_run_listener(lambda run_id, status, *_: seen.append((run_id, status)))
     batches = count_batches(server, monkeypatch)
@@ -269,15 +283,7 @@ def test_a_schema_changed_in_place_is_not_checked_with_a_stale_validator() -> No
 async def test_a_sleeping_run_can_still_be_cancelled_after_a_batch_launch(
     host: HostStore,
 ) -> None:
-    server = await host.build()
-    await deploy(server, sleep_plan(30), "nap.default")
-    ids = await server.api.reserve_run_ids(2)
-    await server.api.admit_runs(
-        [
-            _request(run_id, i, deployment_id="nap.default", inputs={})
-            for i, run_id in enumerate(ids)
-        ]
-    )
+    server, ids = await _admitted_runs(host, 2, sleep_plan(30))
     await server.api.launch_runs(ids)
     assert sorted(await server.api.cancel_executing()) == ids
     for run_id in ids:
@@ -287,10 +293,7 @@ async def test_a_sleeping_run_can_still_be_cancelled_after_a_batch_launch(
 async def test_runs_launched_together_that_stop_at_once_write_their_stops_together(
     host: HostStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server = await host.build()
-    await deploy(server, GREETING_PLAN)
-    ids = await server.api.reserve_run_ids(4)
-    await server.api.admit_runs([_request(run_id, i) for i, run_id in enumerate(ids)])
+    server, ids = await _admitted_runs(host, 4)
     told: list[tuple[str, str]] = []
     server.api.add_run_listener(lambda run_id, status, *_: told.append((run_id, status)))
     batches = count_batches(server, monkeypatch)
@@ -333,15 +336,7 @@ async def test_a_run_that_waits_goes_on_in_a_task_of_its_own(host: HostStore) ->
 
 
 async def test_runs_that_wait_briefly_end_like_the_others(host: HostStore) -> None:
-    server = await host.build()
-    await deploy(server, sleep_plan(0.01), "nap.default")
-    ids = await server.api.reserve_run_ids(3)
-    await server.api.admit_runs(
-        [
-            _request(run_id, i, deployment_id="nap.default", inputs={})
-            for i, run_id in enumerate(ids)
-        ]
-    )
+    server, ids = await _admitted_runs(host, 3, sleep_plan(0.01))
     await server.api.launch_runs(ids)
     assert await server.api.drain(5) == []
     for run_id in ids:
@@ -370,10 +365,7 @@ class _BrokenFor:
 async def test_a_host_error_fails_its_run_and_no_other(
     host: HostStore, monkeypatch: pytest.MonkeyPatch, together: bool
 ) -> None:
-    server = await host.build()
-    await deploy(server, GREETING_PLAN)
-    ids = await server.api.reserve_run_ids(3)
-    await server.api.admit_runs([_request(run_id, i) for i, run_id in enumerate(ids)])
+    server, ids = await _admitted_runs(host, 3)
     monkeypatch.setitem(
         CAPABILITIES, "wf.std.format", _BrokenFor(CAPABILITIES["wf.std.format"], "n1")
     )
