@@ -1320,9 +1320,9 @@ _HANDLERS: Final[dict[type[Event], _Handler]] = {
 class _ScheduleDraft:
     """A mutable copy of one `ScheduleState`, private to one `decide` call.
 
-    Field for field the same as `ScheduleState` (spelt out rather than
-    generated: copying is on the hot path); `tests/unit/test_decide_work.py`
-    fails when the two drift apart.
+    Field for field the same as `ScheduleState` (`of` spells the copy out,
+    `freeze` reads the draft by the state's field names: both are on the hot
+    path); `tests/unit/test_decide_work.py` fails when the two drift apart.
     """
 
     __slots__ = (

@@ -978,7 +978,8 @@ def test_publish_writes_held_entries_before_the_header_covers_them(
 
 def test_overlapping_runs_still_move_the_header_on(history: HistoryStore, store_root: Path) -> None:
     # Every commit opens an occurrence while the previous one still runs: the
-    # header may not cover the newest entry, but it follows one commit behind.
+    # header may not cover the newest entries, but it is never more than two
+    # commits behind.
     for i in range(6):
         with GroupCommit() as batch:
             decide(history, "s1", i, "admitted", batch=batch)
