@@ -205,6 +205,11 @@ class _Log:
     held: frozenset[int] = frozenset()
 
 
+def _open_entries(state: State, seqs: frozenset[int]) -> dict[int, Entry]:
+    """The index entries of the occurrences `seqs` that are open in `state`."""
+    return {seq: state.open[seq].entry() for seq in seqs if seq in state.open}
+
+
 def _line_number(fd: DiskFile, offset: int) -> int:
     """The 1-based line of the log that starts at byte `offset` (a diagnostic
     names it; counting reads the log up to there, once, when damage is found)."""
@@ -642,10 +647,8 @@ class HistoryStore:
         # entry is written once rather than twice. Not yet in the file, it is
         # not under any header: a load replays its row.
         held = frozenset(seq for seq in touched if seq >= previous.count and seq in shadow.open)
-        entries = {seq: entry for seq, entry in touched.items() if seq not in held}
-        for seq in log.held:
-            if seq not in entries and seq in shadow.open:
-                entries[seq] = shadow.open[seq].entry()
+        entries = _open_entries(shadow, log.held)
+        entries.update((seq, entry) for seq, entry in touched.items() if seq not in held)
         header = log.checkpoint_next
         if log.written_at_flush is not None:
             if filesystem_flushes(log.files.directory, disk=self.disk) > log.written_at_flush:
@@ -688,8 +691,9 @@ class HistoryStore:
 
     def _write_held(self, log: _Log) -> None:
         """Write the entries `_publish` held (before a flush that publishes headers)."""
-        entries = {seq: log.state.open[seq].entry() for seq in log.held if seq in log.state.open}
-        self._index.write_entries(log.files, entries, headed=log.index_headed)
+        self._index.write_entries(
+            log.files, _open_entries(log.state, log.held), headed=log.index_headed
+        )
         log.index_headed = True
         log.held = frozenset()
 

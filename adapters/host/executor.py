@@ -353,19 +353,11 @@ class RunExecutor:
                     await self._store.put_many(records)
         except (StoreFenced, RunChanged) as exc:
             for record in records:
-                _log.warning(
-                    "run %s stopped, but its stop is not recorded: %s",
-                    record.run_id,
-                    exc.message,
-                )
+                _stop_not_recorded(record.run_id, exc)
             return
         except Exception as exc:
             for record in records:
-                _log.error(
-                    "run %s: host error while executing",
-                    record.run_id,
-                    exc_info=(type(exc), exc, exc.__traceback__),
-                )
+                _log.exception("run %s: host error while executing", record.run_id)
                 failed.append((record.run_id, exc))
             return
         for record in records:
@@ -386,11 +378,7 @@ class RunExecutor:
         except (StoreFenced, RunChanged) as exc:
             # Not a host error to record: nothing may be recorded any more
             # (a step refused as `RunChanged` ends the execution here too).
-            _log.warning(
-                "run %s stopped, but its stop is not recorded: %s",
-                run_id,
-                exc.message,
-            )
+            _stop_not_recorded(run_id, exc)
         except asyncio.CancelledError:
             # Shutdown: write nothing; the executing mark tells the next startup.
             raise
@@ -595,6 +583,10 @@ class RunExecutor:
             task.cancel()
         await asyncio.gather(*tasks.values(), return_exceptions=True)
         return sorted(tasks)
+
+
+def _stop_not_recorded(run_id: str, exc: StoreFenced | RunChanged) -> None:
+    _log.warning("run %s stopped, but its stop is not recorded: %s", run_id, exc.message)
 
 
 class _Waiting:
