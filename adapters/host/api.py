@@ -42,7 +42,7 @@ from .identifiers import check_positive_int, format_run_id
 from .jsonvalues import NotJson, as_json, json_problem
 from .origins import check_origin
 from .plans import Plan
-from .records import STOP_CAUSES, RunRecord, Snapshot, StopCause
+from .records import STOP_CAUSES, RunRecord, Snapshot, StopCause, assembled
 from .runs import RunStore, check_run_id
 from .schemas import validate_instance
 
@@ -447,11 +447,18 @@ class WorkflowApi:
         created_at: str | None = None,
     ) -> RunRecord:
         now = created_at if created_at is not None else self._now()
-        return RunRecord(
+        # Every field was checked by `_admission` (the inputs against the
+        # deployment's schema and the store, the origin, the step budget) or
+        # comes from the deployment store: pydantic's validation would check
+        # them again, once per run of a herd.
+        return assembled(
+            RunRecord,
+            format=1,
             run_id=run_id,
             status="admitted",
             origin=origin,
-            snapshot=Snapshot(
+            snapshot=assembled(
+                Snapshot,
                 deployment_id=deployment["deployment_id"],
                 artifact_id=deployment["artifact_id"],
                 artifact_version=deployment["artifact_version"],
@@ -461,6 +468,12 @@ class WorkflowApi:
             created_at=now,
             updated_at=now,
             attempt=0,
+            executing=None,
+            progress=None,
+            trace=[],
+            checkpoint=None,
+            output=None,
+            error=None,
         )
 
     # -- execution -----------------------------------------------------------

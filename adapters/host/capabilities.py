@@ -16,13 +16,13 @@ A capability that fails raises `CapabilityError`: the node's outcome is then
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from core.errors import Problem
 
+from .jsonvalues import copy_json
 from .templates import PathNotSet, ValuePath, parse_template, render
 
 __all__ = [
@@ -91,7 +91,8 @@ class _Constant:
         return ()
 
     async def run(self, params: Mapping[str, Any], scope: Scope) -> Any:
-        return copy.deepcopy(params["value"])
+        # A compiled plan is plain JSON (`compile_plan`).
+        return copy_json(params["value"])
 
 
 class _Format:

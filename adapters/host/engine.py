@@ -23,12 +23,12 @@ untouched (nothing is recorded for the interrupted step).
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .capabilities import CAPABILITIES, CapabilityError, Scope
+from .jsonvalues import copy_json
 from .plans import END, Plan
 from .schemas import validate_instance
 from .templates import PathNotSet, resolve
@@ -96,7 +96,7 @@ def _finish(
     output: dict[str, Any] = {}
     for key, path in plan.output.items():
         try:
-            output[key] = copy.deepcopy(resolve(path, inputs, position.state))
+            output[key] = copy_json(resolve(path, inputs, position.state))
         except PathNotSet as exc:
             return Stop(
                 status="failed",
@@ -133,7 +133,9 @@ async def execute(
 ) -> Stop:
     """Run from `position` until the run stops; see the module docstring."""
     node_id = position.node
-    state = copy.deepcopy(position.state)
+    # Plain JSON (plans, inputs and checkpoints are): copied without
+    # `copy.deepcopy`'s memo and dispatch, once per run.
+    state = copy_json(position.state)
     steps = position.steps
     while True:
         here = Position(node=node_id, state=state, steps=steps)

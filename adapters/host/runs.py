@@ -34,7 +34,7 @@ from core.occurrences import RUN_STATUSES
 from shell.durable import fault_point
 from shell.store_ports import BatchPort
 
-from .identifiers import RUN_ID_PATTERN, format_run_id, parse_run_id
+from .identifiers import format_run_id, parse_run_id
 from .persistence import (
     RunChanged,
     RunPersistence,
@@ -379,7 +379,7 @@ class RunStore:
         so that crash tests can tell an executing mark from a checkpoint.
         """
         number = parse_run_id(record.run_id)
-        assert number is not None and RUN_ID_PATTERN.match(record.run_id)
+        assert number is not None  # `parse_run_id` matched `RUN_ID_PATTERN`
         old = self._records.get(number)
         what = _write_kind(old, record)
         fault_point(f"before:run:{what}")
@@ -405,7 +405,7 @@ class RunStore:
         seen: set[int] = set()
         for record in records:
             number = parse_run_id(record.run_id)
-            assert number is not None and RUN_ID_PATTERN.match(record.run_id)
+            assert number is not None  # `parse_run_id` matched `RUN_ID_PATTERN`
             if number in seen:
                 raise ValueError(f"run {record.run_id} appears twice in one batch")
             seen.add(number)
@@ -437,7 +437,7 @@ class RunStore:
         seen: set[int] = set()
         for record in records:
             number = parse_run_id(record.run_id)
-            assert number is not None and RUN_ID_PATTERN.match(record.run_id)
+            assert number is not None  # `parse_run_id` matched `RUN_ID_PATTERN`
             if number in seen or number in self._records or number in self._staged:
                 raise ValueError(f"run {record.run_id} is not new, or appears twice")
             numbers.append(number)
