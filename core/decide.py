@@ -143,7 +143,7 @@ from functools import lru_cache
 from operator import attrgetter
 from typing import Any, Final, TypeAlias
 
-from pyrsistent import pset
+from pyrsistent import PMap, pset
 
 from core.bindings import resolve_inputs
 from core.calendar import CompiledTrigger, compile_trigger
@@ -237,6 +237,16 @@ def decide(
     return decider.finish(), tuple(decider.commands)  # phase 5: persist
 
 
+def _schedule_in(schedules: PMap[str, ScheduleState], schedule_id: str) -> ScheduleState | None:
+    """`schedules.get(schedule_id)` at half its cost: a pyrsistent map's `get`
+    is `Mapping.get` in Python around its `__getitem__`, and `decide` looks a
+    schedule up several times per occurrence."""
+    try:
+        return schedules[schedule_id]
+    except KeyError:
+        return None
+
+
 def next_wakeup(state: SchedulerState) -> datetime | None:
     """The earliest instant at which `decide` would act without any event: the
     next trigger instant of a live schedule, or the moment an instant waiting
@@ -248,7 +258,7 @@ def next_wakeup(state: SchedulerState) -> datetime | None:
     while index:
         top = index.peek()
         assert top is not None
-        schedule = state.schedules.get(top[1])
+        schedule = _schedule_in(state.schedules, top[1])
         if schedule is not None and schedule.due == top[0]:
             return top[0]
         index.pop()
@@ -1168,13 +1178,13 @@ class _Decider:
 
     def current(self, schedule_id: str) -> _DraftOrState | None:
         draft = self.drafts.get(schedule_id)
-        return draft if draft is not None else self.given_state.schedules.get(schedule_id)
+        return draft if draft is not None else _schedule_in(self.given_state.schedules, schedule_id)
 
     def draft_for_event(self, schedule_id: str, event: Event) -> _ScheduleDraft:
         draft = self.drafts.get(schedule_id)
         if draft is not None:
             return draft
-        schedule = self.given_state.schedules.get(schedule_id)
+        schedule = _schedule_in(self.given_state.schedules, schedule_id)
         if schedule is None:
             raise CoreMisuse(
                 f"cannot apply {type(event).__name__} {event!r}: schedule {schedule_id!r} "

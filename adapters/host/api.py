@@ -347,13 +347,10 @@ class WorkflowApi:
         created_at = self._now()
         if not_before is not None and datetime.fromisoformat(created_at) < not_before:
             created_at = not_before.astimezone(UTC).isoformat().replace("+00:00", "Z")
+        # `_admissions` refused every run id that exists, and nothing awaits
+        # between it and the staging (unlike `admit_runs`, which checks again
+        # under the runs' locks).
         results, staged = self._admissions(requests, created_at)
-        for number, record in list(staged.items()):
-            if self._runs.exists(number):
-                del staged[number]
-                results[results.index(record.run_id)] = AlreadyExists(
-                    f"run {record.run_id} already exists", data={"run_id": record.run_id}
-                )
         if staged:
             self._runs.stage_created(batch, list(staged.values()))
         return results

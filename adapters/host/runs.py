@@ -31,7 +31,7 @@ from pydantic import ValidationError
 
 from core.errors import InvalidInput, InvalidState, NotFound, Problem, StoreUnavailable
 from core.occurrences import RUN_STATUSES
-from shell.durable import fault_point
+from shell.durable import fault_point, faults_injected
 from shell.store_ports import BatchPort
 
 from .identifiers import format_run_id, parse_run_id
@@ -400,6 +400,7 @@ class RunStore:
         if len(records) == 1:
             await self.put(records[0])
             return
+        injecting = faults_injected()
         staged: list[tuple[int, RunRecord, str]] = []
         created: set[str] = set()
         seen: set[int] = set()
@@ -412,14 +413,17 @@ class RunStore:
             old = self._records.get(number)
             if old is None:
                 created.add(record.run_id)
-            staged.append((number, record, _write_kind(old, record)))
-        for _, _, what in staged:
-            fault_point(f"before:run:{what}")
+            # The transition's kind names only fault points.
+            staged.append((number, record, _write_kind(old, record) if injecting else ""))
+        if injecting:
+            for _, _, what in staged:
+                fault_point(f"before:run:{what}")
         stored = await self._persistence.write_many([r for _, r, _ in staged], created=created)
         for index, (number, record, _) in enumerate(staged):
             self._remember(number, record, stored[index] if stored is not None else None)
-        for _, _, what in staged:
-            fault_point(f"after:run:{what}")
+        if injecting:
+            for _, _, what in staged:
+                fault_point(f"after:run:{what}")
 
     def stages_into(self, batch: BatchPort) -> bool:
         """Whether new records can be staged into a scheduler round's `batch`
@@ -442,15 +446,17 @@ class RunStore:
                 raise ValueError(f"run {record.run_id} is not new, or appears twice")
             numbers.append(number)
             seen.add(number)
-        for _ in records:
-            fault_point("before:run:admitted")
+        if faults_injected():
+            for _ in records:
+                fault_point("before:run:admitted")
 
         def written() -> None:
             self._staged.difference_update(numbers)
             for number, record in zip(numbers, records, strict=True):
                 self._remember(number, record)
-            for _ in records:
-                fault_point("after:run:admitted")
+            if faults_injected():
+                for _ in records:
+                    fault_point("after:run:admitted")
 
         def dropped() -> None:
             self._staged.difference_update(numbers)
