@@ -20,6 +20,7 @@ import asyncio
 import base64
 import binascii
 import bisect
+import collections
 import contextlib
 import json
 import logging
@@ -527,10 +528,17 @@ class RunStore:
         """Hold the locks of several runs, taken in one order for every caller
         (by run number) so that two batches cannot deadlock. Taking a lock no
         one holds does not suspend."""
-        async with contextlib.AsyncExitStack() as held:
-            for run_id in sorted(set(run_ids), key=lambda r: (len(str(r)), str(r))):
-                await held.enter_async_context(self.lock(run_id))
+        held: list[_RunLock] = []
+        try:
+            for run_id in sorted(set(run_ids), key=_lock_order):
+                lock = self.lock(run_id)
+                if not lock.take_now():
+                    await lock.__aenter__()
+                held.append(lock)
             yield
+        finally:
+            for lock in reversed(held):
+                lock.release()
 
     def page(
         self, status: Any, cursor: Any, limit: Any, newest_first: Any = False
@@ -630,35 +638,81 @@ def _parse(stored: Stored[int | None]) -> RunRecord:
     return RunRecord.from_json(json.loads(stored.raw.decode("utf-8")))
 
 
+def _lock_order(run_id: str) -> tuple[int, str]:
+    # By run number: `run-1000000` after `run-999999`.
+    return len(run_id), run_id
+
+
 class _RunLock:
     """One run's lock, in its store's table only while someone holds or
     awaits it: a store that kept a lock for every run it ever changed grew
-    by a few hundred bytes a run, for as long as the server ran."""
+    by a few hundred bytes a run, for as long as the server ran.
 
-    __slots__ = ("_lock", "_run_id", "_table", "_users")
+    A lock of its own rather than an `asyncio.Lock`: a launch or a batch of
+    stops takes a thousand of them, free almost always, and `take_now` takes
+    a free one without a coroutine. Fair: a release hands the lock to the
+    longest waiter, which holds it from then on (no one takes it between)."""
+
+    __slots__ = ("_held", "_run_id", "_table", "_users", "_waiters")
 
     def __init__(self, table: dict[str, _RunLock], run_id: str) -> None:
-        self._lock = asyncio.Lock()
+        self._held = False
+        self._waiters: collections.deque[asyncio.Future[None]] | None = None
         self._table = table
         self._run_id = run_id
         self._users = 0
 
     def locked(self) -> bool:
-        return self._lock.locked()
+        return self._held
+
+    def take_now(self) -> bool:
+        """Take the lock if it is free (no holder, no one waiting); whether it
+        was taken. Then `release` gives it back."""
+        if self._held or self._waiters:
+            return False
+        self._held = True
+        self._users += 1
+        return True
 
     async def __aenter__(self) -> None:
         # Counted before the first suspension: `lock()` and this run in one
         # step, so no one drops the table's entry in between.
         self._users += 1
+        if not self._held and not self._waiters:
+            self._held = True
+            return
+        if self._waiters is None:
+            self._waiters = collections.deque()
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
         try:
-            await self._lock.acquire()
+            await waiter
         except BaseException:
+            if waiter.done() and not waiter.cancelled():
+                # Handed the lock, then cancelled before taking it: pass it on.
+                self._hand_over()
+            elif waiter in self._waiters:
+                # (A release may have dropped it already, cancelled.)
+                self._waiters.remove(waiter)
             self._leave()
             raise
 
     async def __aexit__(self, *exc_info: object) -> None:
-        self._lock.release()
+        self.release()
+
+    def release(self) -> None:
+        self._hand_over()
         self._leave()
+
+    def _hand_over(self) -> None:
+        """The holder is done: the next waiter holds the lock, else no one."""
+        waiters = self._waiters
+        while waiters:
+            waiter = waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self._held = False
 
     def _leave(self) -> None:
         self._users -= 1

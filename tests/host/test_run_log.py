@@ -338,3 +338,84 @@ async def test_a_run_lock_excludes_while_held_and_is_dropped_after_its_last_user
         assert store.lock("run-000001").locked()
     # Nothing holds or awaits them: a million finished runs keep no lock.
     assert store._locks == {}
+
+
+async def test_a_run_lock_passes_over_a_waiter_cancelled_while_it_waits(tmp_path: Path) -> None:
+    store, _ = _store(tmp_path)
+    got: list[str] = []
+    release = asyncio.Event()
+
+    async def holder() -> None:
+        async with store.lock("run-000001"):
+            await release.wait()
+
+    async def waiter(name: str) -> None:
+        async with store.lock("run-000001"):
+            got.append(name)
+
+    first = asyncio.create_task(holder())
+    await asyncio.sleep(0)
+    cancelled = asyncio.create_task(waiter("cancelled"))
+    patient = asyncio.create_task(waiter("patient"))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    await asyncio.sleep(0)
+    release.set()
+    await asyncio.wait_for(asyncio.gather(first, patient), timeout=5)
+    assert cancelled.cancelled()
+    assert got == ["patient"]
+    assert store._locks == {}
+
+
+async def test_a_run_lock_handed_to_a_waiter_cancelled_before_it_runs_goes_on_to_the_next(
+    tmp_path: Path,
+) -> None:
+    store, _ = _store(tmp_path)
+    got: list[str] = []
+
+    async def waiter(name: str) -> None:
+        async with store.lock("run-000001"):
+            got.append(name)
+
+    lock = store.lock("run-000001")
+    assert lock.take_now()
+    handed = asyncio.create_task(waiter("handed"))
+    next_one = asyncio.create_task(waiter("next"))
+    await asyncio.sleep(0)
+    # The release hands the lock to the first waiter, which is cancelled
+    # before it can run: it must pass the lock on, not keep it.
+    lock.release()
+    handed.cancel()
+    await asyncio.wait_for(next_one, timeout=5)  # a lock kept by no one would hang
+    assert handed.cancelled()
+    assert got == ["next"]
+    assert not store.lock("run-000001").locked()
+
+
+async def test_locking_a_batch_waits_for_a_run_another_holds_then_holds_every_one(
+    tmp_path: Path,
+) -> None:
+    store, _ = _store(tmp_path)
+    release = asyncio.Event()
+    inside = asyncio.Event()
+
+    async def holder() -> None:
+        async with store.lock("run-000002"):
+            inside.set()
+            await release.wait()
+
+    async def batch() -> list[bool]:
+        async with store.locked(["run-000003", "run-000002", "run-000001"]):
+            return [store.lock(f"run-00000{n}").locked() for n in (1, 2, 3)]
+
+    held = asyncio.create_task(holder())
+    await inside.wait()
+    batched = asyncio.create_task(batch())
+    await asyncio.sleep(0)
+    # Taken in run order: the first is held by the batch, which waits at the second.
+    assert store.lock("run-000001").locked() and not batched.done()
+    assert not store.lock("run-000003").locked()
+    release.set()
+    assert await batched == [True, True, True]
+    await held
+    assert store._locks == {}
