@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from core.fast_init import fast_init
 from core.occurrences import OccurrenceStatus, Origin
 from core.operator_actions import Backfill
 
@@ -25,11 +26,13 @@ __all__ = [
 ]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Command:
     """Base of every command."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RecordOccurrence(Command):
     """Append a history row for `(schedule_id, instant)`.
@@ -52,6 +55,7 @@ class RecordOccurrence(Command):
     request: int | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AdmitOccurrence(Command):
     """Preflight, then durably record `admitted`, then create and start the run.
@@ -72,6 +76,7 @@ class AdmitOccurrence(Command):
     request: int | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CreateAdmittedRun(Command):
     """An admitted occurrence has no run (crash after the row): create it from
@@ -81,6 +86,7 @@ class CreateAdmittedRun(Command):
     instant: datetime
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StartRun(Command):
     """Start executing an admitted run that never started (found at recovery)."""
@@ -90,6 +96,7 @@ class StartRun(Command):
     run_id: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PersistRuntime(Command):
     """Make the schedule's runtime state durable (after the rows it depends on).
@@ -108,6 +115,7 @@ class PersistRuntime(Command):
     backfill: Backfill | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BlockSchedule(Command):
     """Persist a diagnostic that blocks the schedule (shown by `get_schedule`)."""
@@ -116,6 +124,7 @@ class BlockSchedule(Command):
     diagnostic: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LogWarning(Command):
     """Something an operator should see in the log (for example a clock step)."""

@@ -626,10 +626,7 @@ class _Decider:
         # loaded) is the world telling us something stale, not the shell
         # breaking the protocol: it is logged and ignored, and the rest of the
         # call stands.
-        if (
-            event.schedule_id not in self.drafts
-            and event.schedule_id not in self.given_state.schedules
-        ):
+        if self.current(event.schedule_id) is None:
             self.commands.append(
                 LogWarning(
                     message=f"ignored {type(event).__name__} {event!r}: schedule "

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from core.definitions import ScheduleDefinition
+from core.fast_init import fast_init
 from core.occurrences import Origin, RunStatus
 from core.operator_actions import Backfill
 
@@ -35,11 +36,13 @@ __all__ = [
 ]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Event:
     """Base of every event."""
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleCreated(Event):
     """A new schedule was made durable at `at` (its creation watermark)."""
@@ -49,6 +52,7 @@ class ScheduleCreated(Event):
     revision: int = 1
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleUpdated(Event):
     """An accepted update produced `definition` at `revision`."""
@@ -58,24 +62,28 @@ class ScheduleUpdated(Event):
     at: datetime
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SchedulePaused(Event):
     schedule_id: str
     at: datetime
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleResumed(Event):
     schedule_id: str
     at: datetime
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleDeleted(Event):
     schedule_id: str
     at: datetime
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleTriggered(Event):
     """An operator asked at `at` for one run of the schedule now (rule P).
@@ -90,6 +98,7 @@ class ScheduleTriggered(Event):
     request: int | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BackfillRequested(Event):
     """An operator asked at `at` to make up the calendar instants of
@@ -106,6 +115,7 @@ class BackfillRequested(Event):
     decided: frozenset[datetime] = frozenset()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BackfillCancelled(Event):
     """An operator cancelled the schedule's running backfill at `at`."""
@@ -114,6 +124,7 @@ class BackfillCancelled(Event):
     at: datetime
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PreflightFailed(Event):
     """The shell's preflight of an `AdmitOccurrence` failed; nothing was admitted."""
@@ -123,6 +134,7 @@ class PreflightFailed(Event):
     reason: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OccurrenceAdmitted(Event):
     """The admitted row is durable and the run `run_id` exists in the run store."""
@@ -132,6 +144,7 @@ class OccurrenceAdmitted(Event):
     run_id: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunStatusChanged(Event):
     """A scheduled run reached `status` (running, interrupted or a terminal one).
@@ -144,6 +157,7 @@ class RunStatusChanged(Event):
     message: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CapacityChanged(Event):
     """The execution-slot bound (`max_concurrent_runs`) changed."""
@@ -151,6 +165,7 @@ class CapacityChanged(Event):
     max_concurrent_runs: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RecoveredRun:
     """An admitted occurrence found at startup that is not yet terminal in history.
@@ -171,6 +186,7 @@ class RecoveredRun:
     origin: Origin = "schedule"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScheduleRecovered(Event):
     """What the stores say about one schedule at startup.
@@ -208,6 +224,7 @@ class ScheduleRecovered(Event):
     last_trigger_request: int | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RecordsContradicted(Event):
     """A store record could not be parsed or contradicts another one.

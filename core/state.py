@@ -35,6 +35,7 @@ from core.calendar import CompiledTrigger
 from core.definitions import ScheduleDefinition
 from core.due_index import KeyHeap
 from core.errors import CoreMisuse, InvalidInput, Problem
+from core.fast_init import fast_init
 from core.occurrences import Origin, RunStatus
 from core.operator_actions import Backfill
 
@@ -53,6 +54,7 @@ __all__ = [
 ]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ActiveRun:
     """A run admitted from a schedule that has not reached a terminal status.

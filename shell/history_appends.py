@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from core.errors import InvalidInput, InvalidState, Problem
+from core.fast_init import fast_init
 from core.occurrences import (
     DECISION_STATUSES,
     RUN_STATUSES,
@@ -33,6 +34,7 @@ SNAPSHOT_PROBLEM: Final = Problem(
 )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class DecisionAppend:
     """A checked `append_decision`: the row that opens the occurrence at `instant`."""
@@ -211,6 +213,7 @@ class DecisionAppend:
         )
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TransitionAppend:
     """A checked `append_transition`: a move of an open occurrence to `status`."""

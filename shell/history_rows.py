@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple, TypeGuard
 
+from core.fast_init import fast_init
 from core.occurrences import (
     DECISION_STATUSES,
     RUN_STATUSES,
@@ -77,6 +78,7 @@ class Entry(NamedTuple):
     status: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Open:
     """An open occurrence as the state holds it: what `OpenOccurrence` shows,

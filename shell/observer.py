@@ -27,10 +27,12 @@ from datetime import datetime
 from typing import Literal, Protocol
 
 from core.events import Event
+from core.fast_init import fast_init
 
 __all__ = ["Decision", "NullObserver", "SchedulerObserver"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Decision:
     """One decision row made durable: `status` (`admitted`, `skipped-misfire`,

@@ -27,6 +27,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from core.fast_init import fast_init
+
 from .capabilities import CAPABILITIES, CapabilityError, Scope
 from .jsonvalues import copy_json
 from .plans import END, Plan
@@ -38,6 +40,7 @@ __all__ = ["Position", "Stop", "StopStatus", "execute", "trace_entry"]
 StopStatus = Literal["interrupted", "completed", "failed", "exhausted"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Position:
     """Where execution continues: the next node (or END), the state, steps used."""
@@ -47,6 +50,7 @@ class Position:
     steps: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Stop:
     status: StopStatus
