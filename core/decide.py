@@ -1440,13 +1440,10 @@ class _ScheduleDraft:
         self.next_instant = _next_after(self.trigger, self.watermark)
 
     def freeze(self) -> ScheduleState:
-        # A frozen dataclass's __init__ sets each field through
-        # object.__setattr__; the slots' own descriptors do the same at half
-        # the cost (two schedules frozen per occurrence, 21 fields each).
-        state = _new_object(ScheduleState)
-        for set_field, value in zip(_SET_STATE_FIELD, _draft_fields(self), strict=True):
-            set_field(state, value)
-        return state
+        # Every field in order, by position: `ScheduleState`'s `fast_init`
+        # sets them through the slots' descriptors (two schedules frozen per
+        # occurrence, 21 fields each).
+        return ScheduleState(*_draft_fields(self))
 
     def describe(self) -> str:
         flags = [
@@ -1469,12 +1466,8 @@ class _ScheduleDraft:
 
 _DraftOrState: TypeAlias = _ScheduleDraft | ScheduleState
 
-# What `_ScheduleDraft.freeze` reads and sets, field for field.
-_new_object: Final = object.__new__
+# What `_ScheduleDraft.freeze` reads, field for field in `ScheduleState`'s order.
 _draft_fields: Final = attrgetter(*(f.name for f in fields(ScheduleState)))
-_SET_STATE_FIELD: Final[tuple[Callable[[ScheduleState, Any], None], ...]] = tuple(
-    getattr(ScheduleState, f.name).__set__ for f in fields(ScheduleState)
-)
 
 
 def _due_time(schedule: _DraftOrState) -> datetime | None:

@@ -131,6 +131,7 @@ def _first(item: tuple[datetime, ActiveRun]) -> datetime:
 NO_RUNS: Final = ActiveRuns()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ScheduleState:
     """Everything `decide` knows about one schedule."""
@@ -172,6 +173,7 @@ class ScheduleState:
     last_trigger_request: int | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SchedulerState:
     """The whole scheduler: every schedule plus the slot bound and indexes."""

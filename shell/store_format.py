@@ -259,6 +259,9 @@ def canonical_json(value: object) -> bytes:
     # allow_nan=False)` runs, without building its encoder objects on every
     # call (a third of its time for a history row; every row is encoded).
     # The fresh `markers` keep its refusal of a circular value.
+    if type(value) is str:
+        # A run id in every `admitted` row: no encoder to build for it.
+        return str(_encode_ascii(value)).encode("ascii")
     if _c_make_encoder is None:
         text = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
         return text.encode("ascii")

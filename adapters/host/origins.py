@@ -23,6 +23,10 @@ __all__ = ["MANUAL", "check_origin"]
 
 MANUAL: Final = {"kind": "manual"}
 _SCHEDULE_KEYS: Final = frozenset({"kind", "schedule_id", "instant", "revision"})
+# The order a stored schedule origin keeps its keys in (a herd stores thousands).
+_STORED_ORDER: Final = tuple(sorted(_SCHEDULE_KEYS))
+_KNOWN_SCHEDULE_KEYS: Final = _SCHEDULE_KEYS | {"action"}
+_UTC_OFFSET: Final = timedelta(0)
 _ACTIONS: Final = frozenset({"trigger", "backfill"})
 
 
@@ -70,7 +74,7 @@ def check_origin(origin: Any) -> tuple[dict[str, Any], list[Problem]]:
         return {}, [Problem(field="origin.kind", reason=reason)]
     problems = [
         Problem(field=f"origin.{key}", reason="unknown field for a schedule origin")
-        for key in sorted(set(origin) - _SCHEDULE_KEYS - {"action"}, key=str)
+        for key in sorted(origin.keys() - _KNOWN_SCHEDULE_KEYS, key=str)
     ]
     action = origin.get("action")
     if "action" in origin and action not in _ACTIONS:
@@ -92,7 +96,7 @@ def check_origin(origin: Any) -> tuple[dict[str, Any], list[Problem]]:
             parsed = datetime.fromisoformat(instant)
         except ValueError:
             parsed = None
-    if parsed is None or parsed.utcoffset() != timedelta(0):
+    if parsed is None or parsed.utcoffset() != _UTC_OFFSET:
         problems.append(
             Problem(
                 field="origin.instant",
@@ -100,7 +104,7 @@ def check_origin(origin: Any) -> tuple[dict[str, Any], list[Problem]]:
             )
         )
     problems += check_positive_int("origin.revision", origin.get("revision"))
-    kept = {key: origin.get(key) for key in sorted(_SCHEDULE_KEYS)}
+    kept = {key: origin.get(key) for key in _STORED_ORDER}
     if "action" in origin:
         kept["action"] = action
     return kept, problems

@@ -63,7 +63,13 @@ STOP_STATUSES = frozenset({"interrupted", "completed", "failed", "exhausted"})
 _STRICT = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 _Model = TypeVar("_Model", bound=BaseModel)
-_set_slot = object.__setattr__
+# The setters of a pydantic model's own slots, found once: `revised` and
+# `assembled` fill a model without its `__setattr__` (frozen) or its
+# validation, several times per run.
+_SET_DICT = vars(BaseModel)["__dict__"].__set__
+_SET_EXTRA = vars(BaseModel)["__pydantic_extra__"].__set__
+_SET_FIELDS_SET = vars(BaseModel)["__pydantic_fields_set__"].__set__
+_SET_PRIVATE = vars(BaseModel)["__pydantic_private__"].__set__
 
 
 class Snapshot(BaseModel):
@@ -184,10 +190,10 @@ def revised(record: _Model, changes: Mapping[str, Any]) -> _Model:
     of the fields' types."""
     model = type(record)
     copy = model.__new__(model)
-    _set_slot(copy, "__dict__", {**record.__dict__, **changes})
-    _set_slot(copy, "__pydantic_extra__", None)
-    _set_slot(copy, "__pydantic_fields_set__", record.__pydantic_fields_set__ | changes.keys())
-    _set_slot(copy, "__pydantic_private__", None)
+    _SET_DICT(copy, {**record.__dict__, **changes})
+    _SET_EXTRA(copy, None)
+    _SET_FIELDS_SET(copy, record.__pydantic_fields_set__ | changes.keys())
+    _SET_PRIVATE(copy, None)
     return copy
 
 
@@ -199,10 +205,10 @@ def assembled(model: type[_Model], **fields: Any) -> _Model:
     if fields.keys() != declared.keys():
         raise TypeError(f"{model.__name__} takes exactly the fields {sorted(declared)}")
     built = model.__new__(model)
-    _set_slot(built, "__dict__", fields)
-    _set_slot(built, "__pydantic_extra__", None)
-    _set_slot(built, "__pydantic_fields_set__", set(fields))
-    _set_slot(built, "__pydantic_private__", None)
+    _SET_DICT(built, fields)
+    _SET_EXTRA(built, None)
+    _SET_FIELDS_SET(built, set(fields))
+    _SET_PRIVATE(built, None)
     return built
 
 
