@@ -33,8 +33,6 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
-    SerializerFunctionWrapHandler,
-    model_serializer,
 )
 
 from core.occurrences import RunStatus
@@ -104,26 +102,22 @@ class StopNote(BaseModel):
     grace_s: float = Field(ge=0)
 
 
+def _is_none(value: object) -> bool:
+    return value is None
+
+
 class ExecutingMark(BaseModel):
     model_config = _STRICT
 
     attempt: int = Field(ge=1)
     kind: Literal["start", "resume"]
     since: str
-    stopped: StopNote | None = None
+    # No `stopped` or `server` key while unset: every other record stays byte
+    # for byte what it was before they existed.
+    stopped: StopNote | None = Field(default=None, exclude_if=_is_none)
     # The id of the server executing the attempt (`shell.pg.servers`); None
     # on a store one server owns (files).
-    server: str | None = None
-
-    @model_serializer(mode="wrap")
-    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # No `stopped` or `server` key while unset: every other record stays
-        # byte for byte what it was before they existed.
-        data: dict[str, Any] = handler(self)
-        for key in ("stopped", "server"):
-            if data.get(key) is None:
-                data.pop(key, None)
-        return data
+    server: str | None = Field(default=None, exclude_if=_is_none)
 
 
 class Progress(BaseModel):
