@@ -35,7 +35,10 @@ class SystemClock:
         if delay <= 0 or wake.is_set():
             return
         try:
-            await asyncio.wait_for(wake.wait(), timeout=delay)
+            # Not `wait_for`, which (before Python 3.12) runs the wait in a
+            # task of its own: the loop sleeps here every `poll_interval_s`.
+            async with asyncio.timeout(delay):
+                await wake.wait()
         except TimeoutError:
             return
 

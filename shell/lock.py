@@ -225,7 +225,12 @@ class SchedulerLock:
         if fence is not None and fence.tripped:
             # Sticky: a lock file put back does not make the store ours again.
             return False
-        if self._same_file(self._fd) and self._root_is_ours(self._root_fd):
+        if fence is not None:
+            # The identities the fence took of these descriptors at the
+            # acquisition: two `stat`s, not four, at every wake-up.
+            if fence.holds():
+                return True
+        elif self._same_file(self._fd) and self._root_is_ours(self._root_fd):
             return True
         if fence is not None:
             # Every writer of the store refuses from now on; the caller says so.

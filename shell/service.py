@@ -270,6 +270,10 @@ class SchedulerService:
         observer: SchedulerObserver | None = None,
     ) -> None:
         self._host = host
+        # What the host can do, asked once: a runtime-checkable protocol's
+        # `isinstance` walks its members, and the loop asked every second.
+        self._preparing_host = host if isinstance(host, PreparingRunHost) else None
+        self._sweeping_host = host if isinstance(host, SweepingHost) else None
         self._api = schedules
         # Told of recoveries, commits, decisions and rounds (metrics).
         self._observer: SchedulerObserver = observer or NullObserver()
@@ -766,8 +770,8 @@ class SchedulerService:
         """Leading a store several servers share: fail the runs of servers
         found dead (the host tells the service of each, as of its own runs).
         The database away is logged: the next loop sweeps again."""
-        host = self._host
-        if not isinstance(host, SweepingHost):
+        host = self._sweeping_host
+        if host is None:
             return
         try:
             await host.sweep_abandoned(asyncio.get_running_loop().time())
@@ -859,7 +863,7 @@ class SchedulerService:
             return False
         if due == self._tried_instant or not self._backend.prepares_ahead:
             return False
-        return isinstance(self._host, PreparingRunHost) and self._undisturbed()
+        return self._preparing_host is not None and self._undisturbed()
 
     def _undisturbed(self) -> bool:
         """Nothing heard or pending that a round would feed to decide."""
@@ -883,10 +887,11 @@ class SchedulerService:
         state and the host's deployments unchanged, and every occurrence it
         admits still on time (`core.prepared`); else it is dropped,
         nothing of it written, and the round is decided anew."""
-        assert isinstance(self._host, PreparingRunHost)
+        host = self._preparing_host
+        assert host is not None
         self._tried_instant = instant
         base = self._state
-        generation = self._host.admissions_generation()
+        generation = host.admissions_generation()
         # Held until the prepared round is committed or dropped.
         _COLLECTOR.hold()
         staged = None
@@ -925,11 +930,12 @@ class SchedulerService:
     def _prepared_holds(self, prepared: _Prepared) -> bool:
         """Nothing happened since `prepared` was decided that decide or the
         host's checks would have seen."""
-        assert isinstance(self._host, PreparingRunHost)
+        host = self._preparing_host
+        assert host is not None
         return (
             self._undisturbed()
             and self._state is prepared.base
-            and self._host.admissions_generation() == prepared.generation
+            and host.admissions_generation() == prepared.generation
         )
 
     def _drop_prepared(self) -> None:

@@ -146,6 +146,10 @@ class CommandExecutor:
         made durable; `contradicted` the round's RecordsContradicted events,
         whose file, record and reason a BlockSchedule's stored diagnostic
         keeps (the command carries only decide's text)."""
+        if not commands and not contradicted:
+            # An idle round (the loop looks every `poll_interval_s`): nothing
+            # to write, so no batch, no flush and no commit observed.
+            return CommittedRound()
         staged = await self.stage(
             commands,
             now,
