@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from shell.durable import set_fault_injector
+from shell.fence import active_fences, clear_fences
 
 
 @pytest.fixture(autouse=True)
@@ -16,6 +17,15 @@ def _no_fault_injector() -> Iterator[None]:
     previous = set_fault_injector(None)
     yield
     set_fault_injector(previous)
+
+
+@pytest.fixture(autouse=True)
+def _no_fence_left() -> Iterator[None]:
+    # A tripped fence stays registered, as in the process it fenced: a test
+    # that trips one must not leave it to the next (which may count fences).
+    yield
+    for fence in active_fences():
+        clear_fences(fence.store_root)
 
 
 @pytest.fixture
