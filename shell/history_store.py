@@ -239,6 +239,9 @@ class HistoryStore:
         self._index = HistoryIndex(disk)
         self._logs: dict[str, _Log] = {}
         self._paths: dict[str, ScheduleFiles] = {}
+        # The logs each open batch stages rows of, published (or dropped)
+        # together when it ends: two callbacks per batch rather than per log.
+        self._batch_logs: dict[GroupCommit, list[_Log]] = {}
 
     def _files(self, schedule_id: str) -> ScheduleFiles:
         files = self._paths.get(schedule_id)
@@ -538,8 +541,20 @@ class HistoryStore:
             log.pending = shadow
             log.pending_batch = active
             active.sync_also(log.files.history_index)
-            active.on_commit(lambda: self._publish(log))
-            active.on_abort(lambda: self._drop(log, active))
+            logs = self._batch_logs.get(active)
+            if logs is None:
+                logs = self._batch_logs[active] = []
+                active.on_commit(lambda: self._publish_batch(active))
+                active.on_abort(lambda: self._drop_batch(active))
+            logs.append(log)
+
+    def _publish_batch(self, batch: GroupCommit) -> None:
+        for log in self._batch_logs.pop(batch, ()):
+            self._publish(log)
+
+    def _drop_batch(self, batch: GroupCommit) -> None:
+        for log in self._batch_logs.pop(batch, ()):
+            self._drop(log, batch)
 
     def stage_admitted(
         self,
@@ -646,9 +661,15 @@ class HistoryStore:
         # commit writes it, usually already terminal (its run's end), so the
         # entry is written once rather than twice. Not yet in the file, it is
         # not under any header: a load replays its row.
-        held = frozenset(seq for seq in touched if seq >= previous.count and seq in shadow.open)
-        entries = _open_entries(shadow, log.held)
-        entries.update((seq, entry) for seq, entry in touched.items() if seq not in held)
+        entries = _open_entries(shadow, log.held) if log.held else {}
+        opened: list[int] = []
+        first_new, still_open = previous.count, shadow.open
+        for seq, entry in touched.items():
+            if seq >= first_new and seq in still_open:
+                opened.append(seq)
+            else:
+                entries[seq] = entry
+        held = frozenset(opened)
         header = log.checkpoint_next
         if log.written_at_flush is not None:
             if filesystem_flushes(log.files.directory, disk=self.disk) > log.written_at_flush:
