@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -97,6 +98,9 @@ class LocalStaticWorkflowServer:
 
 
 def _timestamp(clock: Callable[[], datetime]) -> Callable[[], str]:
+    if clock is _utc_now:
+        return _system_timestamp
+
     def now() -> str:
         moment = clock()
         if moment.tzinfo is UTC:
@@ -107,6 +111,23 @@ def _timestamp(clock: Callable[[], datetime]) -> Callable[[], str]:
         return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
     return now
+
+
+# The last whole second `_system_timestamp` formatted, and its text.
+_second: list[Any] = [None, ""]
+
+
+def _system_timestamp() -> str:
+    """`_utc_now()` as a record's text (`2026-12-06T05:18:17.509331Z`),
+    without building a datetime: a run takes three, and the date and time
+    of day are formatted once a second. Truncated to the microsecond, as
+    `datetime.now` is."""
+    seconds, fraction = divmod(time.time_ns() // 1000, 1_000_000)
+    if _second[0] != seconds:
+        _second[:] = [seconds, datetime.fromtimestamp(seconds, UTC).isoformat()[:-6]]
+    text: str = _second[1]
+    # `isoformat` leaves a zero fraction out; so does this.
+    return f"{text}.{fraction:06d}Z" if fraction else text + "Z"
 
 
 @dataclass(frozen=True, slots=True)

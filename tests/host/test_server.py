@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +105,25 @@ def test_temp_file_names() -> None:
     assert is_temp_file(Path(".run-000001.json.abc123.tmp"))
     assert not is_temp_file(Path("run-000001.json"))
     assert not is_temp_file(Path("x.tmp"))
+
+
+def test_the_system_clock_stamps_records_as_datetime_now_would(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from adapters.host import server
+
+    before = datetime.now(UTC)
+    stamped = server._system_timestamp()
+    after = datetime.now(UTC)
+    assert stamped.endswith("Z")
+    assert before <= datetime.fromisoformat(stamped) <= after
+    # Formatted as `datetime.isoformat` formats it, a zero fraction left out
+    # and the second's text not kept past its second.
+    for instant in (
+        datetime(2026, 12, 6, 5, 18, 17, 509331, tzinfo=UTC),
+        datetime(2026, 12, 6, 5, 18, 17, tzinfo=UTC),
+        datetime(2026, 12, 6, 5, 18, 18, 5, tzinfo=UTC),
+    ):
+        nanoseconds = int(instant.timestamp()) * 1_000_000_000 + instant.microsecond * 1000 + 999
+        monkeypatch.setattr(server.time, "time_ns", lambda ns=nanoseconds: ns)
+        assert server._system_timestamp() == instant.isoformat()[:-6] + "Z"
