@@ -225,16 +225,14 @@ class SchedulerLock:
         if fence is not None and fence.tripped:
             # Sticky: a lock file put back does not make the store ours again.
             return False
-        if fence is not None:
-            # The identities the fence took of these descriptors at the
-            # acquisition: two `stat`s, not four, at every wake-up.
-            if fence.holds():
-                return True
-        elif self._same_file(self._fd) and self._root_is_ours(self._root_fd):
+        if fence is None:
+            return self._same_file(self._fd) and self._root_is_ours(self._root_fd)
+        # The identities the fence took of these descriptors at the
+        # acquisition: two `stat`s, not four, at every wake-up.
+        if fence.holds():
             return True
-        if fence is not None:
-            # Every writer of the store refuses from now on; the caller says so.
-            fence.tripped = True
+        # Every writer of the store refuses from now on; the caller says so.
+        fence.tripped = True
         return False
 
     def _root_is_ours(self, root_fd: int) -> bool:
