@@ -193,7 +193,7 @@ class OsFile:
 class _KeptFile(OsFile):
     """A descriptor `OsDisk` keeps open between writes: `close` gives it back."""
 
-    __slots__ = ("_disk", "lent", "path")
+    __slots__ = ("_disk", "lent", "path", "reused")
 
     def __init__(self, fd: int, disk: OsDisk, path: str) -> None:
         super().__init__(fd)
@@ -202,6 +202,9 @@ class _KeptFile(OsFile):
         # Opens not yet closed: a descriptor dropped while lent is closed
         # when the last of them gives it back, never under its user.
         self.lent = 0
+        # Opened again since it was kept or since the last sweep: a file
+        # that was not is closed by the next sweep (`OsDisk._sweep`).
+        self.reused = False
 
     def close(self) -> None:
         self._disk.given_back(self)
@@ -248,14 +251,25 @@ class OsDisk:
     """The real file system, through `os`. One instance serves all: it keeps
     the descriptors of files opened with `keep` (each schedule's history and
     its index, written after every commit: an `open` and a `close` per file
-    per commit otherwise), as many as `_kept_capacity` allows, first come
-    first kept (with ten thousand schedules written in turn, evicting the
-    least recently used would keep none of them long enough to be used
-    again)."""
+    per commit otherwise), as many as `_kept_capacity` allows.
+
+    Which ones, once they are more than that: not the least recently used
+    (with ten thousand schedules written in turn, that would keep none of
+    them long enough to be used again) and not only the first come (a file
+    written once, such as a schedule's runtime record at its first firing,
+    would hold its place for good while the histories written every minute
+    were opened and closed at every write). A file stays kept while it is
+    opened again between two sweeps; a sweep, made when the kept files are
+    full and as many opens as they number have missed them since the last
+    one, closes those that were not, and the next misses take their places.
+    A set of files written in turn that is larger than the capacity thus
+    keeps a capacity's worth of them, and a sweep costs one pass over the
+    kept files per capacity's worth of opens."""
 
     def __init__(self) -> None:
         self._kept: dict[str, _KeptFile] = {}
         self._capacity: int | None = None
+        self._misses_since_sweep = 0
 
     def open(
         self,
@@ -294,10 +308,30 @@ class OsDisk:
             if self._capacity is None:
                 self._capacity = _kept_capacity()
             if len(self._kept) >= self._capacity:
-                return OsFile(fd)
+                self._misses_since_sweep += 1
+                if (
+                    self._misses_since_sweep < self._capacity
+                    or not self._capacity
+                    or not self._sweep()
+                ):
+                    return OsFile(fd)
             kept = self._kept[path] = _KeptFile(fd, self, path)
+        else:
+            kept.reused = True
         kept.lent += 1
         return kept
+
+    def _sweep(self) -> bool:
+        """Close the kept files not opened again since the last sweep (nor in
+        use now); True if that made room."""
+        self._misses_since_sweep = 0
+        for path, kept in list(self._kept.items()):
+            if kept.reused or kept.lent:
+                kept.reused = False
+            else:
+                del self._kept[path]
+                os.close(kept.fd)
+        return len(self._kept) < (self._capacity or 0)
 
     def given_back(self, file: _KeptFile) -> None:
         """`file` was closed by its user: kept unless its path was dropped."""

@@ -680,10 +680,14 @@ class HistoryStore:
                 header = None
         try:
             # Part of the batch, which checked the fence for the index too
-            # (`sync_also` made it one of the batch's files).
-            self._index.write_entries(
-                log.files, entries, header=header, fence_checked=True, headed=log.index_headed
-            )
+            # (`sync_also` made it one of the batch's files). A commit that
+            # only opened occurrences usually has nothing to write: no open
+            # of the file then (at ten thousand schedules not all of their
+            # files can stay open).
+            if entries or header is not None or not log.index_headed:
+                self._index.write_entries(
+                    log.files, entries, header=header, fence_checked=True, headed=log.index_headed
+                )
         except OSError as exc:
             # The rows are durable; the index is derived. Reload (and repair
             # the index) before the next use.

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from core.errors import InvalidInput, InvalidState, NotFound
+from shell.disk import OsDisk
 from shell.durable import GroupCommit
 from shell.history_index import ENTRY_SIZE, HEADER_SIZE, Checkpoint
 from shell.history_store import HistoryStore
@@ -943,6 +944,45 @@ def test_an_admission_entry_waits_for_its_end_and_is_written_once(
     assert index_writes.count(HEADER_SIZE + ENTRY_SIZE) == 1
     assert _entries_in_file(store_root) == 2
     assert all_rows(history, "s1")[1]["status"] == "completed"
+
+
+@pytest.mark.skipif(not journal_supported(), reason="the journal needs syncfs")
+def test_a_journaled_commit_that_only_opens_an_occurrence_leaves_the_index_file_closed(
+    store_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A disk that keeps no descriptor, as at ten thousand schedules where not
+    # all of their files can stay open: every write of the index opens it.
+    monkeypatch.setattr("shell.disk._kept_capacity", lambda: 0)
+    create(store_root, "s1")
+    history = HistoryStore(store_root, disk=OsDisk())
+    journal = CommitJournal(store_root)
+    journal.open()
+
+    def wake_up(write: Any) -> None:
+        with GroupCommit(journal=journal) as batch:
+            write(batch)
+
+    wake_up(lambda b: decide(history, "s1", 0, "admitted", batch=b))
+    wake_up(lambda b: move(history, "s1", 0, "completed", run_id="run-0", batch=b))
+    index_opens: list[str] = []
+    real_open = os.open
+    index_path = str(_files(store_root).history_index)
+
+    def counting_open(path: Any, *args: Any, **kwargs: Any) -> int:
+        if str(path) == index_path:
+            index_opens.append(str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", counting_open)
+    wake_up(lambda b: decide(history, "s1", 1, "admitted", batch=b))
+    # Its entry waits for the run's end, and the header waits for a flush of
+    # the filesystem: nothing to write, so the file is not opened.
+    assert index_opens == []
+    wake_up(lambda b: move(history, "s1", 1, "completed", run_id="run-1", batch=b))
+    assert index_opens == [index_path]
+    journal.close()
+    assert _entries_in_file(store_root) == 2
+    assert [r["status"] for r in all_rows(_restart(store_root), "s1")] == ["completed"] * 2
 
 
 def test_a_crash_with_an_entry_held_replays_its_row(
