@@ -19,6 +19,10 @@ class SchedulerServiceConfig(BaseModel):
 
     enabled: bool = False
     poll_interval_s: float = Field(default=1.0, gt=0, le=3600, allow_inf_nan=False)
+    # The same, when the clock tells the service of its steps (the system
+    # clock on Linux) and the store is this process's alone: only a lost
+    # lock and the quiet-moment work wait for a look then (see `shell.clock`).
+    quiet_poll_interval_s: float = Field(default=10.0, gt=0, le=3600, allow_inf_nan=False)
     max_concurrent_runs: int = Field(default=4, ge=1, le=100_000)
     drain_grace_s: float = Field(default=30.0, ge=0, le=86_400, allow_inf_nan=False)
     # How often a running scheduler rewrites the startup checkpoint, so that a

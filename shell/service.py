@@ -26,8 +26,10 @@ database, the loop is the same. Each round of the loop:
    checkpoint if `checkpoint_interval_s` has passed since the last
    (`shell/startup_checkpoint.py`: what a start after a crash need not read)
    (`shell/service_housekeeping.py`);
-5. sleeps until `next_wakeup(state)`, never longer than `poll_interval_s`,
-   or until the API or the host wakes it.
+5. sleeps until `next_wakeup(state)`, never longer than `poll_interval_s`
+   (`quiet_poll_interval_s` when the clock tells of its steps and the store
+   is this process's alone: `_look_interval_s`), or until the API, the
+   host or a step of the clock wakes it.
 
 Prepared rounds
 ---------------
@@ -294,6 +296,8 @@ class SchedulerService:
         self._task: asyncio.Task[None] | None = None
         self._running = False
         self._fenced = False
+        # Whether the loop's clock wakes it when set (`Clock.watch_steps`).
+        self._clock_watched = False
         # Whether this service leads (admits). A standby, or a leader whose
         # lease was lost, does not: it campaigns at every poll to take over.
         self._leading = False
@@ -612,9 +616,17 @@ class SchedulerService:
     # --- the loop ---------------------------------------------------------------------
 
     async def _loop(self) -> None:
+        # A clock that tells of its steps wakes the loop when it is set, so
+        # an idle loop need not look at it every `poll_interval_s`.
+        watch = getattr(self._clock, "watch_steps", None)
+        stop_watching_clock = watch(self._wake.set) if watch is not None else None
+        self._clock_watched = stop_watching_clock is not None
         try:
             await self._loop_rounds()
         finally:
+            self._clock_watched = False
+            if stop_watching_clock is not None:
+                stop_watching_clock()
             self._drop_prepared()
             _COLLECTOR.collect_deferred()
 
@@ -658,7 +670,7 @@ class SchedulerService:
             _COLLECTOR.collect_deferred()
             self._idle.set()
             now = self._clock.now()
-            deadline = now + timedelta(seconds=self._config.poll_interval_s)
+            deadline = now + timedelta(seconds=self._look_interval_s())
             if due is not None:
                 wake = due
                 if self._prepares(due):
@@ -669,6 +681,21 @@ class SchedulerService:
             if self._running:
                 await self._clock.sleep_until(deadline, self._wake)
         self._idle.set()
+
+    def _look_interval_s(self) -> float:
+        """The longest the loop sleeps before it looks again with nothing due
+        sooner: `poll_interval_s`, or `quiet_poll_interval_s` when nothing
+        but the next instant is waited for (a clock that tells of its steps,
+        a store this process alone owns and leads, healthy rounds)."""
+        poll = self._config.poll_interval_s
+        if (
+            self._clock_watched
+            and self._leading
+            and not (self._fenced or self._resync)
+            and not self._backend.ownership.stands_by
+        ):
+            return max(poll, self._config.quiet_poll_interval_s)
+        return poll
 
     def _housekeeping_if_quiet(self) -> None:
         """The quiet-moment work (`shell/service_housekeeping.py`), for a

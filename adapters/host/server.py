@@ -18,10 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from core.errors import SchedulerUnavailable
-from shell.clock import ReadClock
+from shell.clock import ReadClock, system_now
 from shell.disk import OS_DISK, Disk
 from shell.journal import replay_journal
 from shell.lock import SchedulerLock
@@ -61,8 +61,9 @@ _log = logging.getLogger("adapters.host.server")
 SchedulesFactory = Callable[["LocalStaticWorkflowServer"], object]
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
+# The system clock itself, not a function like it: a scheduler on it is told
+# of the clock's steps (`shell.clock.ReadClock.watch_steps`).
+_utc_now: Final = system_now
 
 
 class LocalStaticWorkflowServer:
