@@ -86,6 +86,7 @@ from core.errors import InvalidInput, InvalidState, NotFound, Problem
 from core.occurrences import RUN_STATUSES
 from shell.disk import OS_DISK, Disk, DiskFile, is_directory
 from shell.durable import GroupCommit, filesystem_flushes, sync_paths
+from shell.fence import check_fence_all
 from shell.history_appends import SNAPSHOT_PROBLEM, DecisionAppend, TransitionAppend
 from shell.history_cursor import encode_cursor, page_json, page_row, page_start
 from shell.history_index import (
@@ -461,9 +462,10 @@ class HistoryStore:
     # --- publishing index checkpoints -------------------------------------------------------
 
     def _publish_checkpoint(self, log: _Log) -> None:
+        """Write the header that waited (`publish` checked the fence)."""
         if log.checkpoint_next is None:
             return
-        self._index.write_entries(log.files, {}, header=log.checkpoint_next)
+        self._index.write_entries(log.files, {}, header=log.checkpoint_next, fence_checked=True)
         log.checkpoint_next = None
 
     # --- appends -------------------------------------------------------------------------------
@@ -715,9 +717,13 @@ class HistoryStore:
             log.written_at_flush = filesystem_flushes(log.files.directory, disk=self.disk)
 
     def _write_held(self, log: _Log) -> None:
-        """Write the entries `_publish` held (before a flush that publishes headers)."""
+        """Write the entries `_publish` held (before a flush that publishes
+        headers; `publish` checked the fence)."""
         self._index.write_entries(
-            log.files, _open_entries(log.state, log.held), headed=log.index_headed
+            log.files,
+            _open_entries(log.state, log.held),
+            headed=log.index_headed,
+            fence_checked=True,
         )
         log.index_headed = True
         log.held = frozenset()
@@ -1225,6 +1231,10 @@ class HistoryStore:
             if (log.checkpoint_next is not None or log.held) and log.pending is None
         ]
         if logs:
+            # One look at the store's fence for all of them, as for a batch's
+            # files: two `stat`s per index were a quarter of this at 1,000
+            # schedules.
+            check_fence_all(log.files.history_index for log in logs)
             for log in logs:
                 if log.held:
                     self._write_held(log)
