@@ -23,6 +23,7 @@ import ctypes
 import os
 import stat
 import sys
+import time
 from collections.abc import Callable
 from typing import Final, Protocol
 
@@ -216,6 +217,11 @@ _O_DIRECTORY: Final = getattr(os, "O_DIRECTORY", 0)
 _RESERVED_DESCRIPTORS: Final = 2048
 
 
+# How long a kept file may go without being opened again before a sweep
+# closes it for another: longer than a minute-resolution calendar's step.
+_SWEEP_EVERY_S: Final = 90.0
+
+
 def _kept_capacity() -> int:
     """How many descriptors `OsDisk` keeps open: what the process may open
     beyond the reserve (none under a limit of 2,048 or less; servers raise
@@ -259,17 +265,19 @@ class OsDisk:
     written once, such as a schedule's runtime record at its first firing,
     would hold its place for good while the histories written every minute
     were opened and closed at every write). A file stays kept while it is
-    opened again between two sweeps; a sweep, made when the kept files are
-    full and as many opens as they number have missed them since the last
-    one, closes those that were not, and the next misses take their places.
-    A set of files written in turn that is larger than the capacity thus
-    keeps a capacity's worth of them, and a sweep costs one pass over the
-    kept files per capacity's worth of opens."""
+    opened again between two sweeps; a sweep, made when an open misses the
+    kept files, they are full, and `_SWEEP_EVERY_S` has passed since the
+    last, closes those that were not, and the next misses take their
+    places. A set of files written in turn more often than that and larger
+    than the capacity thus keeps a capacity's worth of them (every kept one
+    is opened again between two sweeps), and a sweep costs one pass over
+    the kept files a minute at most. `monotonic`: the clock of the sweeps."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._kept: dict[str, _KeptFile] = {}
         self._capacity: int | None = None
-        self._misses_since_sweep = 0
+        self._monotonic = monotonic
+        self._swept_at = monotonic()
 
     def open(
         self,
@@ -307,14 +315,12 @@ class OsDisk:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             if self._capacity is None:
                 self._capacity = _kept_capacity()
-            if len(self._kept) >= self._capacity:
-                self._misses_since_sweep += 1
-                if (
-                    self._misses_since_sweep < self._capacity
-                    or not self._capacity
-                    or not self._sweep()
-                ):
-                    return OsFile(fd)
+            if len(self._kept) >= self._capacity and (
+                not self._capacity
+                or self._monotonic() - self._swept_at < _SWEEP_EVERY_S
+                or not self._sweep()
+            ):
+                return OsFile(fd)
             kept = self._kept[path] = _KeptFile(fd, self, path)
         else:
             kept.reused = True
@@ -324,7 +330,7 @@ class OsDisk:
     def _sweep(self) -> bool:
         """Close the kept files not opened again since the last sweep (nor in
         use now); True if that made room."""
-        self._misses_since_sweep = 0
+        self._swept_at = self._monotonic()
         for path, kept in list(self._kept.items()):
             if kept.reused or kept.lent:
                 kept.reused = False

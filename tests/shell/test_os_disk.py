@@ -1,7 +1,8 @@
 """The real disk's kept descriptors (`open(..., keep=True)`): a kept file is
 written where the path points now, after a rename over it, a removal or a
 closed store, and never past the process's descriptor budget; past it, the
-files written again keep their places and those written once give theirs up."""
+files written again keep their places and those not written for a while
+give theirs up."""
 
 from __future__ import annotations
 
@@ -95,21 +96,36 @@ def _kept_names(tmp_path: Path) -> set[str]:
     return names
 
 
+class _Seconds:
+    """The disk's clock of sweeps, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 @pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="reads /proc/self/fd")
 def test_files_written_once_give_their_places_to_files_written_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("shell.disk._kept_capacity", lambda: 2)
-    disk = OsDisk()
+    seconds = _Seconds()
+    disk = OsDisk(monotonic=seconds)
     # Written at a schedule's first firing and not since: kept first.
     _write(disk, tmp_path / "once-a", b"a")
     _write(disk, tmp_path / "once-b", b"b")
     assert _kept_names(tmp_path) == {"once-a", "once-b"}
-    for round_ in range(4):
+    _write(disk, tmp_path / "hot-1", b"0")
+    # No sweep before `_SWEEP_EVERY_S` has passed: the places stay taken.
+    assert _kept_names(tmp_path) == {"once-a", "once-b"}
+    for round_ in range(1, 4):
+        seconds.now += 60
         for name in ("hot-1", "hot-2"):
             _write(disk, tmp_path / name, b"%d" % round_, round_)
-    # Two opens missed the kept files; the sweep closed the two not opened
-    # again, and the files written in turn took their places.
+    # The sweep closed the two files not opened again, and the files written
+    # in turn took their places.
     assert _kept_names(tmp_path) == {"hot-1", "hot-2"}
     assert (tmp_path / "hot-1").read_bytes() == b"0123"
     assert (tmp_path / "once-a").read_bytes() == b"a"
@@ -122,13 +138,20 @@ def test_more_files_written_in_turn_than_the_capacity_keep_a_capacitys_worth(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("shell.disk._kept_capacity", lambda: 3)
-    disk = OsDisk()
+    seconds = _Seconds()
+    disk = OsDisk(monotonic=seconds)
     names = [f"history-{i}" for i in range(5)]
+    kept_after_each_round: list[set[str]] = []
     for round_ in range(10):
+        seconds.now += 60
         for name in names:
             _write(disk, tmp_path / name, name[-1].encode(), round_)
             assert len(_kept_names(tmp_path)) <= 3
-    assert len(_kept_names(tmp_path)) == 3
+        kept_after_each_round.append(_kept_names(tmp_path))
+    # Every kept file is written again between two sweeps: none is closed,
+    # so the same three stay kept (no file opened and closed in turn).
+    assert kept_after_each_round[-1] == kept_after_each_round[1]
+    assert len(kept_after_each_round[-1]) == 3
     assert [(tmp_path / n).read_bytes() for n in names] == [b"%d" % i * 10 for i in range(5)]
     disk.release_kept(str(tmp_path))
 
@@ -138,8 +161,10 @@ def test_a_sweep_never_closes_a_kept_file_in_use(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("shell.disk._kept_capacity", lambda: 1)
-    disk = OsDisk()
+    seconds = _Seconds()
+    disk = OsDisk(monotonic=seconds)
     in_use = disk.open(str(tmp_path / "in-use"), write=True, create=True, keep=True)
+    seconds.now += 600
     # A miss with the kept files full sweeps; the file in use stays open.
     _write(disk, tmp_path / "other", b"x")
     in_use.write_at(b"still open", 0)
