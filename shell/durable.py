@@ -429,10 +429,11 @@ def _replace_with_temp(path: str, data: bytes, *, sync: bool, disk: Disk) -> Non
         raise
 
 
-def _write_at(path: str, offset: int, data: bytes, disk: Disk) -> None:
+def _write_at(path: str, offset: int, data: bytes, disk: Disk, *, keep: bool = True) -> None:
     """Write `data` at `offset` of `path` (created if missing), with no flush.
-    The descriptor is kept (a schedule's files are written at every commit)."""
-    file = disk.open(path, write=True, create=True, keep=True)
+    The descriptor is kept unless `keep` is false (a schedule's history is
+    written at every commit)."""
+    file = disk.open(path, write=True, create=True, keep=keep)
     try:
         file.write_at(data, offset)
     finally:
@@ -605,6 +606,8 @@ class GroupCommit:
         self._on_durable: list[Callable[[], None]] = []
         self._on_early: list[Callable[[], None]] = []
         self._early: set[str] = set()
+        # Files written now and then: their descriptors are not kept open.
+        self._seldom: set[str] = set()
         self._pending_entries: list[JournalEntry] = []
         self._appends: dict[str, _Append] = {}
         self._late_appends: dict[str, _Append] = {}
@@ -654,6 +657,7 @@ class GroupCommit:
         expect_size: ExpectedSize = None,
         late: bool = False,
         early: bool = False,
+        seldom: bool = False,
     ) -> None:
         """Stage raw bytes to append to `path`.
 
@@ -668,9 +672,15 @@ class GroupCommit:
         journaled batch is written to its file by `make_durable`, right after
         the journal's fsync, so that its owner can append after it (its
         `on_early` callbacks) before `complete` writes the batch's other files.
+        `seldom`: a file written now and then (a schedule's runtime record),
+        whose descriptor the disk does not keep open after a journaled
+        batch's write (`Disk.open`'s `keep`): the places are for the files
+        written at every commit.
         """
         self._check_open()
         target = os.fspath(path)
+        if seldom:
+            self._seldom.add(target)
         if early and late:
             raise ValueError("an append is early or late, not both")
         ranked, other = (
@@ -910,7 +920,7 @@ class GroupCommit:
             if injecting:
                 fault_point(f"before:{step}:{os.path.basename(path)}")
             if kind == "append":
-                _write_at(path, offset, data, self._disk)
+                _write_at(path, offset, data, self._disk, keep=path not in self._seldom)
             else:
                 # Not `replace_unsynced`: the batch passed its fence check.
                 _replace_with_temp(path, data, sync=False, disk=self._disk)
@@ -946,6 +956,7 @@ class GroupCommit:
         self._also_sync.clear()
         self._pending_entries = []
         self._early.clear()
+        self._seldom.clear()
 
     def _write_append(self, path: str, entry: _Append, directories: list[str]) -> None:
         file, created = _open_append(path, self._disk)

@@ -286,7 +286,7 @@ class RuntimeStore:
             if staged[1]:
                 batch.replace_bytes(files.runtime, line)  # the compacted file: latest wins
             else:
-                batch.append_bytes(files.runtime, line, late=True)
+                batch.append_bytes(files.runtime, line, late=True, seldom=True)
             self._pending_sizes[schedule_id] = (
                 len(line) if staged[1] else self._pending_sizes[schedule_id] + len(line)
             )
@@ -297,7 +297,7 @@ class RuntimeStore:
             batch.replace_bytes(files.runtime, line)
             self._pending_sizes[schedule_id] = len(line)
         else:
-            batch.append_bytes(files.runtime, line, expect_size=size, late=True)
+            batch.append_bytes(files.runtime, line, expect_size=size, late=True, seldom=True)
             self._pending_sizes[schedule_id] = size + len(line)
         self._staged[schedule_id] = (batch, compact)
 

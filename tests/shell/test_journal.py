@@ -4,6 +4,7 @@ the journal is emptied by checkpoints."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from collections.abc import Callable
@@ -13,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shell.disk import OsDisk
 from shell.durable import CrashAt, GroupCommit, SimulatedCrash, set_fault_injector
 from shell.journal import JOURNAL_FILE, CommitJournal, journal_supported, replay_journal
 
@@ -93,6 +95,31 @@ def test_a_journaled_batch_is_durable_in_the_journal_before_its_files_are_writte
     assert _files(store_root) == AFTER
     journal.close()
     assert (store_root / JOURNAL_FILE).stat().st_size == 0
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="reads /proc/self/fd")
+@pytest.mark.skipif(not journal_supported(), reason="the journal needs syncfs")
+def test_a_file_written_now_and_then_is_not_kept_open_after_its_journaled_write(
+    store_root: Path,
+) -> None:
+    disk = OsDisk()
+    journal = CommitJournal(store_root, disk=disk)
+    journal.open()
+    every_commit, now_and_then = store_root / "history.jsonl", store_root / "runtime.jsonl"
+    batch = GroupCommit(journal=journal)
+    batch.append_bytes(every_commit, b"row\n")
+    batch.append_bytes(now_and_then, b"record\n", late=True, seldom=True)
+    batch.commit()
+    assert every_commit.read_bytes() == b"row\n"
+    assert now_and_then.read_bytes() == b"record\n"
+    open_files = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor
+            open_files.add(os.readlink(f"/proc/self/fd/{fd}"))
+    assert str(every_commit) in open_files
+    assert str(now_and_then) not in open_files
+    journal.close()
+    disk.release_kept(str(store_root))
 
 
 def test_an_early_append_is_written_and_appended_after_before_the_batch_completes(
