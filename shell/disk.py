@@ -271,7 +271,7 @@ class OsDisk:
     places. A set of files written in turn more often than that and larger
     than the capacity thus keeps a capacity's worth of them (every kept one
     is opened again between two sweeps), and a sweep costs one pass over
-    the kept files a minute at most. `monotonic`: the clock of the sweeps."""
+    the kept files every 90 s at most. `monotonic`: the clock of the sweeps."""
 
     def __init__(self, *, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._kept: dict[str, _KeptFile] = {}

@@ -679,8 +679,6 @@ class GroupCommit:
         """
         self._check_open()
         target = os.fspath(path)
-        if seldom:
-            self._seldom.add(target)
         if early and late:
             raise ValueError("an append is early or late, not both")
         ranked, other = (
@@ -694,6 +692,8 @@ class GroupCommit:
         entry.chunks.append(data)
         if early:
             self._early.add(target)
+        if seldom:
+            self._seldom.add(target)
 
     def append_records(
         self,
