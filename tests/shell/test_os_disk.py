@@ -106,13 +106,18 @@ class _Seconds:
         return self.now
 
 
+def _disk_of_capacity(monkeypatch: pytest.MonkeyPatch, capacity: int) -> tuple[OsDisk, _Seconds]:
+    """A disk that keeps `capacity` descriptors, on a clock of sweeps the test moves."""
+    monkeypatch.setattr("shell.disk._kept_capacity", lambda: capacity)
+    seconds = _Seconds()
+    return OsDisk(monotonic=seconds), seconds
+
+
 @pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="reads /proc/self/fd")
 def test_files_written_once_give_their_places_to_files_written_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("shell.disk._kept_capacity", lambda: 2)
-    seconds = _Seconds()
-    disk = OsDisk(monotonic=seconds)
+    disk, seconds = _disk_of_capacity(monkeypatch, 2)
     # Written at a schedule's first firing and not since: kept first.
     _write(disk, tmp_path / "once-a", b"a")
     _write(disk, tmp_path / "once-b", b"b")
@@ -137,9 +142,7 @@ def test_files_written_once_give_their_places_to_files_written_again(
 def test_more_files_written_in_turn_than_the_capacity_keep_a_capacitys_worth(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("shell.disk._kept_capacity", lambda: 3)
-    seconds = _Seconds()
-    disk = OsDisk(monotonic=seconds)
+    disk, seconds = _disk_of_capacity(monkeypatch, 3)
     names = [f"history-{i}" for i in range(5)]
     kept_after_each_round: list[set[str]] = []
     for round_ in range(10):
@@ -160,9 +163,7 @@ def test_more_files_written_in_turn_than_the_capacity_keep_a_capacitys_worth(
 def test_a_sweep_never_closes_a_kept_file_in_use(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("shell.disk._kept_capacity", lambda: 1)
-    seconds = _Seconds()
-    disk = OsDisk(monotonic=seconds)
+    disk, seconds = _disk_of_capacity(monkeypatch, 1)
     in_use = disk.open(str(tmp_path / "in-use"), write=True, create=True, keep=True)
     seconds.now += 600
     # A miss with the kept files full sweeps; the file in use stays open.
