@@ -136,8 +136,7 @@ class SystemClock:
     """Wall-clock time. Steps of the wall clock are handled by the core
     (clamped); where the platform can tell of them, they wake the sleeper."""
 
-    def now(self) -> datetime:
-        return datetime.now(UTC)
+    now = staticmethod(system_now)
 
     def watch_steps(self, on_step: Callable[[], None]) -> Callable[[], None] | None:
         return watch_wall_clock(on_step)
@@ -188,6 +187,11 @@ class ManualClock:
 
     def now(self) -> datetime:
         return self._now
+
+    @property
+    def tells_steps(self) -> bool:
+        """Whether `step` is told to the watchers (`watch_steps`)."""
+        return self._tells_steps
 
     async def set(self, instant: datetime) -> None:
         """Jump to `instant` (backwards too: tests use it for clock steps)."""

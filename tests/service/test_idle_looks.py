@@ -25,7 +25,6 @@ class SleepRecordingClock(ManualClock):
 
     def __init__(self, start: datetime, *, tells_steps: bool) -> None:
         super().__init__(start, tells_steps=tells_steps)
-        self.tells_steps = tells_steps
         self.deadlines: list[datetime] = []
 
     async def sleep_until(self, deadline: datetime, wake: asyncio.Event) -> None:
