@@ -521,9 +521,19 @@ class WorkflowApi:
         max_steps: int | None = None,
     ) -> dict[str, Any]:
         """A manual run: admit, execute, and return the inspected run once it stops."""
-        run_id = await self.admit_run(deployment_id, inputs, max_steps=max_steps)
-        task = await self._executor.launch(run_id)
+        # Shielded, as the wait is: a caller that gave up between the
+        # admission and the launch left the run admitted with no one to
+        # launch it.
+        run_id, task = await asyncio.shield(
+            self._admit_and_launch(deployment_id, inputs, max_steps)
+        )
         return await self._wait(task, run_id)
+
+    async def _admit_and_launch(
+        self, deployment_id: str, inputs: Mapping[str, Any] | None, max_steps: int | None
+    ) -> tuple[str, asyncio.Task[None]]:
+        run_id = await self.admit_run(deployment_id, inputs, max_steps=max_steps)
+        return run_id, await self._executor.launch(run_id)
 
     @store_call(writes=False)
     async def resume_run(self, run_id: str, payload: Any) -> dict[str, Any]:

@@ -734,6 +734,33 @@ async def test_a_caller_giving_up_does_not_stop_the_run(server: LocalStaticWorkf
     assert (await server.api.inspect_run("run-000001"))["status"] == "completed"
 
 
+async def test_a_caller_giving_up_between_admission_and_launch_does_not_strand_the_run(
+    server: LocalStaticWorkflowServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await deploy(server, GREETING_PLAN, "hello.default")
+    executor = server.api._executor
+    real_launch = executor.launch
+    admitted, go_on, launched = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+    async def launch_when_told(run_id: str) -> asyncio.Task[None]:
+        admitted.set()
+        await go_on.wait()
+        task = await real_launch(run_id)
+        launched.set()
+        return task
+
+    monkeypatch.setattr(executor, "launch", launch_when_told)
+    caller = asyncio.create_task(server.api.run_deployment("hello.default", {"name": "x"}))
+    await admitted.wait()
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    go_on.set()
+    await asyncio.wait_for(launched.wait(), 5)
+    assert await server.api.drain(5) == []
+    assert (await server.api.inspect_run("run-000001"))["status"] == "completed"
+
+
 async def test_run_ids_continue_after_restart(host: HostStore) -> None:
     first = await host.build()
     await deploy(first, GREETING_PLAN, "hello.default")
