@@ -173,6 +173,11 @@ class HistoryRecovery(NamedTuple):
 
 # The canonical line of an admitted row (keys sorted, as `encode_json_line`
 # writes it): instant, recorded_at, revision, run_id, seq, snapshot, status.
+# A transition row (`TransitionAppend.build`) as canonical JSON: its keys in
+# order, "reason" and "run_id" only when given.
+_TRANSITION_LINE: Final = (
+    b'{"instant":%s,%s"recorded_at":%s,%s"seq":%d,"status":%s,"update":true}\n'
+)
 _ADMITTED_LINE: Final = (
     b'{"instant":"%s","recorded_at":"%s","revision":%d,"run_id":%s,"seq":%d,'
     b'"snapshot":%s,"status":"admitted"}\n'
@@ -818,21 +823,37 @@ class HistoryStore:
         if append.says_nothing_new(current):
             return current.seq
 
-        def enter(shadow: State, row: dict[str, Any], offset: int, length: int) -> None:
-            # The fields were checked by `TransitionAppend.of` and the row
-            # built from `current`: no parse back of what was just built.
-            enter_transition(
+        # The row `append.build(current)` makes, byte for byte, put together
+        # without its dict and the general encoder: a row for most scheduled
+        # runs' ends. The fields were checked by `TransitionAppend.of` and the
+        # rest come from `current`: no parse back of what was just built.
+        run_id = append.run_id if append.run_id is not None else current.run_id
+        line = _TRANSITION_LINE % (
+            canonical_json(current.instant),
+            b"" if append.reason is None else b'"reason":%s,' % canonical_json(append.reason),
+            canonical_json(append.recorded_text),
+            b"" if run_id is None else b'"run_id":%s,' % canonical_json(run_id),
+            current.seq,
+            canonical_json(append.status),
+        )
+        active, shadow, first = self._open_shadow(log, batch)
+        self._enter(
+            log,
+            lambda: enter_transition(
                 shadow,
                 current,
-                offset,
-                length,
-                status=row["status"],
-                run_id=row.get("run_id"),
-                reason=row.get("reason"),
-                recorded_text=row["recorded_at"],
-            )
-
-        return self._stage(log, batch, lambda _state: append.build(current), enter)
+                shadow.size,
+                len(line),
+                status=append.status,
+                run_id=run_id,
+                reason=append.reason,
+                recorded_text=append.recorded_text,
+            ),
+        )
+        self._append_staged(log, active, shadow, line, first)
+        if batch is None:
+            active.commit()
+        return current.seq
 
     # --- queries --------------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ the occurrence (absent for a calendar instant).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -28,6 +29,17 @@ _STORED_ORDER: Final = tuple(sorted(_SCHEDULE_KEYS))
 _KNOWN_SCHEDULE_KEYS: Final = _SCHEDULE_KEYS | {"action"}
 _UTC_OFFSET: Final = timedelta(0)
 _ACTIONS: Final = frozenset({"trigger", "backfill"})
+
+
+# Cached by text: a herd's origins all carry the same instant, and a spread
+# minute's share a few dozen.
+@functools.lru_cache(maxsize=1 << 10)
+def _is_utc_instant(text: str) -> bool:
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return False
+    return parsed.utcoffset() == _UTC_OFFSET
 
 
 def _flat_copy(origin: Mapping[Any, Any]) -> dict[str, Any] | None:
@@ -90,13 +102,7 @@ def check_origin(origin: Any) -> tuple[dict[str, Any], list[Problem]]:
             Problem(field="origin.schedule_id", reason="must be a string of 1-128 characters")
         )
     instant = origin.get("instant")
-    parsed: datetime | None = None
-    if isinstance(instant, str):
-        try:
-            parsed = datetime.fromisoformat(instant)
-        except ValueError:
-            parsed = None
-    if parsed is None or parsed.utcoffset() != _UTC_OFFSET:
+    if not isinstance(instant, str) or not _is_utc_instant(instant):
         problems.append(
             Problem(
                 field="origin.instant",
