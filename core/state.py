@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Final
+from typing import Final, TypeVar, overload
 
 from pyrsistent import PMap, PSet, pmap, pset
 
@@ -73,6 +73,9 @@ class ActiveRun:
     origin: Origin = "schedule"
 
 
+_T = TypeVar("_T")
+
+
 class ActiveRuns(Mapping[datetime, ActiveRun]):
     """A schedule's active runs by occurrence instant: an immutable mapping.
 
@@ -91,6 +94,22 @@ class ActiveRuns(Mapping[datetime, ActiveRun]):
             if key == instant:
                 return run
         raise KeyError(instant)
+
+    @overload
+    def get(self, instant: datetime, /) -> ActiveRun | None: ...
+    @overload
+    def get(self, instant: datetime, /, default: ActiveRun | _T) -> ActiveRun | _T: ...
+
+    def get(self, instant: datetime, /, default: object = None) -> object:
+        # Not `Mapping.get`, which raises and catches a `KeyError` for a
+        # missing instant: every run report of a scheduled run looks here.
+        for key, run in self._items:
+            if key == instant:
+                return run
+        return default
+
+    def __contains__(self, instant: object) -> bool:
+        return any(key == instant for key, _ in self._items)
 
     def __iter__(self) -> Iterator[datetime]:
         return (key for key, _ in self._items)

@@ -787,15 +787,23 @@ async def test_immutable_mappings_from_the_scheduler_are_accepted(
     assert (run["snapshot"]["inputs"], run["origin"]) == ({"name": "frozen"}, SCHEDULE_ORIGIN)
 
 
-async def test_listeners_get_a_copy_of_the_origin(server: LocalStaticWorkflowServer) -> None:
+async def test_listeners_cannot_change_the_stored_origin(
+    server: LocalStaticWorkflowServer,
+) -> None:
     await deploy(server, GREETING_PLAN, "hello.default")
+    refused: list[str] = []
 
     def meddle(run_id: str, status: str, origin: Any, message: str | None) -> None:
-        origin["kind"] = "tampered"
+        assert origin == SCHEDULE_ORIGIN
+        try:
+            origin["kind"] = "tampered"
+        except TypeError:
+            refused.append(status)
 
     server.api.add_run_listener(meddle)
     run_id = await server.api.start_run("hello.default", {"name": "x"}, origin=SCHEDULE_ORIGIN)
     assert await server.api.drain(float("inf")) == []
+    assert refused == ["running", "completed"]
     assert (await server.api.inspect_run(run_id))["origin"] == SCHEDULE_ORIGIN
 
 
