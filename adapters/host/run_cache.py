@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from core.occurrences import TERMINAL_RUN_STATUSES
 
-from .records import RunRecord
+from .records import RunRecord, record_json
 
 __all__ = ["RunCache"]
 
@@ -66,7 +66,7 @@ class RunCache:
             self._live.pop(number, None)
             self._finished[number] = (
                 record.status,
-                raw if raw is not None else record.model_dump_json().encode(),
+                raw if raw is not None else record_json(record),
             )
         else:
             self._finished.pop(number, None)

@@ -72,7 +72,7 @@ from shell.journal import JOURNAL_FILE
 
 from .identifiers import format_run_id, parse_run_id
 from .persistence import Stored
-from .records import RunRecord
+from .records import RunRecord, record_json
 from .storage import is_temp_file, read_json
 
 __all__ = [
@@ -513,7 +513,7 @@ class FileRunLog:
     def append(self, records: Sequence[RunRecord]) -> list[bytes]:
         """Append the records' frames with one write and one flush; then they
         are the runs' records. Answers their JSON, in order."""
-        payloads = [record.model_dump_json().encode("utf-8") for record in records]
+        payloads = [record_json(record) for record in records]
         frames = [
             _frame_of(record, payload) for record, payload in zip(records, payloads, strict=True)
         ]
@@ -613,5 +613,5 @@ def _frame_of(record: RunRecord, payload: bytes | None = None) -> tuple[int, byt
         raise ValueError(f"{record.run_id!r} is not a run id")
     if payload is None:
         # pydantic's own encoder: about a third of `json.dumps(record.to_json())`.
-        payload = record.model_dump_json().encode("utf-8")
+        payload = record_json(record)
     return number, encode_frame(number, payload)

@@ -1,6 +1,7 @@
-"""The run record's fast copies (adapters/host/records.py): `revised` and
+"""The run record's fast paths (adapters/host/records.py): `revised` and
 `assembled` build what pydantic's `model_copy` and `model_construct` build,
-down to the stored JSON, and refuse what those would silently accept."""
+down to the stored JSON, and refuse what those would silently accept;
+`record_json` is `model_dump_json`'s text, as bytes."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from adapters.host.records import (
     RunRecord,
     Snapshot,
     assembled,
+    record_json,
     revised,
 )
 
@@ -78,3 +80,33 @@ def test_assembled_refuses_a_missing_or_unknown_field() -> None:
         assembled(ExecutingMark, attempt=1, kind="start", since=LATER)
     with pytest.raises(TypeError, match="exactly the fields"):
         assembled(Progress, node="n", state={}, steps=0, extra=1)
+
+
+def test_record_json_is_model_dump_json_encoded() -> None:
+    admitted = _admitted()
+    running = revised(
+        admitted,
+        {
+            "status": "running",
+            "attempt": 1,
+            "executing": assembled(
+                ExecutingMark, attempt=1, kind="start", since=LATER, stopped=None, server=None
+            ),
+            "progress": Progress(node="emit", state={"text": 'é \u2028 "q"'}, steps=0),
+            "updated_at": LATER,
+        },
+    )
+    completed = revised(
+        running,
+        {
+            "status": "completed",
+            "executing": None,
+            "checkpoint": Checkpoint(
+                attempt=1, status="completed", node="__end__", state={"f": 1.5}, steps=1, at=LATER
+            ),
+            "output": {"nested": [1, None, True, "ü"]},
+        },
+    )
+    for record in (admitted, running, completed):
+        assert record_json(record) == record.model_dump_json().encode("utf-8")
+        assert RunRecord.model_validate_json(record_json(record)) == record
