@@ -20,6 +20,19 @@ in it). Unlike CPU time, which swings by 10-20% between runs on a shared
 machine, the count repeats within about 0.2%, so it tells a change of a few
 percent from noise; it needs the `valgrind` package.
 
+`--system apscheduler` measures APScheduler 3.x the same way: the spread
+bench's scheduler (AsyncIOScheduler, MemoryJobStore, the same trivial async
+job and listener) with N jobs at second 0 of every minute, on a manual
+clock: the name `datetime` in the two APScheduler modules that read the
+wall clock (`apscheduler.schedulers.base`, `apscheduler.executors.base`)
+is a subclass whose `now()` answers the script's instant, and the script
+wakes the scheduler at each minute and waits for every job to have run.
+`--system both` measures the two in turn and prints the ratio: with
+`--callgrind`, a ratio of instructions that does not swing with the
+machine as the CPU time of `bench/spread.py` does (user space only: our
+writes' system calls are not in it, and APScheduler makes none). It needs
+the bench group (`--group bench`).
+
 Not a test: it prints figures and asserts nothing.
 """
 
@@ -109,7 +122,92 @@ async def measure(schedules: int, minutes: int) -> dict[str, Any]:
     }
 
 
-def under_callgrind(schedules: int, minutes: int) -> dict[str, Any]:
+async def measure_apscheduler(schedules: int, minutes: int) -> dict[str, Any]:
+    import apscheduler.executors.base
+    import apscheduler.schedulers.base
+    from apscheduler.events import EVENT_JOB_SUBMITTED, JobSubmissionEvent
+    from apscheduler.jobstores.memory import MemoryJobStore
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
+    from apscheduler.triggers.cron import CronTrigger
+
+    instant = [datetime(2026, 3, 2, 9, 0, 30, tzinfo=UTC)]
+
+    class ManualDatetime(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
+            return instant[0] if tz is None else instant[0].astimezone(tz)
+
+    modules = (apscheduler.schedulers.base, apscheduler.executors.base)
+    for module in modules:
+        module.datetime = ManualDatetime  # type: ignore[attr-defined, misc]
+    mark = os.environ.get(_MARK_ENV)
+    ran = [0]
+    submitted: list[int] = [0]
+
+    # What the spread bench's APScheduler child does per job and submission.
+    started: dict[str, list[float]] = {}
+
+    async def job(job_id: str) -> None:
+        started.setdefault(job_id, []).append(time.time())
+        ran[0] += 1
+
+    def on_submitted(event: JobSubmissionEvent) -> None:
+        submitted[0] += len(event.scheduled_run_times)
+
+    scheduler = AsyncIOScheduler(
+        jobstores={"default": MemoryJobStore()},
+        timezone=UTC,
+        job_defaults={"misfire_grace_time": None, "coalesce": False, "max_instances": 10},
+    )
+    scheduler.add_listener(on_submitted, EVENT_JOB_SUBMITTED)
+    for index in range(schedules):
+        job_id = f"s-{index:05d}"
+        scheduler.add_job(job, CronTrigger(second=0, timezone=UTC), args=[job_id], id=job_id)
+    scheduler.start()
+    freeze_startup_objects()
+
+    async def minute(at: datetime) -> None:
+        instant[0] = at
+        target = ran[0] + schedules
+        scheduler.wakeup()
+        while ran[0] < target:
+            await asyncio.sleep(0)
+        started.clear()
+
+    first = instant[0].replace(second=0) + timedelta(minutes=1)
+    await minute(first)
+    if mark is not None:
+        Path(mark).write_text(str(os.getpid()))
+        while not Path(mark + ".on").exists():
+            await asyncio.sleep(0.05)
+    cpu = harness.cpu_seconds()
+    began = time.perf_counter()
+    for index in range(1, minutes + 1):
+        await minute(first + timedelta(minutes=index))
+    cpu = harness.cpu_seconds() - cpu
+    wall = time.perf_counter() - began
+    if mark is not None:
+        Path(mark + ".done").write_text("done")
+        while not Path(mark + ".off").exists():
+            await asyncio.sleep(0.05)
+    scheduler.shutdown(wait=False)
+    occurrences = schedules * minutes
+    if submitted[0] != schedules * (minutes + 1):
+        raise SystemExit(f"APScheduler submitted {submitted[0]:,} runs, not {occurrences:,}")
+    return {
+        "schedules": schedules,
+        "minutes": minutes,
+        "occurrences": occurrences,
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "cpu_per_occurrence_ms": cpu / occurrences * 1000,
+    }
+
+
+_MEASURES = {"ours": measure, "apscheduler": measure_apscheduler}
+
+
+def under_callgrind(schedules: int, minutes: int, system: str = "ours") -> dict[str, Any]:
     """The measurement in a child under callgrind, instrumented only while it
     measures; its figures plus `instructions_per_occurrence`."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
@@ -120,7 +218,7 @@ def under_callgrind(schedules: int, minutes: int) -> dict[str, Any]:
         command = [
             "valgrind", "--tool=callgrind", "--instr-atstart=no",
             f"--callgrind-out-file={output}",
-            sys.executable, str(Path(__file__)), "--child",
+            sys.executable, str(Path(__file__)), "--child", "--system", system,
             "--schedules", str(schedules), "--minutes", str(minutes),
         ]  # fmt: skip
         child = subprocess.Popen(
@@ -168,29 +266,63 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--callgrind", action="store_true", help="count instructions per occurrence"
     )
+    parser.add_argument(
+        "--system",
+        choices=("ours", "apscheduler", "both"),
+        default="ours",
+        help="what to measure; both: ours, then APScheduler 3.x, and the ratio",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(asyncio.run(measure(args.schedules, args.minutes))))
+        run = _MEASURES[args.system]
+        print(json.dumps(asyncio.run(run(args.schedules, args.minutes))))
         return
-    if args.callgrind:
-        result = under_callgrind(args.schedules, args.minutes)
-    else:
-        result = asyncio.run(measure(args.schedules, args.minutes))
+    systems = ["ours", "apscheduler"] if args.system == "both" else [args.system]
+    results: dict[str, dict[str, Any]] = {}
+    for system in systems:
+        if args.callgrind:
+            results[system] = under_callgrind(args.schedules, args.minutes, system)
+        else:
+            results[system] = _in_child(args.schedules, args.minutes, system)
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(results if len(results) > 1 else results[systems[0]]))
         return
     print(
         f"lifecycle: {args.schedules:,} every-minute schedules, {args.minutes} measured"
-        f" minute(s) on a manual clock ({result['occurrences']:,} occurrences)"
+        f" minute(s) on a manual clock ({args.schedules * args.minutes:,} occurrences)"
     )
-    print(f"  CPU per occurrence  {result['cpu_per_occurrence_ms']:.4f} ms")
-    if "instructions_per_occurrence" in result:
-        print(
-            f"  instructions per occurrence (callgrind, user space)"
-            f"  {result['instructions_per_occurrence'] / 1e6:.4f} M"
+    for system, result in results.items():
+        name = "ours" if system == "ours" else "APScheduler 3.x"
+        print(f"  {name:<16} CPU per occurrence  {result['cpu_per_occurrence_ms']:.4f} ms")
+        if "instructions_per_occurrence" in result:
+            print(
+                f"  {name:<16} instructions per occurrence (callgrind, user space)"
+                f"  {result['instructions_per_occurrence'] / 1e6:.4f} M"
+            )
+    if len(results) == 2:
+        ours, theirs = results["ours"], results["apscheduler"]
+        key = (
+            "instructions_per_occurrence"
+            if "instructions_per_occurrence" in ours
+            else "cpu_per_occurrence_ms"
         )
+        what = "instructions" if key.startswith("instructions") else "CPU"
+        print(f"  ratio, ours / APScheduler ({what})  {ours[key] / theirs[key]:.2f}")
+
+
+def _in_child(schedules: int, minutes: int, system: str) -> dict[str, Any]:
+    """One measurement in a fresh process, so that the two systems share
+    nothing (modules, collector, allocator)."""
+    command = [
+        sys.executable, str(Path(__file__)), "--child", "--system", system,
+        "--schedules", str(schedules), "--minutes", str(minutes),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"the {system} child failed ({done.returncode}): {done.stderr[-2000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
 if __name__ == "__main__":
