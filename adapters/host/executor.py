@@ -131,9 +131,9 @@ class RunExecutor:
     def _plan(self, record: RunRecord) -> Plan:
         return self._artifacts.plan(record.snapshot.artifact_id, record.snapshot.artifact_version)
 
-    def _executing(self, run_id: str) -> tuple[RunRecord, Plan]:
-        """The run's record with its executing mark (attempt 1), not yet written.
-        InvalidState unless the run is admitted."""
+    def _executing(self, run_id: str, now: str) -> tuple[RunRecord, Plan]:
+        """The run's record with its executing mark (attempt 1) made `now`, not
+        yet written. InvalidState unless the run is admitted."""
         record = self._store.get(run_id)
         if record.status != "admitted":
             raise InvalidState(
@@ -141,7 +141,6 @@ class RunExecutor:
                 data={"run_id": run_id, "status": record.status},
             )
         plan = self._plan(record)
-        now = self._now()
         record = revised(
             record,
             {
@@ -166,7 +165,7 @@ class RunExecutor:
     async def launch(self, run_id: str) -> asyncio.Task[None]:
         """admitted -> running; returns the execution task."""
         async with self._store.lock(run_id):
-            record, plan = self._executing(run_id)
+            record, plan = self._executing(run_id, self._now())
             await self._store.put(record)
         self._notify(record)
         return self._spawn(run_id, functools.partial(self._engine, record, plan))
@@ -182,9 +181,12 @@ class RunExecutor:
         outcomes: dict[str, SchedulingError | None] = {}
         started: list[tuple[RunRecord, Plan]] = []
         async with self._store.locked(unique):
+            # One instant for the marks of runs launched together, as they
+            # are written together (a herd launches thousands).
+            now = self._now()
             for run_id in unique:
                 try:
-                    started.append(self._executing(run_id))
+                    started.append(self._executing(run_id, now))
                 except SchedulingError as exc:
                     outcomes[run_id] = exc
             if started:
@@ -346,9 +348,11 @@ class RunExecutor:
         records: list[RunRecord] = []
         try:
             async with self._store.locked(run_id for run_id, _ in stopped):
+                # One instant for the stops recorded together, in one write.
+                now = self._now()
                 for run_id, stop in stopped:
                     try:
-                        records.append(self._stopped(self._store.get(run_id), stop))
+                        records.append(self._stopped(self._store.get(run_id), stop, now))
                     except Exception as exc:
                         _log.exception("run %s: host error while executing", run_id)
                         failed.append((run_id, exc))
@@ -460,13 +464,12 @@ class RunExecutor:
 
     async def _record_stop(self, run_id: str, stop: Stop) -> None:
         async with self._store.lock(run_id):
-            record = self._stopped(self._store.get(run_id), stop)
+            record = self._stopped(self._store.get(run_id), stop, self._now())
             await self._store.commit(record)
         self._notify(record)
 
-    def _stopped(self, record: RunRecord, stop: Stop) -> RunRecord:
-        """`record` stopped as `stop` says, not yet written."""
-        now = self._now()
+    def _stopped(self, record: RunRecord, stop: Stop, now: str) -> RunRecord:
+        """`record` stopped as `stop` says, recorded `now`, not yet written."""
         position = stop.position
         # The engine's state is validated once, by the checkpoint; the
         # position is the checkpoint's.
