@@ -173,14 +173,14 @@ class HistoryRecovery(NamedTuple):
 
 # The canonical line of an admitted row (keys sorted, as `encode_json_line`
 # writes it): instant, recorded_at, revision, run_id, seq, snapshot, status.
-# A transition row (`TransitionAppend.build`) as canonical JSON: its keys in
-# order, "reason" and "run_id" only when given.
-_TRANSITION_LINE: Final = (
-    b'{"instant":%s,%s"recorded_at":%s,%s"seq":%d,"status":%s,"update":true}\n'
-)
 _ADMITTED_LINE: Final = (
     b'{"instant":"%s","recorded_at":"%s","revision":%d,"run_id":%s,"seq":%d,'
     b'"snapshot":%s,"status":"admitted"}\n'
+)
+# The canonical line of a transition row (`TransitionAppend.build`): its keys
+# sorted, "reason" and "run_id" only when given.
+_TRANSITION_LINE: Final = (
+    b'{"instant":%s,%s"recorded_at":%s,%s"seq":%d,"status":%s,"update":true}\n'
 )
 
 

@@ -207,8 +207,8 @@ def assembled(model: type[_Model], **fields: Any) -> _Model:
     built = model.__new__(model)
     _SET_DICT(built, fields)
     _SET_EXTRA(built, None)
-    # A set of its own per model (pydantic may add to it), copied from the
-    # declared names without hashing them again.
+    # A set of its own per record (pydantic may add to it), copied from the
+    # model's names without hashing them again.
     _SET_FIELDS_SET(built, set(declared))
     _SET_PRIVATE(built, None)
     return built
