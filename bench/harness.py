@@ -14,7 +14,8 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +32,10 @@ __all__ = [
     "STORES",
     "TRIVIAL_PLAN",
     "AdmissionProbe",
+    "ApsJobs",
     "Timers",
     "add_store_option",
+    "apscheduler_with_jobs",
     "build_server",
     "cpu_seconds",
     "create_cron_schedules",
@@ -138,6 +141,53 @@ def fast_setup() -> Iterator[None]:
         os.fsync = real_fsync
         durable._syncfs_directory = real_syncfs
         os.sync()
+
+
+@dataclass
+class ApsJobs:
+    """APScheduler 3.x as the benches run it (`apscheduler_with_jobs`), and
+    what its jobs noted: per job id, when each run started and the planned
+    times of each submission; `ran` counts the runs."""
+
+    scheduler: Any
+    started: dict[str, list[float]] = field(default_factory=dict)
+    scheduled: dict[str, list[float]] = field(default_factory=dict)
+    ran: int = 0
+
+
+def apscheduler_with_jobs(triggers: Sequence[Any]) -> ApsJobs:
+    """An AsyncIOScheduler with a MemoryJobStore (UTC, no misfire grace, no
+    coalescing, ten instances of a job at once) and one job per trigger
+    (`s-00000`, ...): a trivial async job that notes when it started, and a
+    listener that notes each submission's planned times. Not started.
+    APScheduler is imported here: only the benches that compare with it
+    need the bench group."""
+    from apscheduler.events import EVENT_JOB_SUBMITTED, JobSubmissionEvent
+    from apscheduler.jobstores.memory import MemoryJobStore
+    from apscheduler.schedulers.asyncio import AsyncIOScheduler
+
+    jobs = ApsJobs(
+        AsyncIOScheduler(
+            jobstores={"default": MemoryJobStore()},
+            timezone=UTC,
+            job_defaults={"misfire_grace_time": None, "coalesce": False, "max_instances": 10},
+        )
+    )
+
+    async def job(job_id: str) -> None:
+        jobs.started.setdefault(job_id, []).append(time.time())
+        jobs.ran += 1
+
+    def on_submitted(event: JobSubmissionEvent) -> None:
+        jobs.scheduled.setdefault(event.job_id, []).extend(
+            t.timestamp() for t in event.scheduled_run_times
+        )
+
+    jobs.scheduler.add_listener(on_submitted, EVENT_JOB_SUBMITTED)
+    for index, trigger in enumerate(triggers):
+        job_id = f"s-{index:05d}"
+        jobs.scheduler.add_job(job, trigger, args=[job_id], id=job_id)
+    return jobs
 
 
 class AdmissionProbe:

@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,6 @@ async def measure(schedules: int, minutes: int) -> dict[str, Any]:
 
     start = datetime(2026, 3, 2, 9, 0, 30, tzinfo=UTC)
     clock = ManualClock(start)
-    mark = os.environ.get(_MARK_ENV)
     with tempfile.TemporaryDirectory(prefix="wf-bench-lifecycle-") as tmp:
         server = harness.build_server(Path(tmp) / "store")
         service = build_scheduler_service(
@@ -92,89 +92,20 @@ async def measure(schedules: int, minutes: int) -> dict[str, Any]:
             await clock.set(instant + timedelta(seconds=30))
             await service.settle()
 
-        first = start.replace(second=0) + timedelta(minutes=1)
-        await minute(first)
-        if mark is not None:
-            Path(mark).write_text(str(os.getpid()))
-            while not Path(mark + ".on").exists():
-                await asyncio.sleep(0.05)
-        cpu = harness.cpu_seconds()
-        began = time.perf_counter()
-        for index in range(1, minutes + 1):
-            await minute(first + timedelta(minutes=index))
-        cpu = harness.cpu_seconds() - cpu
-        wall = time.perf_counter() - began
-        if mark is not None:
-            Path(mark + ".done").write_text("done")
-            while not Path(mark + ".off").exists():
-                await asyncio.sleep(0.05)
+        figures = await _measured(minute, start, schedules, minutes)
         await service.stop()
         await server.api.cancel_executing()
         await server.close()
-    occurrences = schedules * minutes
-    return {
-        "schedules": schedules,
-        "minutes": minutes,
-        "occurrences": occurrences,
-        "cpu_s": cpu,
-        "wall_s": wall,
-        "cpu_per_occurrence_ms": cpu / occurrences * 1000,
-    }
+    return figures
 
 
-async def measure_apscheduler(schedules: int, minutes: int) -> dict[str, Any]:
-    import apscheduler.executors.base
-    import apscheduler.schedulers.base
-    from apscheduler.events import EVENT_JOB_SUBMITTED, JobSubmissionEvent
-    from apscheduler.jobstores.memory import MemoryJobStore
-    from apscheduler.schedulers.asyncio import AsyncIOScheduler
-    from apscheduler.triggers.cron import CronTrigger
-
-    instant = [datetime(2026, 3, 2, 9, 0, 30, tzinfo=UTC)]
-
-    class ManualDatetime(datetime):
-        @classmethod
-        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
-            return instant[0] if tz is None else instant[0].astimezone(tz)
-
-    modules = (apscheduler.schedulers.base, apscheduler.executors.base)
-    for module in modules:
-        module.datetime = ManualDatetime  # type: ignore[attr-defined, misc]
+async def _measured(
+    minute: Callable[[datetime], Awaitable[None]], start: datetime, schedules: int, minutes: int
+) -> dict[str, Any]:
+    """A warm-up minute, then `minutes` measured ones (under callgrind, the
+    parent turns instrumentation on and off around them); the figures."""
     mark = os.environ.get(_MARK_ENV)
-    ran = [0]
-    submitted: list[int] = [0]
-
-    # What the spread bench's APScheduler child does per job and submission.
-    started: dict[str, list[float]] = {}
-
-    async def job(job_id: str) -> None:
-        started.setdefault(job_id, []).append(time.time())
-        ran[0] += 1
-
-    def on_submitted(event: JobSubmissionEvent) -> None:
-        submitted[0] += len(event.scheduled_run_times)
-
-    scheduler = AsyncIOScheduler(
-        jobstores={"default": MemoryJobStore()},
-        timezone=UTC,
-        job_defaults={"misfire_grace_time": None, "coalesce": False, "max_instances": 10},
-    )
-    scheduler.add_listener(on_submitted, EVENT_JOB_SUBMITTED)
-    for index in range(schedules):
-        job_id = f"s-{index:05d}"
-        scheduler.add_job(job, CronTrigger(second=0, timezone=UTC), args=[job_id], id=job_id)
-    scheduler.start()
-    freeze_startup_objects()
-
-    async def minute(at: datetime) -> None:
-        instant[0] = at
-        target = ran[0] + schedules
-        scheduler.wakeup()
-        while ran[0] < target:
-            await asyncio.sleep(0)
-        started.clear()
-
-    first = instant[0].replace(second=0) + timedelta(minutes=1)
+    first = start.replace(second=0) + timedelta(minutes=1)
     await minute(first)
     if mark is not None:
         Path(mark).write_text(str(os.getpid()))
@@ -190,10 +121,7 @@ async def measure_apscheduler(schedules: int, minutes: int) -> dict[str, Any]:
         Path(mark + ".done").write_text("done")
         while not Path(mark + ".off").exists():
             await asyncio.sleep(0.05)
-    scheduler.shutdown(wait=False)
     occurrences = schedules * minutes
-    if submitted[0] != schedules * (minutes + 1):
-        raise SystemExit(f"APScheduler submitted {submitted[0]:,} runs, not {occurrences:,}")
     return {
         "schedules": schedules,
         "minutes": minutes,
@@ -202,6 +130,46 @@ async def measure_apscheduler(schedules: int, minutes: int) -> dict[str, Any]:
         "wall_s": wall,
         "cpu_per_occurrence_ms": cpu / occurrences * 1000,
     }
+
+
+async def measure_apscheduler(schedules: int, minutes: int) -> dict[str, Any]:
+    import apscheduler.executors.base
+    import apscheduler.schedulers.base
+    from apscheduler.triggers.cron import CronTrigger
+
+    start = datetime(2026, 3, 2, 9, 0, 30, tzinfo=UTC)
+    instant = [start]
+
+    class ManualDatetime(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
+            return instant[0] if tz is None else instant[0].astimezone(tz)
+
+    for module in (apscheduler.schedulers.base, apscheduler.executors.base):
+        module.datetime = ManualDatetime  # type: ignore[attr-defined, misc]
+    # The spread bench's scheduler, job and listener.
+    jobs = harness.apscheduler_with_jobs(
+        [CronTrigger(second=0, timezone=UTC) for _ in range(schedules)]
+    )
+    jobs.scheduler.start()
+    freeze_startup_objects()
+
+    async def minute(at: datetime) -> None:
+        instant[0] = at
+        target = jobs.ran + schedules
+        jobs.scheduler.wakeup()
+        while jobs.ran < target:
+            await asyncio.sleep(0)
+        jobs.started.clear()
+
+    figures = await _measured(minute, start, schedules, minutes)
+    jobs.scheduler.shutdown(wait=False)
+    submitted = sum(len(times) for times in jobs.scheduled.values())
+    if submitted != schedules * (minutes + 1):
+        raise SystemExit(
+            f"APScheduler submitted {submitted:,} runs, not {schedules * (minutes + 1):,}"
+        )
+    return figures
 
 
 _MEASURES = {"ours": measure, "apscheduler": measure_apscheduler}

@@ -202,36 +202,17 @@ async def run_ours(
 
 
 async def run_apscheduler(schedules: int, minutes: int, pattern: str) -> dict[str, Any]:
-    from apscheduler.events import EVENT_JOB_SUBMITTED, JobSubmissionEvent
-    from apscheduler.jobstores.memory import MemoryJobStore
-    from apscheduler.schedulers.asyncio import AsyncIOScheduler
     from apscheduler.triggers.cron import CronTrigger
 
-    started: dict[str, list[float]] = {}
-    scheduled: dict[str, list[float]] = {}
-
-    async def job(job_id: str) -> None:
-        started.setdefault(job_id, []).append(time.time())
-
-    def on_submitted(event: JobSubmissionEvent) -> None:
-        scheduled.setdefault(event.job_id, []).extend(
-            t.timestamp() for t in event.scheduled_run_times
-        )
-
-    scheduler = AsyncIOScheduler(
-        jobstores={"default": MemoryJobStore()},
-        timezone=UTC,
-        job_defaults={"misfire_grace_time": None, "coalesce": False, "max_instances": 10},
-    )
-    scheduler.add_listener(on_submitted, EVENT_JOB_SUBMITTED)
-    for index in range(schedules):
-        job_id = f"s-{index:05d}"
-        trigger = (
+    jobs = harness.apscheduler_with_jobs(
+        [
             CronTrigger(second=0, timezone=UTC)
             if pattern == "minute"
             else CronTrigger(minute=index % 60, second=0, timezone=UTC)
-        )
-        scheduler.add_job(job, trigger, args=[job_id], id=job_id)
+            for index in range(schedules)
+        ]
+    )
+    scheduler, started, scheduled = jobs.scheduler, jobs.started, jobs.scheduled
     scheduler.start()
     begin, end = _window(minutes)
     await _sleep_until(begin)
