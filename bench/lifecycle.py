@@ -184,11 +184,12 @@ def under_callgrind(schedules: int, minutes: int, system: str = "ours") -> dict[
         mark = os.path.join(tmp, "mark")
         output = os.path.join(tmp, "callgrind.out")
         command = [
-            "valgrind", "--tool=callgrind", "--instr-atstart=no",
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
             f"--callgrind-out-file={output}",
-            sys.executable, str(Path(__file__)), "--child", "--system", system,
-            "--schedules", str(schedules), "--minutes", str(minutes),
-        ]  # fmt: skip
+            *_child_command(schedules, minutes, system),
+        ]
         child = subprocess.Popen(
             command,
             env={**os.environ, _MARK_ENV: mark},
@@ -283,14 +284,18 @@ def main(argv: list[str] | None = None) -> None:
 def _in_child(schedules: int, minutes: int, system: str) -> dict[str, Any]:
     """One measurement in a fresh process, so that the two systems share
     nothing (modules, collector, allocator)."""
-    command = [
-        sys.executable, str(Path(__file__)), "--child", "--system", system,
-        "--schedules", str(schedules), "--minutes", str(minutes),
-    ]  # fmt: skip
+    command = _child_command(schedules, minutes, system)
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"the {system} child failed ({done.returncode}): {done.stderr[-2000:]}")
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def _child_command(schedules: int, minutes: int, system: str) -> list[str]:
+    return [
+        sys.executable, str(Path(__file__)), "--child", "--system", system,
+        "--schedules", str(schedules), "--minutes", str(minutes),
+    ]  # fmt: skip
 
 
 if __name__ == "__main__":

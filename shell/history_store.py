@@ -496,7 +496,8 @@ class HistoryStore:
     ) -> int:
         """Stage the row `build` makes; `enter` (default: parse it back like a
         row read from disk) applies it to the pending state."""
-        active, shadow, first = self._open_shadow(log, batch)
+        opened = self._open_shadow(log, batch)
+        shadow = opened[1]
         row = build(shadow)
         try:
             line = encode_json_line(row)
@@ -504,15 +505,32 @@ class HistoryStore:
             # Every other field is checked to be a string, an integer or an
             # instant; only a snapshot's inputs can hold what JSON cannot.
             raise InvalidInput.from_problems("history row", [SNAPSHOT_PROBLEM]) from None
-        seq = int(row["seq"])
-        if enter is None:
-            self._enter(log, lambda: apply_row(shadow, row, shadow.size, len(line), unknown))
-        else:
-            self._enter(log, lambda: enter(shadow, row, shadow.size, len(line)))
+
+        def apply() -> None:
+            if enter is None:
+                apply_row(shadow, row, shadow.size, len(line), unknown)
+            else:
+                enter(shadow, row, shadow.size, len(line))
+
+        self._stage_line(log, batch, opened, line, apply)
+        return int(row["seq"])
+
+    def _stage_line(
+        self,
+        log: _Log,
+        batch: GroupCommit | None,
+        opened: tuple[GroupCommit, State, bool],
+        line: bytes,
+        apply: Callable[[], None],
+    ) -> None:
+        """Stage `line` into the batch `_open_shadow` gave (`opened`), once
+        `apply` entered it into the pending state; committed here when the
+        caller gave no batch."""
+        active, shadow, first = opened
+        self._enter(log, apply)
         self._append_staged(log, active, shadow, line, first)
         if batch is None:
             active.commit()
-        return seq
 
     def _open_shadow(self, log: _Log, batch: GroupCommit | None) -> tuple[GroupCommit, State, bool]:
         """The batch to stage into, the pending state to apply rows to, and
@@ -622,7 +640,8 @@ class HistoryStore:
             raise InvalidInput.from_problems("history row", problems)
         assert entered is not None
         log = self._owned(schedule_id)
-        active, shadow, first = self._open_shadow(log, batch)
+        opened = self._open_shadow(log, batch)
+        shadow = opened[1]
         seq = shadow.count
         line = _ADMITTED_LINE % (
             instant_text.encode(),
@@ -651,8 +670,7 @@ class HistoryStore:
                 snapshot=entered,
             )
 
-        self._enter(log, enter)
-        self._append_staged(log, active, shadow, line, first)
+        self._stage_line(log, batch, opened, line, enter)
         return seq
 
     def _publish(self, log: _Log) -> None:
@@ -836,9 +854,13 @@ class HistoryStore:
             current.seq,
             canonical_json(append.status),
         )
-        active, shadow, first = self._open_shadow(log, batch)
-        self._enter(
+        opened = self._open_shadow(log, batch)
+        shadow = opened[1]
+        self._stage_line(
             log,
+            batch,
+            opened,
+            line,
             lambda: enter_transition(
                 shadow,
                 current,
@@ -850,9 +872,6 @@ class HistoryStore:
                 recorded_text=append.recorded_text,
             ),
         )
-        self._append_staged(log, active, shadow, line, first)
-        if batch is None:
-            active.commit()
         return current.seq
 
     # --- queries --------------------------------------------------------------------------------
