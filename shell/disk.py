@@ -37,6 +37,7 @@ __all__ = [
     "OsFile",
     "exists",
     "is_directory",
+    "write_kept",
 ]
 
 
@@ -236,6 +237,19 @@ def _kept_capacity() -> int:
     return max(0, soft - max(_RESERVED_DESCRIPTORS, soft // 4))
 
 
+def write_kept(disk: Disk, path: str, data: bytes, offset: int) -> None:
+    """Write `data` at `offset` of `path` (created if missing) through a
+    descriptor the disk may keep (`Disk.open`'s `keep`); not flushed."""
+    if type(disk) is OsDisk:
+        disk.write_kept(path, data, offset)
+        return
+    file = disk.open(path, write=True, create=True, keep=True)
+    try:
+        file.write_at(data, offset)
+    finally:
+        file.close()
+
+
 def _load_syncfs() -> Callable[[int], int] | None:
     if not sys.platform.startswith("linux"):
         return None
@@ -326,6 +340,24 @@ class OsDisk:
             kept.reused = True
         kept.lent += 1
         return kept
+
+    def write_kept(self, path: str, data: bytes, offset: int) -> None:
+        """`open(path, write=True, create=True, keep=True)`, `write_at` and
+        `close` in one call: a schedule's history and index are written this
+        way three times per occurrence, and a descriptor already kept needs
+        neither the lending nor the giving back (nothing runs between)."""
+        kept = self._kept.get(path)
+        if kept is None:
+            file = self._open_kept(path, write=True, create=True)
+            try:
+                file.write_at(data, offset)
+            finally:
+                file.close()
+            return
+        kept.reused = True
+        written = os.pwrite(kept.fd, data, offset)
+        if written < len(data):
+            kept.write_at(data[written:], offset + written)
 
     def _sweep(self) -> bool:
         """Close the kept files not opened again since the last sweep (nor in

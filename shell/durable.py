@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, Protocol, TypeAlias
 
 from core.errors import StoreFenced
-from shell.disk import OS_DISK, SYNCFS, Disk, DiskFile, is_directory
+from shell.disk import OS_DISK, SYNCFS, Disk, DiskFile, is_directory, write_kept
 from shell.fence import check_fence, check_fence_all
 from shell.store_format import canonical_json, encode_json_line
 
@@ -433,7 +433,10 @@ def _write_at(path: str, offset: int, data: bytes, disk: Disk, *, keep: bool = T
     """Write `data` at `offset` of `path` (created if missing), with no flush.
     The descriptor is kept unless `keep` is false (a schedule's history is
     written at every commit)."""
-    file = disk.open(path, write=True, create=True, keep=keep)
+    if keep:
+        write_kept(disk, path, data, offset)
+        return
+    file = disk.open(path, write=True, create=True)
     try:
         file.write_at(data, offset)
     finally:

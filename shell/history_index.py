@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from core.occurrences import TERMINAL_STATUSES
-from shell.disk import Disk, DiskFile, exists
+from shell.disk import Disk, DiskFile, exists, write_kept
 from shell.durable import atomic_write_bytes, fault_point
 from shell.fence import check_fence
 from shell.history_rows import Bad, Entry, Open, State, apply_row, check_decision, check_transition
@@ -568,26 +568,28 @@ class HistoryIndex:
         if not fence_checked:
             check_fence(files.history_index)
         fault_point(f"before:index:{HISTORY_INDEX_FILE}")
-        fd = self.disk.open(files.history_index, write=True, create=True, keep=True)
-        try:
-            if header is not None:
-                fd.write_at(header.pack(), 0)
-            elif not headed and fd.size() < HEADER_SIZE:
-                fd.write_at(EMPTY_CHECKPOINT.pack(), 0)
-            # One write per run of consecutive seqs (a whole batch of new
-            # decisions is one run).
-            run_start, run = -1, list[bytes]()
-            for seq in sorted(entries):
-                if run and seq != run_start + len(run):
-                    fd.write_at(b"".join(run), HEADER_SIZE + run_start * ENTRY_SIZE)
-                    run = []
-                if not run:
-                    run_start = seq
-                run.append(pack_entry(entries[seq]))
-            if run:
-                fd.write_at(b"".join(run), HEADER_SIZE + run_start * ENTRY_SIZE)
-        finally:
-            fd.close()
+        path = files.history_index
+        if header is None and not headed:
+            fd = self.disk.open(path, write=True, create=True, keep=True)
+            try:
+                if fd.size() < HEADER_SIZE:
+                    fd.write_at(EMPTY_CHECKPOINT.pack(), 0)
+            finally:
+                fd.close()
+        elif header is not None:
+            write_kept(self.disk, path, header.pack(), 0)
+        # One write per run of consecutive seqs (a whole batch of new
+        # decisions is one run).
+        run_start, run = -1, list[bytes]()
+        for seq in sorted(entries):
+            if run and seq != run_start + len(run):
+                write_kept(self.disk, path, b"".join(run), HEADER_SIZE + run_start * ENTRY_SIZE)
+                run = []
+            if not run:
+                run_start = seq
+            run.append(pack_entry(entries[seq]))
+        if run:
+            write_kept(self.disk, path, b"".join(run), HEADER_SIZE + run_start * ENTRY_SIZE)
         fault_point(f"after:index:{HISTORY_INDEX_FILE}")
 
     def read_entries(self, files: ScheduleFiles, start: int, end: int) -> bytes:

@@ -9,13 +9,18 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+from typing import Protocol, cast
 
 import pytest
 
-from shell.disk import OsDisk
+from shell.disk import OsDisk, write_kept
 
 
-def _write(disk: OsDisk, path: Path, data: bytes, offset: int = 0) -> None:
+class _Write(Protocol):
+    def __call__(self, disk: OsDisk, path: Path, data: bytes, offset: int = 0) -> None: ...
+
+
+def _open_write_close(disk: OsDisk, path: Path, data: bytes, offset: int = 0) -> None:
     file = disk.open(str(path), write=True, create=True, keep=True)
     try:
         file.write_at(data, offset)
@@ -23,49 +28,67 @@ def _write(disk: OsDisk, path: Path, data: bytes, offset: int = 0) -> None:
         file.close()
 
 
+def _write_kept(disk: OsDisk, path: Path, data: bytes, offset: int = 0) -> None:
+    write_kept(disk, str(path), data, offset)
+
+
+@pytest.fixture(params=[_open_write_close, _write_kept], ids=["open-write-close", "write_kept"])
+def write(request: pytest.FixtureRequest) -> _Write:
+    """Each test twice: a kept file written through `open`, `write_at` and
+    `close`, and through `write_kept` (the stores' path, which skips them
+    for a descriptor already kept)."""
+    return cast(_Write, request.param)
+
+
 def _open_descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
 @pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="counts /proc/self/fd")
-def test_a_kept_file_is_opened_once_and_closed_with_its_store(tmp_path: Path) -> None:
+def test_a_kept_file_is_opened_once_and_closed_with_its_store(
+    tmp_path: Path, write: _Write
+) -> None:
     disk = OsDisk()
     before = _open_descriptors()
     for index in range(5):
-        _write(disk, tmp_path / "history", b"%d" % index, index)
+        write(disk, tmp_path / "history", b"%d" % index, index)
     assert (tmp_path / "history").read_bytes() == b"01234"
     assert _open_descriptors() == before + 1
     disk.release_kept(str(tmp_path))
     assert _open_descriptors() == before
 
 
-def test_a_rename_over_a_kept_path_sends_the_next_writes_to_the_new_file(tmp_path: Path) -> None:
+def test_a_rename_over_a_kept_path_sends_the_next_writes_to_the_new_file(
+    tmp_path: Path, write: _Write
+) -> None:
     disk = OsDisk()
     path = tmp_path / "index"
-    _write(disk, path, b"old")
+    write(disk, path, b"old")
     (tmp_path / "index.tmp").write_bytes(b"new")
     disk.rename(str(tmp_path / "index.tmp"), str(path))
-    _write(disk, path, b"N")
+    write(disk, path, b"N")
     assert path.read_bytes() == b"New"
     # A kept source renamed elsewhere is dropped too.
-    _write(disk, tmp_path / "moved", b"a")
+    write(disk, tmp_path / "moved", b"a")
     disk.rename(str(tmp_path / "moved"), str(tmp_path / "target"))
-    _write(disk, tmp_path / "moved", b"b")
+    write(disk, tmp_path / "moved", b"b")
     assert (tmp_path / "moved").read_bytes() == b"b"
     assert (tmp_path / "target").read_bytes() == b"a"
     disk.release_kept(str(tmp_path))
 
 
-def test_a_removed_kept_path_is_created_again_by_the_next_write(tmp_path: Path) -> None:
+def test_a_removed_kept_path_is_created_again_by_the_next_write(
+    tmp_path: Path, write: _Write
+) -> None:
     disk = OsDisk()
     directory = tmp_path / "schedule"
     disk.make_directory(str(directory))
     path = directory / "history"
-    _write(disk, path, b"first")
+    write(disk, path, b"first")
     disk.remove(str(path))
-    _write(disk, path, b"again")
+    write(disk, path, b"again")
     assert path.read_bytes() == b"again"
-    _write(disk, directory / "index", b"x")
+    write(disk, directory / "index", b"x")
     disk.remove(str(path))
     disk.remove(str(directory / "index"))
     disk.remove_directory(str(directory))
@@ -73,13 +96,13 @@ def test_a_removed_kept_path_is_created_again_by_the_next_write(tmp_path: Path) 
 
 
 def test_past_its_capacity_the_disk_opens_and_closes_each_time(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, write: _Write, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("shell.disk._kept_capacity", lambda: 2)
     disk = OsDisk()
     before = _open_descriptors()
     for name in ("a", "b", "c", "d"):
-        _write(disk, tmp_path / name, name.encode())
+        write(disk, tmp_path / name, name.encode())
     assert [(tmp_path / n).read_bytes() for n in "abcd"] == [b"a", b"b", b"c", b"d"]
     assert _open_descriptors() <= before + 2
     disk.release_kept(str(tmp_path))
@@ -115,20 +138,20 @@ def _disk_of_capacity(monkeypatch: pytest.MonkeyPatch, capacity: int) -> tuple[O
 
 @pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="reads /proc/self/fd")
 def test_files_written_once_give_their_places_to_files_written_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, write: _Write, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     disk, seconds = _disk_of_capacity(monkeypatch, 2)
     # Written at a schedule's first firing and not since: kept first.
-    _write(disk, tmp_path / "once-a", b"a")
-    _write(disk, tmp_path / "once-b", b"b")
+    write(disk, tmp_path / "once-a", b"a")
+    write(disk, tmp_path / "once-b", b"b")
     assert _kept_names(tmp_path) == {"once-a", "once-b"}
-    _write(disk, tmp_path / "hot-1", b"0")
+    write(disk, tmp_path / "hot-1", b"0")
     # No sweep before `_SWEEP_EVERY_S` has passed: the places stay taken.
     assert _kept_names(tmp_path) == {"once-a", "once-b"}
     for round_ in range(1, 4):
         seconds.now += 60
         for name in ("hot-1", "hot-2"):
-            _write(disk, tmp_path / name, b"%d" % round_, round_)
+            write(disk, tmp_path / name, b"%d" % round_, round_)
     # The sweep closed the two files not opened again, and the files written
     # in turn took their places.
     assert _kept_names(tmp_path) == {"hot-1", "hot-2"}
@@ -140,7 +163,7 @@ def test_files_written_once_give_their_places_to_files_written_again(
 
 @pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="reads /proc/self/fd")
 def test_more_files_written_in_turn_than_the_capacity_keep_a_capacitys_worth(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, write: _Write, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     disk, seconds = _disk_of_capacity(monkeypatch, 3)
     names = [f"history-{i}" for i in range(5)]
@@ -148,7 +171,7 @@ def test_more_files_written_in_turn_than_the_capacity_keep_a_capacitys_worth(
     for round_ in range(10):
         seconds.now += 60
         for name in names:
-            _write(disk, tmp_path / name, name[-1].encode(), round_)
+            write(disk, tmp_path / name, name[-1].encode(), round_)
             assert len(_kept_names(tmp_path)) <= 3
         kept_after_each_round.append(_kept_names(tmp_path))
     # Every kept file is written again between two sweeps: none is closed,
@@ -161,13 +184,13 @@ def test_more_files_written_in_turn_than_the_capacity_keep_a_capacitys_worth(
 
 @pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="reads /proc/self/fd")
 def test_a_sweep_never_closes_a_kept_file_in_use(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, write: _Write, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     disk, seconds = _disk_of_capacity(monkeypatch, 1)
     in_use = disk.open(str(tmp_path / "in-use"), write=True, create=True, keep=True)
     seconds.now += 600
     # A miss with the kept files full sweeps; the file in use stays open.
-    _write(disk, tmp_path / "other", b"x")
+    write(disk, tmp_path / "other", b"x")
     in_use.write_at(b"still open", 0)
     in_use.close()
     assert (tmp_path / "in-use").read_bytes() == b"still open"
