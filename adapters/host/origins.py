@@ -89,7 +89,7 @@ def check_origin(origin: Any) -> tuple[dict[str, Any], list[Problem]]:
         for key in sorted(origin.keys() - _KNOWN_SCHEDULE_KEYS, key=str)
     ]
     action = origin.get("action")
-    if "action" in origin and action not in _ACTIONS:
+    if "action" in origin and not (type(action) is str and action in _ACTIONS):
         problems.append(
             Problem(
                 field="origin.action",

@@ -184,6 +184,9 @@ async def test_every_admission_problem_in_one_error(server: LocalStaticWorkflowS
         ({**SCHEDULE_ORIGIN, "instant": "2026-03-02T09:00:00"}, ["origin.instant"]),
         ({**SCHEDULE_ORIGIN, "instant": "yesterday"}, ["origin.instant"]),
         ({**SCHEDULE_ORIGIN, "revision": True}, ["origin.revision"]),
+        # An action of a type no set can hold was a TypeError, not a problem.
+        ({**SCHEDULE_ORIGIN, "action": ["trigger"]}, ["origin.action"]),
+        ({**SCHEDULE_ORIGIN, "action": {"kind": "trigger"}}, ["origin.action"]),
     ],
 )
 async def test_invalid_origin(
