@@ -60,10 +60,50 @@ def _flat_copy(origin: Mapping[Any, Any]) -> dict[str, Any] | None:
     return dict(origin)
 
 
+def _scheduled(origin: Any) -> dict[str, Any] | None:
+    """The origin to store for a valid calendar origin of exactly the four
+    keys in plain text and integers (the origin the scheduler gives every
+    run it admits), or None for any other value, which `check_origin`
+    checks in full: the same answer in a third of the time."""
+    if type(origin) is not dict or origin.keys() != _SCHEDULE_KEYS:
+        return None
+    kind = origin["kind"]
+    schedule_id = origin["schedule_id"]
+    instant = origin["instant"]
+    revision = origin["revision"]
+    if (
+        type(kind) is str
+        and kind == "schedule"
+        and type(schedule_id) is str
+        and 1 <= len(schedule_id) <= 128
+        and schedule_id.isascii()
+        and type(instant) is str
+        and instant.isascii()
+        and _is_utc_instant(instant)
+        and type(revision) is int
+        and 1 <= revision <= MAX_SAFE_INTEGER
+    ):
+        return {
+            "instant": instant,
+            "kind": "schedule",
+            "revision": revision,
+            "schedule_id": schedule_id,
+        }
+    return None
+
+
 def check_origin(origin: Any) -> tuple[dict[str, Any], list[Problem]]:
     """The origin to store (manual for None) and its problems."""
     if origin is None:
         return dict(MANUAL), []
+    scheduled = _scheduled(origin)
+    if scheduled is not None:
+        return scheduled, []
+    return _checked_in_full(origin)
+
+
+def _checked_in_full(origin: Any) -> tuple[dict[str, Any], list[Problem]]:
+    """`check_origin` of any value but None."""
     if not isinstance(origin, Mapping):
         return {}, [Problem(field="origin", reason="must be an object or null")]
     flat = _flat_copy(origin)
