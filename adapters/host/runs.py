@@ -528,17 +528,37 @@ class RunStore:
         """Hold the locks of several runs, taken in one order for every caller
         (by run number) so that two batches cannot deadlock. Taking a lock no
         one holds does not suspend."""
-        held: list[_RunLock] = []
+        ids = list(run_ids)
+        held = self._take_all_free(ids)
         try:
-            for run_id in sorted(set(run_ids), key=_lock_order):
-                lock = self.lock(run_id)
-                if not lock.take_now():
-                    await lock.__aenter__()
-                held.append(lock)
+            if held is None:
+                held = []
+                for run_id in sorted(set(ids), key=_lock_order):
+                    lock = self.lock(run_id)
+                    if not lock.take_now():
+                        await lock.__aenter__()
+                    held.append(lock)
             yield
         finally:
-            for lock in reversed(held):
+            for lock in reversed(held or ()):
                 lock.release()
+
+    def _take_all_free(self, run_ids: Sequence[str]) -> list[_RunLock] | None:
+        """Every lock of `run_ids` taken at once if all are free (the usual
+        case: a launch or a batch of stops of runs no one else touches), in
+        any order, since nothing waits; else none of them, and None (then
+        `locked` takes them in order, waiting). A run named twice is not free
+        the second time."""
+        held: list[_RunLock] = []
+        for run_id in run_ids:
+            lock = self.lock(run_id)
+            if not lock.take_now():
+                # Held or awaited by someone: its entry was there before.
+                for taken in reversed(held):
+                    taken.release()
+                return None
+            held.append(lock)
+        return held
 
     def page(
         self, status: Any, cursor: Any, limit: Any, newest_first: Any = False

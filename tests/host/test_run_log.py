@@ -419,3 +419,21 @@ async def test_locking_a_batch_waits_for_a_run_another_holds_then_holds_every_on
     assert await batched == [True, True, True]
     await held
     assert store._locks == {}
+
+
+async def test_locking_a_batch_of_free_runs_holds_each_once_even_if_named_twice(
+    tmp_path: Path,
+) -> None:
+    store, _ = _store(tmp_path)
+    async with store.locked(["run-000003", "run-000001", "run-000003"]):
+        assert store.lock("run-000001").locked() and store.lock("run-000003").locked()
+        waiting = asyncio.create_task(_hold_briefly(store, "run-000003"))
+        await asyncio.sleep(0)
+        assert not waiting.done()  # held by the batch
+    await asyncio.wait_for(waiting, timeout=5)
+    assert store._locks == {}
+
+
+async def _hold_briefly(store: Any, run_id: str) -> None:
+    async with store.lock(run_id):
+        await asyncio.sleep(0)
