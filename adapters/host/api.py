@@ -69,6 +69,18 @@ def _resolution_key(deployment_id: Any, inputs: Any) -> tuple[str, str] | None:
         return None
 
 
+def _snapshot(deployment: Mapping[str, Any], merged: dict[str, Any], max_steps: Any) -> Snapshot:
+    """What a run pins at admission (fields `_admission` checked)."""
+    return assembled(
+        Snapshot,
+        deployment_id=deployment["deployment_id"],
+        artifact_id=deployment["artifact_id"],
+        artifact_version=deployment["artifact_version"],
+        inputs=merged,
+        max_steps=max_steps,
+    )
+
+
 class WorkflowApi:
     """The host API. Build it with `build_local_static_workflow_server`."""
 
@@ -279,7 +291,7 @@ class WorkflowApi:
             if self._runs.exists(number):
                 raise AlreadyExists(f"run {new_id} already exists", data={"run_id": new_id})
             await self._runs.put(
-                self._admitted(new_id, deployment, merged, max_steps, stored_origin)
+                self._admitted(new_id, _snapshot(deployment, merged, max_steps), stored_origin)
             )
         return new_id
 
@@ -364,8 +376,12 @@ class WorkflowApi:
         results: list[str | SchedulingError] = []
         staged: dict[int, RunRecord] = {}
         # A herd's schedules often share a deployment and inputs: resolved
-        # and checked once for the batch.
+        # and checked once for the batch, and their runs share one snapshot
+        # (frozen, as the records are).
         resolved: dict[tuple[str, str], _Resolved] = {}
+        # By the identity of the merged inputs (one object per resolution,
+        # which `resolved` keeps alive for the batch) and the step budget.
+        snapshots: dict[tuple[int, Any], Snapshot] = {}
         for request in requests:
             run_id = request.get("run_id")
             try:
@@ -388,9 +404,13 @@ class WorkflowApi:
             except SchedulingError as exc:
                 results.append(exc)
                 continue
-            staged[number] = self._admitted(
-                run_id, deployment, merged, request.get("max_steps"), stored_origin, created_at
-            )
+            max_steps = request.get("max_steps")
+            snapshot = snapshots.get((id(merged), max_steps))
+            if snapshot is None:
+                snapshot = snapshots[id(merged), max_steps] = _snapshot(
+                    deployment, merged, max_steps
+                )
+            staged[number] = self._admitted(run_id, snapshot, stored_origin, created_at)
             results.append(run_id)
         return results, staged
 
@@ -437,9 +457,7 @@ class WorkflowApi:
     def _admitted(
         self,
         run_id: str,
-        deployment: Mapping[str, Any],
-        merged: dict[str, Any],
-        max_steps: int | None,
+        snapshot: Snapshot,
         origin: dict[str, Any],
         created_at: str | None = None,
     ) -> RunRecord:
@@ -454,14 +472,7 @@ class WorkflowApi:
             run_id=run_id,
             status="admitted",
             origin=origin,
-            snapshot=assembled(
-                Snapshot,
-                deployment_id=deployment["deployment_id"],
-                artifact_id=deployment["artifact_id"],
-                artifact_version=deployment["artifact_version"],
-                inputs=merged,
-                max_steps=max_steps,
-            ),
+            snapshot=snapshot,
             created_at=now,
             updated_at=now,
             attempt=0,

@@ -115,6 +115,29 @@ async def test_admit_runs_writes_the_good_ones_in_one_batch(
     assert (await again.api.inspect_run(ids[0]))["status"] == "admitted"
 
 
+async def test_runs_admitted_together_pin_each_its_own_snapshot(host: HostStore) -> None:
+    # Runs of one deployment and inputs share one snapshot object in memory:
+    # each must still pin its own step budget and inputs.
+    server = await host.build()
+    await deploy(server, GREETING_PLAN)
+    ids = await server.api.reserve_run_ids(5)
+    await server.api.admit_runs(
+        [
+            _request(ids[0], 0, inputs={"name": "same"}),
+            _request(ids[1], 1, inputs={"name": "same"}),
+            _request(ids[2], 2, inputs={"name": "same"}, max_steps=3),
+            _request(ids[3], 3, inputs={"name": "other"}),
+            _request(ids[4], 4, inputs={"name": "same"}),
+        ]
+    )
+    snapshots = [_stored(host, run_id)["snapshot"] for run_id in ids]
+    assert [s["inputs"]["name"] for s in snapshots] == ["same", "same", "same", "other", "same"]
+    assert [s["max_steps"] for s in snapshots] == [None, None, 3, None, None]
+    again = await host.build()
+    for run_id, snapshot in zip(ids, snapshots, strict=True):
+        assert (await again.api.inspect_run(run_id))["snapshot"] == snapshot
+
+
 async def test_admit_runs_refuses_a_run_that_exists(host: HostStore) -> None:
     server = await host.build()
     await deploy(server, GREETING_PLAN)
