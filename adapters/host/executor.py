@@ -131,9 +131,25 @@ class RunExecutor:
     def _plan(self, record: RunRecord) -> Plan:
         return self._artifacts.plan(record.snapshot.artifact_id, record.snapshot.artifact_version)
 
-    def _executing(self, run_id: str, now: str) -> tuple[RunRecord, Plan]:
-        """The run's record with its executing mark (attempt 1) made `now`, not
-        yet written. InvalidState unless the run is admitted."""
+    def _start_mark(self, now: str) -> ExecutingMark:
+        """The executing mark of a first attempt begun `now`: constants and
+        the clock's text, nothing to validate. Frozen, so runs launched
+        together share one (a herd launches thousands)."""
+        return assembled(
+            ExecutingMark,
+            attempt=1,
+            kind="start",
+            since=now,
+            stopped=None,
+            server=self._store.server_id,
+        )
+
+    def _executing(
+        self, run_id: str, now: str, mark: ExecutingMark | None = None
+    ) -> tuple[RunRecord, Plan]:
+        """The run's record with its executing mark (attempt 1) made `now`
+        (`mark`, when the caller made it), not yet written. InvalidState
+        unless the run is admitted."""
         record = self._store.get(run_id)
         if record.status != "admitted":
             raise InvalidState(
@@ -146,16 +162,7 @@ class RunExecutor:
             {
                 "status": "running",
                 "attempt": 1,
-                # Constants and the clock's text: nothing to validate, and a
-                # herd launches thousands.
-                "executing": assembled(
-                    ExecutingMark,
-                    attempt=1,
-                    kind="start",
-                    since=now,
-                    stopped=None,
-                    server=self._store.server_id,
-                ),
+                "executing": mark if mark is not None else self._start_mark(now),
                 "progress": assembled(Progress, node=plan.start, state={}, steps=0),
                 "updated_at": now,
             },
@@ -184,9 +191,10 @@ class RunExecutor:
             # One instant for the marks of runs launched together, as they
             # are written together (a herd launches thousands).
             now = self._now()
+            mark = self._start_mark(now)
             for run_id in unique:
                 try:
-                    started.append(self._executing(run_id, now))
+                    started.append(self._executing(run_id, now, mark))
                 except SchedulingError as exc:
                     outcomes[run_id] = exc
             if started:
