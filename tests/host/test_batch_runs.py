@@ -313,6 +313,22 @@ async def test_a_sleeping_run_can_still_be_cancelled_after_a_batch_launch(
         assert _stored(host, run_id)["status"] == "running"  # its mark stays
 
 
+async def test_runs_launched_together_each_store_a_first_attempts_mark_of_one_instant(
+    host: HostStore,
+) -> None:
+    server, ids = await _admitted_runs(host, 3, sleep_plan(30))
+    await server.api.launch_runs(ids)
+    marks = [_stored(host, run_id)["executing"] for run_id in ids]
+    assert marks[0]["kind"] == "start" and marks[0]["attempt"] == 1
+    assert marks == [marks[0]] * 3  # one instant for a group written together
+    assert sorted(await server.api.cancel_executing()) == ids
+    # The next start abandons each attempt from its own record.
+    again = await host.build()
+    for run_id in ids:
+        run = await again.api.inspect_run(run_id)
+        assert run["status"] != "running" and run["executing"] is None
+
+
 async def test_runs_launched_together_that_stop_at_once_write_their_stops_together(
     host: HostStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
