@@ -380,7 +380,8 @@ class WorkflowApi:
         # (frozen, as the records are).
         resolved: dict[tuple[str, str], _Resolved] = {}
         # By the identity of the merged inputs (one object per resolution,
-        # which `resolved` keeps alive for the batch) and the step budget.
+        # kept alive for the batch by the snapshot made of it: the identity
+        # cannot be reused meanwhile) and the step budget.
         snapshots: dict[tuple[int, Any], Snapshot] = {}
         for request in requests:
             run_id = request.get("run_id")

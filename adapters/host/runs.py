@@ -525,9 +525,10 @@ class RunStore:
 
     @contextlib.asynccontextmanager
     async def locked(self, run_ids: Iterable[str]) -> AsyncIterator[None]:
-        """Hold the locks of several runs, taken in one order for every caller
-        (by run number) so that two batches cannot deadlock. Taking a lock no
-        one holds does not suspend."""
+        """Hold the locks of several runs. If all are free they are taken at
+        once (`_take_all_free`); else in one order for every caller (by run
+        number), waiting, so that two batches cannot deadlock. Taking a lock
+        no one holds does not suspend."""
         ids = list(run_ids)
         held = self._take_all_free(ids)
         try:
