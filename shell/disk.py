@@ -240,8 +240,7 @@ def _kept_capacity() -> int:
 def write_kept(disk: Disk, path: str, data: bytes, offset: int) -> None:
     """Write `data` at `offset` of `path` (created if missing) through a
     descriptor the disk may keep (`Disk.open`'s `keep`); not flushed."""
-    if type(disk) is OsDisk:
-        disk.write_kept(path, data, offset)
+    if type(disk) is OsDisk and disk.write_if_kept(path, data, offset):
         return
     file = disk.open(path, write=True, create=True, keep=True)
     try:
@@ -341,23 +340,20 @@ class OsDisk:
         kept.lent += 1
         return kept
 
-    def write_kept(self, path: str, data: bytes, offset: int) -> None:
-        """`open(path, write=True, create=True, keep=True)`, `write_at` and
-        `close` in one call: a schedule's history and index are written this
-        way three times per occurrence, and a descriptor already kept needs
-        neither the lending nor the giving back (nothing runs between)."""
+    def write_if_kept(self, path: str, data: bytes, offset: int) -> bool:
+        """Write `data` at `offset` of `path` if its descriptor is kept, and
+        say whether it was (`write_kept` opens it otherwise): a schedule's
+        history and index are written three times per occurrence, and a
+        descriptor already kept needs neither the lending nor the giving back
+        of `open` and `close` (nothing runs between)."""
         kept = self._kept.get(path)
         if kept is None:
-            file = self._open_kept(path, write=True, create=True)
-            try:
-                file.write_at(data, offset)
-            finally:
-                file.close()
-            return
+            return False
         kept.reused = True
         written = os.pwrite(kept.fd, data, offset)
         if written < len(data):
             kept.write_at(data[written:], offset + written)
+        return True
 
     def _sweep(self) -> bool:
         """Close the kept files not opened again since the last sweep (nor in

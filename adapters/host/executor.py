@@ -144,12 +144,10 @@ class RunExecutor:
             server=self._store.server_id,
         )
 
-    def _executing(
-        self, run_id: str, now: str, mark: ExecutingMark | None = None
-    ) -> tuple[RunRecord, Plan]:
-        """The run's record with its executing mark (attempt 1) made `now`
-        (`mark`, when the caller made it), not yet written. InvalidState
-        unless the run is admitted."""
+    def _executing(self, run_id: str, mark: ExecutingMark) -> tuple[RunRecord, Plan]:
+        """The run's record with its first attempt's executing `mark` (made
+        by `_start_mark`, updated as of the mark's instant), not yet written.
+        InvalidState unless the run is admitted."""
         record = self._store.get(run_id)
         if record.status != "admitted":
             raise InvalidState(
@@ -162,9 +160,9 @@ class RunExecutor:
             {
                 "status": "running",
                 "attempt": 1,
-                "executing": mark if mark is not None else self._start_mark(now),
+                "executing": mark,
                 "progress": assembled(Progress, node=plan.start, state={}, steps=0),
-                "updated_at": now,
+                "updated_at": mark.since,
             },
         )
         return record, plan
@@ -172,7 +170,7 @@ class RunExecutor:
     async def launch(self, run_id: str) -> asyncio.Task[None]:
         """admitted -> running; returns the execution task."""
         async with self._store.lock(run_id):
-            record, plan = self._executing(run_id, self._now())
+            record, plan = self._executing(run_id, self._start_mark(self._now()))
             await self._store.put(record)
         self._notify(record)
         return self._spawn(run_id, functools.partial(self._engine, record, plan))
@@ -190,11 +188,10 @@ class RunExecutor:
         async with self._store.locked(unique):
             # One instant for the marks of runs launched together, as they
             # are written together (a herd launches thousands).
-            now = self._now()
-            mark = self._start_mark(now)
+            mark = self._start_mark(self._now())
             for run_id in unique:
                 try:
-                    started.append(self._executing(run_id, now, mark))
+                    started.append(self._executing(run_id, mark))
                 except SchedulingError as exc:
                     outcomes[run_id] = exc
             if started:
