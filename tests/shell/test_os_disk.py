@@ -2,7 +2,7 @@
 written where the path points now, after a rename over it, a removal or a
 closed store, and never past the process's descriptor budget; past it, the
 files written again keep their places and those not written for a while
-give theirs up."""
+give theirs up. Its reads leave a file's access time alone."""
 
 from __future__ import annotations
 
@@ -218,3 +218,72 @@ def test_a_kept_file_dropped_while_in_use_is_closed_once_its_user_closes_it(
     file.close()
     assert path.read_bytes() == b"still open"
     assert _open_descriptors() == before
+
+
+def _age_access_time(path: Path) -> int:
+    """Set `path`'s access time before its modification time, which a read
+    under `relatime` (Linux's default) then updates; returns it."""
+    modified = path.stat().st_mtime_ns
+    os.utime(path, ns=(modified - 3_600_000_000_000, modified))
+    return path.stat().st_atime_ns
+
+
+@pytest.mark.skipif(not hasattr(os, "O_NOATIME"), reason="O_NOATIME is Linux's")
+def test_a_read_leaves_the_files_access_time_alone(tmp_path: Path) -> None:
+    path = tmp_path / "runtime.jsonl"
+    path.write_bytes(b"{}\n")
+    aged = _age_access_time(path)
+    with path.open("rb") as plain:
+        plain.read()
+    if path.stat().st_atime_ns == aged:
+        pytest.skip("this filesystem updates no access time on a read (mounted noatime)")
+    aged = _age_access_time(path)
+    file = OsDisk().open(str(path))
+    try:
+        assert file.read_at(3, 0) == b"{}\n"
+    finally:
+        file.close()
+    assert path.stat().st_atime_ns == aged
+
+
+def _read_as_another_user(path: str) -> bytes:
+    """What `OsDisk` reads of `path` (a file this process's user does not
+    own), twice; run as `nobody` in a child process when this one is root,
+    whom O_NOATIME never refuses."""
+    if os.geteuid() != 0:
+        disk = OsDisk()
+        return b"".join(disk.open(path).read_at(64, 0) for _ in range(2))
+    import pwd
+
+    nobody = pwd.getpwnam("nobody").pw_uid
+    reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        code = 1
+        try:
+            os.close(reader)
+            os.setresuid(nobody, nobody, nobody)
+            disk = OsDisk()
+            os.write(writer, b"".join(disk.open(path).read_at(64, 0) for _ in range(2)))
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(writer)
+    with os.fdopen(reader, "rb") as pipe:
+        data = pipe.read()
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the child could not read the file"
+    return data
+
+
+@pytest.mark.skipif(not hasattr(os, "O_NOATIME"), reason="O_NOATIME is Linux's")
+def test_a_file_of_another_user_is_read_all_the_same() -> None:
+    # O_NOATIME is refused (EPERM) on a file whose owner is another user.
+    path = "/etc/passwd"
+    if not os.path.exists(path):
+        pytest.skip("needs a readable file of another user")
+    if os.geteuid() != 0 and os.stat(path).st_uid == os.geteuid():
+        pytest.skip("needs a readable file of another user")
+    with open(path, "rb") as plain:
+        expected = plain.read(64)
+    assert _read_as_another_user(path) == expected * 2
