@@ -38,6 +38,7 @@ __all__ = [
     "OsFile",
     "exists",
     "is_directory",
+    "kept_size",
     "write_kept",
 ]
 
@@ -257,6 +258,16 @@ def write_kept(disk: Disk, path: str, data: bytes, offset: int) -> None:
         file.close()
 
 
+def kept_size(disk: Disk, path: str) -> int | None:
+    """The size of `path` through the descriptor the disk keeps for it (no
+    walk of the path); None when it keeps none, or keeps one of a file that
+    another process renamed a file over or removed (then dropped: the next
+    write opens the path)."""
+    if type(disk) is OsDisk:
+        return disk.size_if_kept(path)
+    return None
+
+
 def _load_syncfs() -> Callable[[int], int] | None:
     if not sys.platform.startswith("linux"):
         return None
@@ -374,6 +385,21 @@ class OsDisk:
         if written < len(data):
             kept.write_at(data[written:], offset + written)
         return True
+
+    def size_if_kept(self, path: str) -> int | None:
+        """`kept_size` on this disk. A file renamed over or removed by this
+        process is dropped when it happens (`rename`, `remove`); one another
+        process renamed over or removed has no link left, which its
+        descriptor's `fstat` tells (a file someone had linked elsewhere too
+        keeps that link: its replacement is not seen)."""
+        kept = self._kept.get(path)
+        if kept is None:
+            return None
+        status = os.fstat(kept.fd)
+        if status.st_nlink == 0:
+            self._drop(path)
+            return None
+        return status.st_size
 
     def _sweep(self) -> bool:
         """Close the kept files not opened again since the last sweep (nor in

@@ -67,7 +67,7 @@ from pathlib import Path
 from typing import Any, Final, Literal, Protocol, TypeAlias
 
 from core.errors import StoreFenced
-from shell.disk import OS_DISK, SYNCFS, Disk, DiskFile, is_directory, write_kept
+from shell.disk import OS_DISK, SYNCFS, Disk, DiskFile, is_directory, kept_size, write_kept
 from shell.fence import check_fence, check_fence_all
 from shell.store_format import canonical_json, encode_json_line
 
@@ -856,13 +856,18 @@ class GroupCommit:
         entries: list[JournalEntry] = []
         for ranked in (self._appends, self._late_appends):
             for path, entry in ranked.items():
-                try:
-                    size = self._disk.stat(path).st_size
-                except FileNotFoundError:
-                    directory = os.path.dirname(path) or "."
-                    if not is_directory(self._disk, directory):
-                        raise
-                    size = 0
+                # A history is appended to at every commit: its descriptor is
+                # kept, and its size asked of it, which also sees a file
+                # renamed over it since (then the path is asked).
+                size = kept_size(self._disk, path)
+                if size is None:
+                    try:
+                        size = self._disk.stat(path).st_size
+                    except FileNotFoundError:
+                        directory = os.path.dirname(path) or "."
+                        if not is_directory(self._disk, directory):
+                            raise
+                        size = 0
                 expected = entry.expected()
                 if expected is not None and size != expected:
                     raise OSError(

@@ -331,6 +331,35 @@ def test_a_file_changed_under_its_owner_fails_the_commit_before_the_journal(
     assert _files(store_root) == BEFORE
 
 
+@pytest.mark.parametrize("size", ["same", "other"])
+def test_a_file_another_process_renamed_over_gets_the_next_append(
+    store_root: Path, size: str
+) -> None:
+    # The disk keeps the history's descriptor between commits; the file it
+    # names is replaced, not written through it (an editor's save, `sed -i`).
+    disk = OsDisk()
+    journal = CommitJournal(store_root, disk=disk)
+    journal.open()
+    log = store_root / "history.jsonl"
+    with GroupCommit(journal=journal) as batch:
+        batch.append_bytes(log, b"one\n", expect_size=0)
+    replacement = b"ONE\n" if size == "same" else b"ONE!\n"
+    (store_root / "edited").write_bytes(replacement)
+    os.replace(store_root / "edited", log)
+    batch = GroupCommit(journal=journal)
+    batch.append_bytes(log, b"two\n", expect_size=4)
+    if size == "same":
+        batch.commit()
+        assert log.read_bytes() == b"ONE\ntwo\n"
+    else:
+        with pytest.raises(OSError) as caught:
+            batch.commit()
+        assert caught.value.errno == errno.EIO
+        assert log.read_bytes() == replacement
+    journal.close()
+    disk.release_kept(str(store_root))
+
+
 def test_a_write_into_a_missing_directory_fails_before_the_journal(store_root: Path) -> None:
     _seed(store_root)
     journal = CommitJournal(store_root)
