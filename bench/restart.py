@@ -39,9 +39,13 @@ start after a crash with nothing changed since the checkpoint (a schedule
 changed since costs what the first child pays per schedule).
 `--changed` moves the times of every schedule's runtime record and history
 index before each child, as if every schedule had fired since the checkpoint
-(a start then reads those files and the history, and takes only the
-lifecycle records from the checkpoint). `--no-checkpoint` deletes the checkpoint before each child
-(every start reads everything).
+and each firing had changed its runtime record too (held or queued an
+occurrence: the worst case; a start then reads those files and the history,
+and takes only the lifecycle records from the checkpoint). `--fired` moves
+only the history index's: a firing that holds and queues nothing does not
+write its runtime record (docs/storage.md), so a start after every
+every-minute schedule fired reads the histories alone. `--no-checkpoint`
+deletes the checkpoint before each child (every start reads everything).
 
 `--store postgres`: the same store in a fresh database of a PostgreSQL
 server the bench starts (`bench/pgstore.py`: durable settings, data on the
@@ -336,16 +340,17 @@ def _time_pg_reads(stamps: dict[str, float]) -> None:
     psycopg.AsyncCursor.fetchall = timed_fetchall  # type: ignore[method-assign]
 
 
-def _touch_fired_files(root: Path) -> None:
-    """Change the identity (times) of the files a firing writes, in every
-    schedule, without changing their bytes: the next start reads them. The
+def _touch_fired_files(root: Path, names: tuple[str, ...]) -> None:
+    """Change the identity (times) of the files `names` that a firing writes,
+    in every schedule, without changing their bytes: the next start reads
+    them. The
     history log is left alone: a firing appends to it, and one of the same
     size with other times was written in place by someone else, which a
     start reads whole (`CachedSchedule.compare`); its index, which
     every firing writes, stands for it (the start then reads the history from
     its files, as for a schedule that fired)."""
     for directory in (root / "schedules").iterdir():
-        for name in ("runtime.jsonl", "history.idx"):
+        for name in names:
             os.utime(directory / name)
 
 
@@ -435,7 +440,14 @@ def main(argv: list[str] | None = None) -> None:
         "--changed",
         action="store_true",
         help="before each restart, move the times of every schedule's runtime record and"
-        " history index, as if each had fired since the checkpoint",
+        " history index, as if each had fired since the checkpoint and changed its runtime"
+        " record",
+    )
+    parser.add_argument(
+        "--fired",
+        action="store_true",
+        help="before each restart, move the times of every schedule's history index only, as"
+        " if each had fired since the checkpoint holding and queueing nothing",
     )
     parser.add_argument(
         "--no-bytecode-cache",
@@ -457,8 +469,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warm-up", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     postgres = args.store == "postgres"
-    if postgres and (args.no_checkpoint or args.changed):
-        parser.error("--no-checkpoint and --changed are about the files' startup checkpoint")
+    if postgres and (args.no_checkpoint or args.changed or args.fired):
+        parser.error(
+            "--no-checkpoint, --changed and --fired are about the files' startup checkpoint"
+        )
+    if args.changed and args.fired:
+        parser.error("--changed already moves what --fired does, and the runtime records")
     if args.warm_up:
         import shell.service  # noqa: F401
 
@@ -500,7 +516,9 @@ def main(argv: list[str] | None = None) -> None:
             if args.no_checkpoint:
                 (root / "startup.checkpoint").unlink(missing_ok=True)
             if args.changed:
-                _touch_fired_files(root)
+                _touch_fired_files(root, ("runtime.jsonl", "history.idx"))
+            elif args.fired:
+                _touch_fired_files(root, ("history.idx",))
             profile = args.profile if index == repeat - 1 else None
             stamps = _spawn(
                 location, environment, crash=args.crash, store=args.store, profile=profile
