@@ -17,8 +17,8 @@ scheduler service, starts it (lock, recovery of every schedule) and reports
 when its first `decide` call returns; then it stops cleanly (timed too). The
 parent times from just before it spawns the child. The recovery's CPU time,
 user and system, is printed beside its wall time: on a shared machine the
-wall time moves with the hour, the CPU split says what the code cost. The files were just
-written, so the page cache is warm for all of them.
+wall time moves with the hour, the CPU split says what the code cost. The
+files were just written, so the page cache is warm for all of them.
 
 Each child runs with Python's bytecode cache, as an installed server does
 from its second start on (`uv sync --compile-bytecode`, or the cache Python
@@ -300,10 +300,10 @@ async def child(
 
 
 def _cpu_stamp(stamps: dict[str, float], name: str) -> None:
-    """The process's user and system CPU time so far: the recovery's share
-    of the wall time, which moves with the machine's hour (its own wall time
-    swung by a third with unchanged code), splits into its instructions and
-    its system calls."""
+    """The process's user and system CPU time so far, stamped around the
+    recovery: its wall time moves with the machine's hour (by a third with
+    unchanged code), its user and system time say what its own code and its
+    system calls cost."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     stamps[f"{name}_user"] = usage.ru_utime
     stamps[f"{name}_sys"] = usage.ru_stime
@@ -343,12 +343,11 @@ def _time_pg_reads(stamps: dict[str, float]) -> None:
 def _touch_fired_files(root: Path, names: tuple[str, ...]) -> None:
     """Change the identity (times) of the files `names` that a firing writes,
     in every schedule, without changing their bytes: the next start reads
-    them. The
-    history log is left alone: a firing appends to it, and one of the same
-    size with other times was written in place by someone else, which a
-    start reads whole (`CachedSchedule.compare`); its index, which
-    every firing writes, stands for it (the start then reads the history from
-    its files, as for a schedule that fired)."""
+    them. The history log is left alone: a firing appends to it, and one of
+    the same size with other times was written in place by someone else,
+    which a start reads whole (`CachedSchedule.compare`); its index, which
+    every firing writes, stands for it (the start then reads the history
+    from its files, as for a schedule that fired)."""
     for directory in (root / "schedules").iterdir():
         for name in names:
             os.utime(directory / name)
