@@ -530,10 +530,10 @@ class RunStore:
         number), waiting, so that two batches cannot deadlock. Taking a lock
         no one holds does not suspend."""
         ids = list(run_ids)
-        held = self._take_all_free(ids)
+        # Empty only when some lock was not free (or no run was named).
+        held = self._take_all_free(ids) or []
         try:
-            if held is None:
-                held = []
+            if not held:
                 for run_id in sorted(set(ids), key=_lock_order):
                     lock = self.lock(run_id)
                     if not lock.take_now():
@@ -541,7 +541,7 @@ class RunStore:
                     held.append(lock)
             yield
         finally:
-            for lock in reversed(held or ()):
+            for lock in reversed(held):
                 lock.release()
 
     def _take_all_free(self, run_ids: Sequence[str]) -> list[_RunLock] | None:
