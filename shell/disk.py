@@ -249,8 +249,14 @@ def _kept_capacity() -> int:
 def write_kept(disk: Disk, path: str, data: bytes, offset: int) -> None:
     """Write `data` at `offset` of `path` (created if missing) through a
     descriptor the disk may keep (`Disk.open`'s `keep`); not flushed."""
-    if type(disk) is OsDisk and disk.write_if_kept(path, data, offset):
-        return
+    if type(disk) is OsDisk:
+        if disk.write_if_kept(path, data, offset):
+            return
+    else:
+        # A disk wrapping this one (`shell.write_back`) has the same fast path.
+        fast = getattr(disk, "write_if_kept", None)
+        if fast is not None and fast(path, data, offset):
+            return
     file = disk.open(path, write=True, create=True, keep=True)
     try:
         file.write_at(data, offset)
@@ -265,7 +271,8 @@ def kept_size(disk: Disk, path: str) -> int | None:
     write opens the path)."""
     if type(disk) is OsDisk:
         return disk.size_if_kept(path)
-    return None
+    fast = getattr(disk, "size_if_kept", None)
+    return None if fast is None else fast(path)
 
 
 def _load_syncfs() -> Callable[[int], int] | None:

@@ -41,7 +41,9 @@ apart to act on the durable batch before its files are written (the
 scheduler launches a round's runs there): `make_durable` ends with the
 journal's fsync and the batch's `early` appends written (`on_early`
 callbacks run then, so their owner may write after them), `complete` writes
-the other files. Without a journal `make_durable` writes everything.
+the other files, or hands their appends to a disk that holds them until the
+journal's checkpoint (`shell.write_back`). Without a journal `make_durable`
+writes everything.
 
 Disks: every primitive takes a `disk` (`shell.disk.Disk`, the OS unless
 told), and a `GroupCommit` writes to its journal's disk, so the same code
@@ -306,7 +308,9 @@ _DEVICE_CACHE_MAX: Final = 1 << 17
 
 
 def _device_of(directory: str, disk: Disk) -> int | None:
-    if disk is not OS_DISK:
+    # The scheduler's disk wraps the OS's (`shell.write_back`): its
+    # directories' devices are the OS's, asked at every commit.
+    if disk is not OS_DISK and getattr(disk, "inner", None) is not OS_DISK:
         try:
             return disk.stat(directory).st_dev
         except FileNotFoundError:
@@ -892,7 +896,7 @@ class GroupCommit:
                 journal.write(entries)
             self._run(self._on_durable)
             early = self._early
-            self._apply([e for e in entries if e[1] in early])
+            self._apply([e for e in entries if e[1] in early], hold=False)
             self._pending_entries = [e for e in entries if e[1] not in early]
             self._state = "durable"
             self._run(self._on_early)
@@ -903,7 +907,7 @@ class GroupCommit:
     def _complete_journaled(self, journal: Journal) -> None:
         try:
             entries, self._pending_entries = self._pending_entries, []
-            self._apply(entries)
+            self._apply(entries, hold=True)
         except BaseException as exc:
             self._failed(exc)
             raise
@@ -920,14 +924,21 @@ class GroupCommit:
             _log.error("commit journal checkpoint failed (retried later): %s", exc)
         fault_point("after:commit")
 
-    def _apply(self, entries: Sequence[JournalEntry]) -> None:
-        """Write journaled `entries` to their files (durable already)."""
+    def _apply(self, entries: Sequence[JournalEntry], *, hold: bool) -> None:
+        """Write journaled `entries` to their files (durable already). With
+        `hold`, a disk that holds appends until the journal's checkpoint
+        (`shell.write_back`) is given them instead, but for early appends
+        (their owner appends after them by itself) and seldom ones (a
+        runtime record: little to save, and the file stays current)."""
         injecting = faults_injected()
+        defer = getattr(self._disk, "defer_append", None) if hold else None
         for kind, path, offset, data in entries:
             step = "apply" if kind == "append" else "replace"
             if injecting:
                 fault_point(f"before:{step}:{os.path.basename(path)}")
-            if kind == "append":
+            if kind == "append" and defer is not None and path not in self._seldom:
+                defer(path, offset, data)
+            elif kind == "append":
                 _write_at(path, offset, data, self._disk, keep=path not in self._seldom)
             else:
                 # Not `replace_unsynced`: the batch passed its fence check.

@@ -39,6 +39,7 @@ from shell.store_ports import (
     ScheduleInputs,
     StoreWatcher,
 )
+from shell.write_back import WriteBackDisk, drop_deferred
 
 __all__ = ["FileBackend", "FileOwnership"]
 
@@ -427,17 +428,16 @@ class FileBackend:
         journal: CommitJournal | None = None,
     ) -> None:
         self.store_root = store_root
+        if journal is None and journal_supported(disk):
+            # A journaled batch's appends reach the files at the journal's
+            # checkpoint; every store reads them through this disk meanwhile.
+            disk = WriteBackDisk(disk)
+            journal = CommitJournal(store_root, disk=disk)
         self.disk = disk
         self.definition_store = DefinitionStore(store_root, disk=disk)
         self.runtime_store = RuntimeStore(store_root, disk=disk)
         self.history_store = HistoryStore(store_root, disk=disk)
-        self.journal = (
-            journal
-            if journal is not None
-            else CommitJournal(store_root, disk=disk)
-            if journal_supported(disk)
-            else None
-        )
+        self.journal = journal
         self.definitions = _Definitions(self.definition_store)
         self.runtime = _Runtime(self.runtime_store)
         self.history = _History(self.history_store)
@@ -518,7 +518,9 @@ class FileBackend:
         if not owned:
             # Fenced: the store may be another's now (or its path names
             # another directory), so closing writes nothing; the next owner
-            # replays the journal and the logs as after a crash.
+            # replays the journal and the logs as after a crash (and writes
+            # what this process held of the journal's appends).
+            drop_deferred(self.disk)
             if self.journal is not None:
                 self.journal.close_file()
             return

@@ -27,6 +27,7 @@ from shell.fence import check_fence
 from shell.history_rows import Bad, Entry, Open, State, apply_row, check_decision, check_transition
 from shell.jsonlog import complete_end, iter_lines, repair_torn_tail
 from shell.store_format import HISTORY_INDEX_FILE, ScheduleFiles, StoreProblem, parse_instant
+from shell.write_back import hold_write
 
 __all__ = [
     "EMPTY_CHECKPOINT",
@@ -577,19 +578,21 @@ class HistoryIndex:
             finally:
                 fd.close()
         elif header is not None:
+            # Not held: it follows a flush, and a start after a crash replays
+            # only the rows after it (a held one would wait for the next).
             write_kept(self.disk, path, header.pack(), 0)
         # One write per run of consecutive seqs (a whole batch of new
         # decisions is one run).
         run_start, run = -1, list[bytes]()
         for seq in sorted(entries):
             if run and seq != run_start + len(run):
-                write_kept(self.disk, path, b"".join(run), HEADER_SIZE + run_start * ENTRY_SIZE)
+                hold_write(self.disk, path, b"".join(run), HEADER_SIZE + run_start * ENTRY_SIZE)
                 run = []
             if not run:
                 run_start = seq
             run.append(pack_entry(entries[seq]))
         if run:
-            write_kept(self.disk, path, b"".join(run), HEADER_SIZE + run_start * ENTRY_SIZE)
+            hold_write(self.disk, path, b"".join(run), HEADER_SIZE + run_start * ENTRY_SIZE)
         fault_point(f"after:index:{HISTORY_INDEX_FILE}")
 
     def read_entries(self, files: ScheduleFiles, start: int, end: int) -> bytes:

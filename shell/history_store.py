@@ -33,7 +33,9 @@ run's end, or for `publish()`: one write per occurrence instead of two; reads
 take it from memory meanwhile, and no header covers it) and is made durable
 by a later flush: the next commit's, which names the index
 among its files, or for a journaled batch (which flushes only its journal)
-the journal's next checkpoint, a `syncfs` (or `close()`). The header records
+the journal's next checkpoint, a `syncfs` (or `close()`); the scheduler's
+disk holds those writes, and the rows' appends, until that flush
+(`shell/write_back.py`). The header records
 a checkpoint `(log size C, count, lines, low-water seq)` with the guarantee
 that every index write describing `log[0:C]` was flushed before the header
 was written; so the header lags one commit behind (two after a commit that
@@ -537,7 +539,7 @@ class HistoryStore:
         whether this is the log's first row in the batch."""
         if log.problems:
             raise StoreDamaged(log.problems[0])
-        active = GroupCommit() if batch is None else batch
+        active = GroupCommit(disk=self.disk) if batch is None else batch
         if log.pending_batch is not None and log.pending_batch is not active:
             raise RuntimeError(
                 f"history of {log.files.schedule_id!r} has writes staged in another batch"

@@ -7,7 +7,8 @@ journal, the group commit (`shell.durable.GroupCommit`) first appends every
 write of the batch, as one record, to `<store root>/commit.journal` and
 fsyncs that one file; the batch is durable at that point. Only then does it
 write the per-schedule files, without flushing them: the journal holds
-whatever the kernel has not written back yet.
+whatever the kernel has not written back yet. The scheduler's disk holds the
+histories' appends in memory until the checkpoint (`shell.write_back`).
 
 A record is `MAGIC | crc32 | length | payload`; its payload lists the
 batch's writes, each an *append* (file, offset, bytes: the bytes belong at
@@ -16,7 +17,8 @@ the store root.
 
 **Replay** (`replay_journal`, run by whoever opens the store for writing,
 under the scheduler lock, before any store reads its files) applies every
-intact record in order, then checkpoints. Applying is idempotent:
+intact record in order (appends that follow one another in a file written as
+one), then checkpoints. Applying is idempotent:
 
 - an append whose bytes already end within the file is skipped; one whose
   offset is at or before the end of the file is written at its offset (a
@@ -30,8 +32,9 @@ A record that is torn or fails its checksum ends the replay: it is the tail
 of a commit that never returned (its fsync did not complete), so nothing in
 it was acted on and none of its writes was applied.
 
-A **checkpoint** flushes the whole filesystem (`syncfs`: every applied write
-is then durable in its own file) and empties the journal. It runs after a
+A **checkpoint** flushes the whole filesystem (`syncfs`, through the disk,
+which first writes what it held: every applied write is then durable in its
+own file) and empties the journal. It runs after a
 replay, at a clean close, after a commit once the journal has grown past
 `CHECKPOINT_AT_BYTES` and its oldest record is `CHECKPOINT_AFTER_S` old, or
 past `CHECKPOINT_LIMIT_BYTES` (then off the decision's path: the batch is
@@ -73,12 +76,14 @@ from shell.durable import (
 )
 from shell.fence import check_fence
 from shell.store_format import read_file
+from shell.write_back import drop_deferred
 
 __all__ = [
     "CHECKPOINT_AFTER_S",
     "CHECKPOINT_AT_BYTES",
     "CHECKPOINT_LIMIT_BYTES",
     "JOURNAL_FILE",
+    "QUIET_CHECKPOINT_AFTER_S",
     "CommitJournal",
     "ReplayReport",
     "journal_supported",
@@ -96,6 +101,14 @@ JOURNAL_FILE: Final = "commit.journal"
 # 10,000 admissions are about 3 MiB of records.
 CHECKPOINT_AT_BYTES: Final = 16 << 20
 CHECKPOINT_AFTER_S: Final = 35.0
+# At a quiet moment, a checkpoint once the oldest record is this old: the
+# scheduler's disk holds the histories' appends until then
+# (`shell.write_back`), so each history is written once per interval (an
+# every-minute schedule's five occurrences in one write), and a start after a
+# crash replays at most this much of the journal and of each history's rows
+# (less at a size bound). The running startup checkpoint, every
+# `checkpoint_interval_s` (300 s by default), checkpoints too.
+QUIET_CHECKPOINT_AFTER_S: Final = 300.0
 # Past this size a commit checkpoints whatever the age: it bounds what a
 # replay reads.
 CHECKPOINT_LIMIT_BYTES: Final = 64 << 20
@@ -193,8 +206,20 @@ def _read_records(path: Path, report: ReplayReport, disk: Disk) -> list[list[Jou
     return records
 
 
-def _apply_append(path: str, offset: int, data: bytes, report: ReplayReport, disk: Disk) -> None:
-    end = offset + len(data)
+@dataclass(slots=True)
+class _Run:
+    """Journaled appends to one file that follow one another from `offset`."""
+
+    offset: int
+    end: int
+    pieces: list[bytes]
+
+
+def _apply_append(path: str, run: _Run, report: ReplayReport, disk: Disk) -> None:
+    """Write `run` unless the file holds it already (each of its appends
+    counts in `report`)."""
+    offset, end, pieces = run.offset, run.end, run.pieces
+    data = b"".join(pieces)
     try:
         file = disk.open(path, write=True, create=True)
     except FileNotFoundError:
@@ -203,7 +228,7 @@ def _apply_append(path: str, offset: int, data: bytes, report: ReplayReport, dis
     try:
         size = file.size()
         if size >= end:
-            report.already_in_place += 1
+            report.already_in_place += len(pieces)
             return
         if size < offset:
             report.problems.append(
@@ -212,7 +237,7 @@ def _apply_append(path: str, offset: int, data: bytes, report: ReplayReport, dis
             )
             return
         file.write_at(data, offset)
-        report.appends_written += 1
+        report.appends_written += len(pieces)
         report.written.append(path)
     finally:
         file.close()
@@ -250,13 +275,24 @@ def replay_journal(store_root: str | os.PathLike[str], *, disk: Disk = OS_DISK) 
         for position, (kind, target, _, _) in enumerate(entries):
             if kind == "replace":
                 last_replace[target] = (number, position)
+    # Appends that follow one another in a file are written as one (a
+    # history's rows since the last checkpoint: the scheduler held them,
+    # `shell.write_back`).
+    runs: dict[str, _Run] = {}
     for number, entries in enumerate(records):
         for position, (kind, target, offset, data) in enumerate(entries):
             replaced = last_replace.get(target)
             if kind == "append":
                 if replaced is not None and (number, position) < replaced:
                     continue
-                _apply_append(target, offset, data, report, disk)
+                run = runs.get(target)
+                if run is not None and run.end == offset:
+                    run.pieces.append(data)
+                    run.end += len(data)
+                    continue
+                if run is not None:
+                    _apply_append(target, run, report, disk)
+                runs[target] = _Run(offset, offset + len(data), [data])
             elif replaced == (number, position):
                 try:
                     replace_unsynced(target, data, disk=disk)
@@ -265,6 +301,8 @@ def replay_journal(store_root: str | os.PathLike[str], *, disk: Disk = OS_DISK) 
                     continue
                 report.replaces_written += 1
                 report.written.append(target)
+    for target, run in runs.items():
+        _apply_append(target, run, report, disk)
     report.records = len(records)
     for problem in report.problems:
         _log.error("commit journal replay: %s", problem)
@@ -318,6 +356,7 @@ class CommitJournal:
         *,
         checkpoint_at_bytes: int = CHECKPOINT_AT_BYTES,
         checkpoint_after_s: float = CHECKPOINT_AFTER_S,
+        quiet_checkpoint_after_s: float = QUIET_CHECKPOINT_AFTER_S,
         checkpoint_limit_bytes: int = CHECKPOINT_LIMIT_BYTES,
         monotonic: Callable[[], float] = time.monotonic,
         disk: Disk = OS_DISK,
@@ -328,6 +367,7 @@ class CommitJournal:
         self._root_text = str(self.store_root)
         self._checkpoint_at = checkpoint_at_bytes
         self._checkpoint_after = checkpoint_after_s
+        self._quiet_checkpoint_after = quiet_checkpoint_after_s
         self._checkpoint_limit = max(checkpoint_limit_bytes, checkpoint_at_bytes)
         self._monotonic = monotonic
         self._fd: DiskFile | None = None
@@ -348,6 +388,9 @@ class CommitJournal:
     def open(self) -> ReplayReport:
         """Replay what a previous owner left, then open for appends."""
         self.close_file()
+        # What the disk held of the records (`shell.write_back`) is written by
+        # the replay, with the rest of them.
+        drop_deferred(self._disk)
         report = replay_journal(self.store_root, disk=self._disk)
         path = str(self.path)
         created = not exists(self._disk, path)
@@ -401,14 +444,14 @@ class CommitJournal:
             self.checkpoint()
 
     def checkpoint_if_aged(self) -> bool:
-        """Checkpoint once the oldest record has aged `checkpoint_after_s`,
+        """Checkpoint once the oldest record has aged `quiet_checkpoint_after_s`,
         whatever the journal's size; True if it did. For a quiet moment: the
-        kernel has written most of what the records cover back by then, so
-        the `syncfs` finds little to do, and the history indexes' headers,
-        which wait for a flush of the filesystem, go out at the next commit
-        (a start after a crash then replays about a minute of rows, not all
-        since the last checkpoint of another kind)."""
-        if self._oldest is None or self._monotonic() - self._oldest < self._checkpoint_after:
+        held appends are written (one write per history for the interval's
+        rows), and the history indexes' headers, which wait for a flush of
+        the filesystem, go out at the next commit (a start after a crash then
+        replays about an interval of rows, not all since the last checkpoint
+        of another kind)."""
+        if self._oldest is None or self._monotonic() - self._oldest < self._quiet_checkpoint_after:
             return False
         self.checkpoint()
         return True

@@ -69,6 +69,7 @@ from shell.disk import OS_DISK, Disk, DiskFile, is_directory
 from shell.durable import GroupCommit, fault_point
 from shell.fence import check_fence
 from shell.journal import JOURNAL_FILE
+from shell.write_back import underlying
 
 from .identifiers import format_run_id, parse_run_id
 from .persistence import Stored
@@ -378,11 +379,12 @@ class FileRunLog:
 
     def stages_into(self, batch: object) -> bool:
         # Only a journaled batch of this very store, on the disk the log is
-        # written to: the journal's one fsync then covers the frames, and a
-        # replay writes them again after a crash.
+        # written to (the scheduler's wraps it: `shell.write_back`): the
+        # journal's one fsync then covers the frames, and a replay writes them
+        # again after a crash.
         return (
             isinstance(batch, GroupCommit)
-            and batch.disk is self._disk
+            and underlying(batch.disk) is self._disk
             and batch.journal_root == str(self.root)
         )
 

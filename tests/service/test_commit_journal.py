@@ -180,6 +180,11 @@ async def test_a_run_done_in_one_step_costs_one_row_in_one_more_batch(
     points = await _points_of_the_next_minute(harness, 1)
     assert points.count("before:apply:history.jsonl") == 2
     history = harness.root / "schedules" / "s0" / "history.jsonl"
+    # The first row created the file; the second waits in the journal
+    # (`shell.write_back`) and reaches the file at its checkpoint.
+    assert [json.loads(line)["status"] for line in history.read_text().splitlines()] == ["admitted"]
+    assert harness.service is not None
+    harness.service._backend.journal.checkpoint()  # type: ignore[attr-defined]
     rows = [json.loads(line) for line in history.read_text().splitlines()]
     assert [row["status"] for row in rows] == ["admitted", "completed"]
 
@@ -192,9 +197,9 @@ async def test_a_quiet_moment_checkpoints_an_aged_journal_and_the_index_headers_
     harness: Harness,
 ) -> None:
     """Once the journal's oldest record has aged, a quiet moment checkpoints
-    it (its `syncfs` finds little left to write), and the next commit
+    it (the held appends written, then its `syncfs`), and the next commit
     publishes the index headers that waited for that flush: a start after a
-    crash replays about a minute of rows, not everything since the last
+    crash replays about an interval of rows, not everything since the last
     running checkpoint."""
     await _every_minute_schedules(harness, 1, CONSTANT_PLAN)
     assert harness.service is not None
@@ -207,7 +212,7 @@ async def test_a_quiet_moment_checkpoints_an_aged_journal_and_the_index_headers_
     index = harness.root / "schedules" / "s0" / "history.idx"
     header = Checkpoint.unpack(index.read_bytes()[:HEADER_SIZE])
     assert isinstance(header, Checkpoint) and header.count == 0
-    journal._checkpoint_after = 0.0  # the records have aged
+    journal._quiet_checkpoint_after = 0.0  # the records have aged
     await harness.at(START + MINUTE + timedelta(seconds=31))
     assert journal.size == 0
     await harness.at(START + 2 * MINUTE)

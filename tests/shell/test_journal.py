@@ -501,7 +501,7 @@ def test_a_young_journal_waits_for_its_records_to_age_up_to_a_hard_limit(
 def test_a_quiet_moment_checkpoints_an_aged_journal_whatever_its_size(store_root: Path) -> None:
     _seed(store_root)
     now = [100.0]
-    journal = CommitJournal(store_root, checkpoint_after_s=30.0, monotonic=lambda: now[0])
+    journal = CommitJournal(store_root, quiet_checkpoint_after_s=30.0, monotonic=lambda: now[0])
     journal.open()
     assert not journal.checkpoint_if_aged()  # empty
     batch = GroupCommit(journal=journal)
