@@ -518,8 +518,8 @@ class FileBackend:
         if not owned:
             # Fenced: the store may be another's now (or its path names
             # another directory), so closing writes nothing; the next owner
-            # replays the journal and the logs as after a crash (and writes
-            # what this process held of the journal's appends).
+            # replays the journal and the logs as after a crash (its replay
+            # writes the appends this process held: none is written here).
             drop_deferred(self.disk)
             if self.journal is not None:
                 self.journal.close_file()

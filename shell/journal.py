@@ -39,8 +39,9 @@ replay, at a clean close, after a commit once the journal has grown past
 `CHECKPOINT_AT_BYTES` and its oldest record is `CHECKPOINT_AFTER_S` old, or
 past `CHECKPOINT_LIMIT_BYTES` (then off the decision's path: the batch is
 already durable and acknowledged), and at the running scheduler's quiet
-moments once its oldest record is `CHECKPOINT_AFTER_S` old, whatever its
-size (`checkpoint_if_aged`: the history indexes' headers wait for it). A
+moments once its oldest record is `QUIET_CHECKPOINT_AFTER_S` old, whatever
+its size (`checkpoint_if_aged`: the held appends and the history indexes'
+headers wait for it). A
 crash between the flush and the truncation only replays writes that are
 already in place.
 

@@ -11,6 +11,7 @@ import pytest
 
 from shell.disk import OS_DISK, kept_size
 from shell.durable import GroupCommit
+from shell.file_backend import FileBackend
 from shell.journal import JOURNAL_FILE, CommitJournal, journal_supported
 from shell.sim.disk import DiskFault, SimFileSystem
 from shell.store_format import read_file
@@ -278,3 +279,20 @@ def test_a_reopened_journal_forgets_what_its_disk_held_and_replays_it(tmp_path: 
 def test_the_run_logs_disk_is_the_one_a_write_back_disk_wraps() -> None:
     assert underlying(WriteBackDisk(OS_DISK)) is OS_DISK
     assert underlying(OS_DISK) is OS_DISK
+
+
+async def test_a_fenced_scheduler_writes_nothing_it_held(tmp_path: Path) -> None:
+    """The store may be another's: the next owner's replay writes them."""
+    root = tmp_path / "store"
+    path = _file(root / "schedules" / "s0")
+    backend = FileBackend(root)
+    disk = backend.disk
+    assert isinstance(disk, WriteBackDisk) and backend.journal is not None
+    backend.journal.open()
+    with backend.new_batch() as batch:
+        batch.append_bytes(path, b"held\n")
+    assert disk.held_files == 1
+    await backend.close_owned(owned=False, consistent=False)
+    assert disk.held_files == 0
+    assert Path(path).read_bytes() == b"first\n"
+    assert (root / JOURNAL_FILE).stat().st_size > 0
