@@ -106,8 +106,9 @@ CHECKPOINT_AFTER_S: Final = 35.0
 # scheduler's disk holds the histories' appends until then
 # (`shell.write_back`), so each history is written once per interval (an
 # every-minute schedule's five occurrences in one write), and a start after a
-# crash replays at most this much of the journal and of each history's rows
-# (less at a size bound). The running startup checkpoint, every
+# crash replays at most this much of the journal (less at a size bound), and
+# of each history the rows since its last header, which follows a checkpoint
+# (up to about two intervals). The running startup checkpoint, every
 # `checkpoint_interval_s` (300 s by default), checkpoints too.
 QUIET_CHECKPOINT_AFTER_S: Final = 300.0
 # Past this size a commit checkpoints whatever the age: it bounds what a

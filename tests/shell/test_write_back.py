@@ -53,11 +53,16 @@ def test_a_held_append_reads_as_written_and_reaches_the_file_at_syncfs(tmp_path:
     assert disk.held_bytes == 0
 
 
-def test_an_append_that_creates_its_file_is_written_at_once(tmp_path: Path) -> None:
-    """The stores ask whether a schedule's history exists of the directory."""
-    path = str(tmp_path / "history.jsonl")
+@pytest.mark.parametrize("derived", [False, True], ids=["append", "derived"])
+def test_a_write_that_creates_its_file_is_written_at_once(tmp_path: Path, derived: bool) -> None:
+    """The stores ask whether a schedule's history and index exist of the
+    directory."""
+    path = str(tmp_path / ("history.idx" if derived else "history.jsonl"))
     disk = WriteBackDisk()
-    disk.defer_append(path, 0, b"first\n")
+    if derived:
+        disk.hold_write(path, 0, b"first\n")
+    else:
+        disk.defer_append(path, 0, b"first\n")
     assert Path(path).read_bytes() == b"first\n"
     assert disk.held_files == 0
 
@@ -137,14 +142,6 @@ def test_writes_of_a_derived_file_are_held_wherever_they_go(tmp_path: Path) -> N
     assert read_file(path, disk=disk) == b"header--AAAAaaaabbbbccccdddd"
     disk.write_all()
     assert Path(path).read_bytes() == b"header--AAAAaaaabbbbccccdddd"
-    assert disk.held_files == 0
-
-
-def test_a_derived_file_that_does_not_exist_is_written_at_once(tmp_path: Path) -> None:
-    path = str(tmp_path / "history.idx")
-    disk = WriteBackDisk()
-    disk.hold_write(path, 0, b"HEADER--")
-    assert Path(path).read_bytes() == b"HEADER--"
     assert disk.held_files == 0
 
 
