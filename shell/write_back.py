@@ -57,7 +57,6 @@ from __future__ import annotations
 import errno
 import os
 from dataclasses import dataclass, field
-from typing import Any
 
 from shell.disk import OS_DISK, Disk, DiskFile, DiskStat, OsDisk, kept_size, write_kept
 from shell.durable import fault_point, sync_paths, syncfs_available
@@ -105,6 +104,10 @@ class _Held:
         self.pieces[start] = whole
         if stop >= self.end:
             self.end, self.last = stop, start
+
+    def overlaps(self, start: int, stop: int) -> bool:
+        """Whether a held piece lies in `[start, stop)`."""
+        return any(at < stop and at + len(piece) > start for at, piece in self.pieces.items())
 
     def read_into(self, buffer: bytearray, offset: int) -> None:
         """Lay the held bytes over `buffer`, which holds the file from `offset`."""
@@ -163,11 +166,7 @@ class _HeldFile:
         if wanted <= 0:
             return b""
         on_disk = self._file.read_at(wanted, offset) if offset < held.on_disk else b""
-        if (
-            len(on_disk) == wanted
-            and offset + wanted <= held.on_disk
-            and not any(at < offset + wanted for at in held.pieces)
-        ):
+        if len(on_disk) == wanted and not held.overlaps(offset, offset + wanted):
             return on_disk
         buffer = bytearray(on_disk)
         if len(buffer) < wanted:
@@ -393,7 +392,7 @@ def hold_write(disk: Disk, path: str, data: bytes, offset: int) -> None:
         write_kept(disk, path, data, offset)
 
 
-def drop_deferred(disk: Any) -> None:
+def drop_deferred(disk: Disk) -> None:
     """Forget what `disk` holds, if it is a `WriteBackDisk`."""
     if isinstance(disk, WriteBackDisk):
         disk.drop_held()
