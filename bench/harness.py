@@ -190,16 +190,32 @@ def apscheduler_with_jobs(triggers: Sequence[Any]) -> ApsJobs:
     return jobs
 
 
+class _ProbedBatch:
+    """The rows one open batch staged: its admissions' occurrence instants,
+    and how many other decisions it holds."""
+
+    __slots__ = ("instants", "others")
+
+    def __init__(self) -> None:
+        self.instants: list[datetime] = []
+        self.others = 0
+
+
 class AdmissionProbe:
     """Records when admitted history rows become durable.
 
     Wraps the history store's `append_decision` and `stage_admitted` on one
-    instance: every `admitted` row staged in a group commit registers an
-    `on_durable` callback, which runs right after the batch's flush returns
-    (the commit journal's fsync, or the flush of the files without a
-    journal), i.e. at the instant the row is durable. Lateness = that
-    wall-clock instant - the occurrence instant.
-    Rows of any other status are counted as decided too (the herd measure).
+    instance: the first row a group commit stages registers an `on_durable`
+    callback, which runs right after the batch's flush returns (the commit
+    journal's fsync, or the flush of the files without a journal), i.e. at
+    the instant the row is durable. Lateness = that wall-clock instant - the
+    occurrence instant. Rows of any other status are counted as decided too
+    (the herd measure).
+
+    The probe is measurement, not the scheduler: a row staged into the batch
+    of the row before it costs one identity check and one append, and the
+    instants are turned into lateness only when asked (`lateness`), after
+    the measured window.
 
     On PostgreSQL (`shell.pg.history.PgHistory`) the batch is a `PgBatch`,
     whose `commit` runs its `on_commit` callbacks right after the COMMIT of
@@ -211,8 +227,6 @@ class AdmissionProbe:
 
     def __init__(self, history: Any, on_durable: Callable[[], None] | None = None) -> None:
         self.on_durable = on_durable
-        # (occurrence instant as a POSIX timestamp, lateness in seconds) per admission.
-        self.admissions: list[tuple[float, float]] = []
         self.decided = 0
         self.admitted = 0
         self.last_durable: float | None = None
@@ -220,8 +234,16 @@ class AdmissionProbe:
         self._history = history
         self._original = history.append_decision
         self._original_admitted = history.stage_admitted
-        # Per open batch: (occurrence instant or None for a non-admission, instants).
-        self._pending: dict[int, list[tuple[float | None, int]]] = {}
+        # The open batches by identity, and the last one a row was staged in.
+        self._open: dict[int, _ProbedBatch] = {}
+        self._batch: Any = None
+        self._rows = _ProbedBatch()
+        # (wall-clock instant durable, the admissions' occurrence instants) per commit.
+        self._durable_batches: list[tuple[float, list[datetime]]] = []
+        # (occurrence instant as a POSIX timestamp, lateness in seconds) per
+        # admission of the commits turned into figures so far.
+        self._figures: list[tuple[float, float]] = []
+        self._figured = 0
         history.append_decision = self._append_decision
         # Not imported here: the file benches never load the PostgreSQL driver.
         pg_history = sys.modules.get("shell.pg.history")
@@ -231,46 +253,67 @@ class AdmissionProbe:
 
     def _stage_admitted(self, schedule_id: str, **kwargs: Any) -> Any:
         result = self._original_admitted(schedule_id, **kwargs)
-        self._note(kwargs["batch"], kwargs["instant"], 1, admitted=True)
+        batch = kwargs["batch"]
+        rows = self._rows if batch is self._batch else self._rows_of(batch)
+        rows.instants.append(kwargs["instant"])
         return result
 
     def _append_decision(self, schedule_id: str, **kwargs: Any) -> Any:
         result = self._original(schedule_id, **kwargs)
-        count = int(kwargs.get("count") or 1)
-        admitted = kwargs.get("status") == "admitted"
-        self._note(kwargs.get("batch"), kwargs["instant"], count, admitted=admitted)
+        batch = kwargs.get("batch")
+        rows = _ProbedBatch() if batch is None else self._rows_of(batch)
+        if kwargs.get("status") == "admitted":
+            rows.instants.append(kwargs["instant"])
+        else:
+            rows.others += int(kwargs.get("count") or 1)
+        if batch is None:
+            self._durable(rows)
         return result
 
-    def _note(self, batch: Any, instant: datetime, count: int, *, admitted: bool) -> None:
-        row = (instant.timestamp() if admitted else None, count)
-        if batch is None:
-            self._durable([row])
-            return
+    def _rows_of(self, batch: Any) -> _ProbedBatch:
         key = id(batch)
-        pending = self._pending.get(key)
-        if pending is None:
-            pending = self._pending[key] = []
-            # A closure over the list: every row of this batch is durable at once.
-            # A file group commit says so by `on_durable`, a PgBatch by `on_commit`.
+        rows = self._open.get(key)
+        if rows is None:
+            rows = self._open[key] = _ProbedBatch()
+            # Every row of this batch is durable at once. A file group commit
+            # says so by `on_durable`, a PgBatch by `on_commit`.
             durable = getattr(batch, "on_durable", None) or batch.on_commit
             durable(lambda: self._commit(key))
-            batch.on_abort(lambda: self._pending.pop(key, None))
-        pending.append(row)
+            batch.on_abort(lambda: self._close(key))
+        self._batch, self._rows = batch, rows
+        return rows
+
+    def _close(self, key: int) -> _ProbedBatch | None:
+        if self._batch is not None and id(self._batch) == key:
+            self._batch, self._rows = None, _ProbedBatch()
+        return self._open.pop(key, None)
 
     def _commit(self, key: int) -> None:
         self.commits += 1
-        self._durable(self._pending.pop(key, []))
+        rows = self._close(key)
+        if rows is not None:
+            self._durable(rows)
 
-    def _durable(self, rows: Sequence[tuple[float | None, int]]) -> None:
+    def _durable(self, rows: _ProbedBatch) -> None:
         now = time.time()
         self.last_durable = now
-        for instant, count in rows:
-            self.decided += count
-            if instant is not None:
-                self.admitted += 1
-                self.admissions.append((instant, now - instant))
+        self.decided += len(rows.instants) + rows.others
+        self.admitted += len(rows.instants)
+        if rows.instants:
+            self._durable_batches.append((now, rows.instants))
         if self.on_durable is not None:
             self.on_durable()
+
+    @property
+    def admissions(self) -> list[tuple[float, float]]:
+        """(occurrence instant as a POSIX timestamp, lateness in seconds) per
+        durable admission, in the order they became durable."""
+        for now, instants in self._durable_batches[self._figured :]:
+            for instant in instants:
+                at = instant.timestamp()
+                self._figures.append((at, now - at))
+        self._figured = len(self._durable_batches)
+        return self._figures
 
     def lateness(self, begin: float = float("-inf"), end: float = float("inf")) -> list[float]:
         """Lateness of the admissions whose instant lies in [begin, end)."""
