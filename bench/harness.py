@@ -221,8 +221,9 @@ class AdmissionProbe:
     whose `commit` runs its `on_commit` callbacks right after the COMMIT of
     the round's transaction returned (synchronous commit: the WAL is
     flushed); the probe registers there, in the batch's first staged row, so
-    it runs after one history callback at most. `PgHistory.stage_admitted`
-    stages through `append_decision`, so only that one is wrapped there.
+    it runs after one history callback at most. Both stores'
+    `stage_admitted` stage their row without `append_decision`, so both
+    methods are wrapped on both.
     """
 
     def __init__(self, history: Any, on_durable: Callable[[], None] | None = None) -> None:
@@ -245,11 +246,7 @@ class AdmissionProbe:
         self._figures: list[tuple[float, float]] = []
         self._figured = 0
         history.append_decision = self._append_decision
-        # Not imported here: the file benches never load the PostgreSQL driver.
-        pg_history = sys.modules.get("shell.pg.history")
-        self._wraps_admitted = pg_history is None or not isinstance(history, pg_history.PgHistory)
-        if self._wraps_admitted:
-            history.stage_admitted = self._stage_admitted
+        history.stage_admitted = self._stage_admitted
 
     def _stage_admitted(self, schedule_id: str, **kwargs: Any) -> Any:
         result = self._original_admitted(schedule_id, **kwargs)
@@ -321,8 +318,7 @@ class AdmissionProbe:
 
     def restore(self) -> None:
         self._history.append_decision = self._original
-        if self._wraps_admitted:
-            self._history.stage_admitted = self._original_admitted
+        self._history.stage_admitted = self._original_admitted
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -69,13 +69,8 @@ def _timers(api: Any, postgres: bool) -> harness.Timers:
     timers.wrap(shell.service, "decide", "decide (core)")
     timers.wrap(api, "preflight", "host preflight")
     timers.wrap(api, "reserve_run_ids", "host reserve_run_ids")
-    if postgres:
-        # PgHistory.stage_admitted stages through append_decision.
-        timers.wrap(api.schedules.history, "stage_admitted", "history stage_admitted")
-        timers.wrap(api.schedules.history, "append_decision", "  of which append_decision")
-    else:
-        timers.wrap(api.schedules.history, "append_decision", "history append_decision")
-        timers.wrap(api.schedules.history, "stage_admitted", "history stage_admitted")
+    timers.wrap(api.schedules.history, "append_decision", "history append_decision")
+    timers.wrap(api.schedules.history, "stage_admitted", "history stage_admitted")
     timers.wrap(api.schedules.history, "append_transition", "history append_transition")
     timers.wrap(api.schedules.runtime, "stage", "runtime stage")
     if postgres:
@@ -148,9 +143,12 @@ async def _herd(
     began_wall = time.time()
     began = time.perf_counter()
     await clock.set(instant)
-    while probe.decided < schedules:
-        await asyncio.sleep(0.001)
     deadline = time.perf_counter() + 600
+    while probe.decided < schedules:
+        if time.perf_counter() > deadline:
+            # A probe that misses the store's rows would otherwise wait forever.
+            raise RuntimeError(f"{probe.decided} of {schedules} occurrences decided in 600 s")
+        await asyncio.sleep(0.001)
     while len(launched) < probe.admitted and time.perf_counter() < deadline:
         await asyncio.sleep(0.005)
     launch_breakdown = {
