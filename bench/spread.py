@@ -37,6 +37,12 @@ process's only.
     uv run --frozen --group bench python bench/spread.py --store postgres
     uv run --frozen --group bench python bench/spread.py --schedules 1000 --minutes 1
     uv run --frozen --group bench python bench/spread.py --pattern hour --schedules 10000
+    uv run --frozen --group bench python bench/spread.py --schedules 1000 --rounds 3
+
+`--rounds N` runs N children of each system per size, alternating (ours
+first), prints each pair and shows the means in the table: CPU time swings
+by up to a fifth between runs here, so the ratio of CPU per minute is read
+from the means of alternating children, not from one of each.
 
 Not a test: it prints figures and asserts nothing. Targets: our p99 <= its
 p99, our CPU per minute <= its CPU per minute.
@@ -267,6 +273,21 @@ def child(
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+def mean_figures(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The mean of each numeric figure of `runs` (one child's figures when
+    there is one run); other values as the first run gives them."""
+    if len(runs) == 1:
+        return runs[0]
+    return {
+        key: (
+            sum(run[key] for run in runs) / len(runs)
+            if isinstance(value, int | float) and not isinstance(value, bool)
+            else value
+        )
+        for key, value in runs[0].items()
+    }
+
+
 def ratio(ours: float, theirs: float) -> float:
     return ours / theirs if theirs else float("inf")
 
@@ -325,12 +346,20 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--minutes", type=int, default=2, help="measured minutes per run")
     parser.add_argument("--pattern", choices=PATTERNS, default="minute")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="children of each system per size, alternating; the table shows their means",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     harness.add_store_option(parser)
     parser.add_argument("--child", choices=("ours", "apscheduler"), help=argparse.SUPPRESS)
     parser.add_argument("--pg-url", help=argparse.SUPPRESS)
     parser.add_argument("--pg-pid", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be 1 or more")
     sizes = args.schedules or [1000, 10_000]
     if args.child is not None:
         if args.child == "ours":
@@ -344,9 +373,21 @@ def main(argv: list[str] | None = None) -> None:
     with pgstore.maybe_postgres(args.store) as postgres:
         settings = postgres.settings() if postgres is not None else None
         for size in sizes:
-            ours = child("ours", size, args.minutes, args.pattern, postgres)
-            theirs = child("apscheduler", size, args.minutes, args.pattern)
-            results.append({"schedules": size, "ours": ours, "apscheduler": theirs})
+            # Children alternate, ours first: a machine's CPU time swings by
+            # a fifth from one run to the next, so one child of each does not
+            # settle a ratio; the means of several alternating ones do.
+            pairs = [
+                (
+                    child("ours", size, args.minutes, args.pattern, postgres),
+                    child("apscheduler", size, args.minutes, args.pattern),
+                )
+                for _ in range(args.rounds)
+            ]
+            ours, theirs = mean_figures([p[0] for p in pairs]), mean_figures([p[1] for p in pairs])
+            entry: dict[str, Any] = {"schedules": size, "ours": ours, "apscheduler": theirs}
+            if args.rounds > 1:
+                entry["rounds"] = [{"ours": o, "apscheduler": t} for o, t in pairs]
+            results.append(entry)
             rows.extend(compare(size, ours, theirs))
     summary: dict[str, Any] = {
         "pattern": args.pattern,
@@ -374,12 +415,21 @@ def main(argv: list[str] | None = None) -> None:
     print(table(rows))
     for entry in results:
         ours = entry["ours"]
+        each = " each" if args.rounds > 1 else ""
         print(
-            f"  at {entry['schedules']:,}: ours admitted {ours['fires']:,} of"
-            f" {ours['expected']:,} occurrences ({ours['completed_runs']:,} runs completed in the"
-            f" window, {ours['group_commits']:,} group commits); APScheduler fired"
-            f" {entry['apscheduler']['fires']:,} of {entry['apscheduler']['expected']:,}"
+            f"  at {entry['schedules']:,}: ours admitted {ours['fires']:,.0f} of"
+            f" {ours['expected']:,.0f} occurrences ({ours['completed_runs']:,.0f} runs completed"
+            f" in the window, {ours['group_commits']:,.0f} group commits){each}; APScheduler"
+            f" fired {entry['apscheduler']['fires']:,.0f} of"
+            f" {entry['apscheduler']['expected']:,.0f}"
         )
+        for index, pair in enumerate(entry.get("rounds", ()), 1):
+            mine, its = pair["ours"]["cpu_per_min_s"], pair["apscheduler"]["cpu_per_min_s"]
+            print(
+                f"    round {index}: CPU s per minute ours {mine:.3f}, APScheduler {its:.3f}"
+                f" ({ratio(mine, its):.2f}x); p99 ours {pair['ours']['p99_s']:.3f} s,"
+                f" APScheduler {pair['apscheduler']['p99_s']:.3f} s"
+            )
 
 
 if __name__ == "__main__":

@@ -99,7 +99,12 @@ JOURNAL_FILE: Final = "commit.journal"
 # of those files back on its own (dirty pages expire after 30 s by default),
 # so the checkpoint's syncfs finds little to do. Right after a herd it would
 # flush everything the herd dirtied, seconds of I/O on a cold filesystem.
-# 10,000 admissions are about 3 MiB of records.
+# A round of 10,000 every-minute schedules is about 9 MB of records (each
+# occurrence's admitted row and run record, and the end of the run before
+# it), so at that load this bound, not the quiet interval below, sets the
+# pace: a checkpoint every second minute, its writes 0.25-0.45 s of CPU
+# (`docs/performance.md`, section 11, fifteenth pass), against a replay
+# after a crash bounded to about two rounds.
 CHECKPOINT_AT_BYTES: Final = 16 << 20
 CHECKPOINT_AFTER_S: Final = 35.0
 # At a quiet moment, a checkpoint once the oldest record is this old: the
