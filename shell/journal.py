@@ -100,8 +100,9 @@ JOURNAL_FILE: Final = "commit.journal"
 # so the checkpoint's syncfs finds little to do. Right after a herd it would
 # flush everything the herd dirtied, seconds of I/O on a cold filesystem.
 # A round of 10,000 every-minute schedules is about 9 MB of records (each
-# occurrence's admitted row and run record, and the end of the run before
-# it), so at that load this bound, not the quiet interval below, sets the
+# occurrence's admitted row and run record, and the history row of the
+# previous minute's run's end), so at that load this bound, not the quiet
+# interval below, sets the
 # pace: a checkpoint every second minute, its writes 0.25-0.45 s of CPU
 # (`docs/performance.md`, section 11, fifteenth pass), against a replay
 # after a crash bounded to about two rounds.
