@@ -102,10 +102,9 @@ JOURNAL_FILE: Final = "commit.journal"
 # A round of 10,000 every-minute schedules is about 9 MB of records (each
 # occurrence's admitted row and run record, and the history row of the
 # previous minute's run's end), so at that load this bound, not the quiet
-# interval below, sets the
-# pace: a checkpoint every second minute, its writes 0.25-0.45 s of CPU
-# (`docs/performance.md`, section 11, fifteenth pass), against a replay
-# after a crash bounded to about two rounds.
+# interval below, sets the pace: a checkpoint every second minute, its
+# writes 0.25-0.45 s of CPU (`docs/performance.md`, section 11, fifteenth
+# pass), against a replay after a crash bounded to about two rounds.
 CHECKPOINT_AT_BYTES: Final = 16 << 20
 CHECKPOINT_AFTER_S: Final = 35.0
 # At a quiet moment, a checkpoint once the oldest record is this old: the
