@@ -415,7 +415,8 @@ def main(argv: list[str] | None = None) -> None:
     print(table(rows))
     for entry in results:
         ours = entry["ours"]
-        each = " each" if args.rounds > 1 else ""
+        # Means when there are several rounds: a round may admit one fewer.
+        each = f", means of {args.rounds} rounds" if args.rounds > 1 else ""
         print(
             f"  at {entry['schedules']:,}: ours admitted {ours['fires']:,.0f} of"
             f" {ours['expected']:,.0f} occurrences ({ours['completed_runs']:,.0f} runs completed"
