@@ -203,10 +203,6 @@ class CachedSchedule(NamedTuple):
     runtime_json: str
     history_json: str
 
-    def identities(self) -> Identities:
-        """Raises `ValueError` for a malformed text."""
-        return _parse_identities(self.identities_text)
-
     def compare(self, current_text: str) -> tuple[UnchangedParts | None, bool]:
         """Which parts' files still have the identities this entry was read
         with, given `current_identities_text` of the schedule (None for a
@@ -268,21 +264,6 @@ def _rewritten(was: list[str], now: list[str]) -> bool:
     if new_inode != inode:
         return _inode(was[_LIFECYCLE]) == _inode(now[_LIFECYCLE]) is not None
     return new_size == size and new_mtime != mtime
-
-
-def _parse_identities(text: str) -> Identities:
-    result: list[FileIdentity | None] = []
-    for item in text.split(","):
-        if item == "-":
-            result.append(None)
-            continue
-        values = tuple(int(v) for v in item.split(":"))
-        if len(values) != 4:
-            raise ValueError("a file identity is not four integers")
-        result.append((values[0], values[1], values[2], values[3]))
-    if len(result) != len(_OTHERS) + 3:
-        raise ValueError("identities are not one per file")
-    return tuple(result)
 
 
 def write_startup_checkpoint(
@@ -396,28 +377,33 @@ def checkpoint_entries(
         if now[_LIFECYCLE] is None or exported[0] != history_size:
             # The held history must be the whole log on disk.
             continue
+        now_text = identities_text(now)
+        # Compared as text, file by file, as a start compares them: parsing
+        # the captured entry's text back into integers was a fifth of this
+        # examination (10,000 entries every `checkpoint_interval_s`). The
+        # text is canonical, so equal texts are equal identities; a malformed
+        # part equals no file's and its part is read again.
+        now_parts = now_text.split(",")
         before = captured.get(schedule_id)
-        try:
-            was = before.identities() if before is not None else None
-        except ValueError:
-            was = None
-        if before is None or was is None:
-            was, runtime_json, records_json = (None,) * len(now), None, None
+        was_parts = before.identities_text.split(",") if before is not None else []
+        if before is None or len(was_parts) != len(now_parts):
+            # "?" is no file's identity text: every part is read.
+            was_parts, runtime_json, records_json = ["?"] * len(now_parts), None, None
         else:
             runtime_json, records_json = before.runtime_json, before.records_json
-        if runtime_json is None or was[_RUNTIME] != now[_RUNTIME]:
+        if runtime_json is None or was_parts[_RUNTIME] != now_parts[_RUNTIME]:
             loaded_runtime = runtime.load(schedule_id)
             if loaded_runtime.problem is not None:
                 continue
             runtime_json = json.dumps(loaded_runtime.record)
-        if records_json is None or any(was[p] != now[p] for p in _OTHERS):
+        if records_json is None or any(was_parts[p] != now_parts[p] for p in _OTHERS):
             records_json = _definitions_json(definitions, schedule_id, files, now)
             if records_json is None:
                 continue
         if not settled(now, examined_ns):
             continue
         entries[schedule_id] = CachedSchedule(
-            identities_text(now), records_json, runtime_json, json.dumps(exported)
+            now_text, records_json, runtime_json, json.dumps(exported)
         )
     return entries
 
