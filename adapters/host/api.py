@@ -544,8 +544,9 @@ class WorkflowApi:
     async def _admit_and_launch(
         self, deployment_id: str, inputs: Mapping[str, Any] | None, max_steps: int | None
     ) -> tuple[str, asyncio.Task[None]]:
-        run_id = await self.admit_run(deployment_id, inputs, max_steps=max_steps)
-        return run_id, await self._executor.launch(run_id)
+        with self._executor.starting():
+            run_id = await self.admit_run(deployment_id, inputs, max_steps=max_steps)
+            return run_id, await self._executor.launch(run_id)
 
     @store_call(writes=False)
     async def resume_run(self, run_id: str, payload: Any) -> dict[str, Any]:

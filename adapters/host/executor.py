@@ -47,10 +47,19 @@ rather than going on ahead of what the store says.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping, Sequence
+from collections.abc import (
+    Awaitable,
+    Callable,
+    Coroutine,
+    Generator,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -101,6 +110,8 @@ class RunExecutor:
         self._now = now
         self._listeners: list[RunListener] = []
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        # One per run start in progress (`starting`), done when it ends.
+        self._starting: set[asyncio.Future[None]] = set()
 
     def add_listener(self, callback: RunListener) -> None:
         self._listeners.append(callback)
@@ -110,6 +121,22 @@ class RunExecutor:
 
     def executing(self) -> list[str]:
         return sorted(run_id for run_id, task in self._tasks.items() if not task.done())
+
+    @contextlib.contextmanager
+    def starting(self) -> Iterator[None]:
+        """Mark a run start in progress (an admission, an executing mark being
+        written) until the block ends, by when its task exists: `drain` waits
+        for it. Without this, a drain that came while a mark was in flight
+        found no task and returned at once, and the run then executed after
+        the drain (a stopping server would leave it to the next start's
+        recovery, abandoned)."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._starting.add(done)
+        try:
+            yield
+        finally:
+            self._starting.discard(done)
+            done.set_result(None)
 
     def announce(self, record: RunRecord) -> None:
         """Tell the listeners of a status change this server did not make
@@ -169,6 +196,10 @@ class RunExecutor:
 
     async def launch(self, run_id: str) -> asyncio.Task[None]:
         """admitted -> running; returns the execution task."""
+        with self.starting():
+            return await self._launch(run_id)
+
+    async def _launch(self, run_id: str) -> asyncio.Task[None]:
         async with self._store.lock(run_id):
             record, plan = self._executing(run_id, self._start_mark(self._now()))
             await self._store.put(record)
@@ -182,6 +213,10 @@ class RunExecutor:
         would have raised for it (nothing is written for that one). Every mark
         is durable before any task starts.
         """
+        with self.starting():
+            return await self._launch_many(run_ids)
+
+    async def _launch_many(self, run_ids: Sequence[str]) -> list[SchedulingError | None]:
         unique = list(dict.fromkeys(run_ids))
         outcomes: dict[str, SchedulingError | None] = {}
         started: list[tuple[RunRecord, Plan]] = []
@@ -217,6 +252,10 @@ class RunExecutor:
 
     async def resume(self, run_id: str, payload: Any) -> asyncio.Task[None]:
         """interrupted -> running with `payload` delivered; returns the execution task."""
+        with self.starting():
+            return await self._resume(run_id, payload)
+
+    async def _resume(self, run_id: str, payload: Any) -> asyncio.Task[None]:
         async with self._store.lock(run_id):
             record = await self._store.fetch(run_id)
             checkpoint = record.checkpoint
@@ -548,7 +587,11 @@ class RunExecutor:
         deadline = None if timeout_s is None else loop.time() + timeout_s
         # Again while tasks are left: a run started with others may go on in
         # a task of its own, made while the first one was awaited.
-        while pending := {task for task in self._tasks.values() if not task.done()}:
+        # And while a start is in progress: its task is about to exist.
+        while pending := {
+            *(task for task in self._tasks.values() if not task.done()),
+            *self._starting,
+        }:
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
                 break

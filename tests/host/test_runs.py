@@ -846,3 +846,31 @@ async def test_input_formats_are_asserted(
     ]
     assert host.snapshot() == before
     assert await server.api.admit_run("hello.default", {"name": "x", "when": good})
+
+
+async def test_a_drain_waits_for_a_run_whose_start_is_in_flight(
+    server: LocalStaticWorkflowServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run admitted or being marked executing has no task yet; a drain that
+    came then returned at once, and the run executed after it."""
+    await deploy(server, GREETING_PLAN, "hello.default")
+    runs = server.api._executor._store
+    real_put = runs.put
+    writing, go_on = asyncio.Event(), asyncio.Event()
+
+    async def put_when_told(record: Any) -> None:
+        writing.set()
+        await go_on.wait()
+        await real_put(record)
+
+    monkeypatch.setattr(runs, "put", put_when_told)
+    caller = asyncio.create_task(server.api.run_deployment("hello.default", {"name": "x"}))
+    await writing.wait()  # the admission's write, in flight
+    drained = asyncio.create_task(server.api.drain(5))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert not drained.done()
+    go_on.set()
+    assert await drained == []
+    assert (await server.api.inspect_run("run-000001"))["status"] == "completed"
+    assert (await caller)["status"] == "completed"
