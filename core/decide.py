@@ -196,7 +196,7 @@ from core.state import (
     check_capacity,
 )
 
-__all__ = ["decide", "next_wakeup"]
+__all__ = ["decide", "next_due", "next_wakeup"]
 
 
 def decide(
@@ -263,6 +263,15 @@ def next_wakeup(state: SchedulerState) -> datetime | None:
             return top[0]
         index.pop()
     return None
+
+
+def next_due(state: SchedulerState, schedule_id: str) -> datetime | None:
+    """When `decide` next acts on `schedule_id` without any event: its next
+    trigger instant, or the moment its oldest waiting instant turns late.
+    None when only an event can wake it (paused, deleted, blocked, no more
+    instants) or the state does not know it."""
+    schedule = state.schedules.get(schedule_id)
+    return None if schedule is None else schedule.due
 
 
 def _superseded_running_reports(events: Sequence[Event]) -> frozenset[int]:

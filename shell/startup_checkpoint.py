@@ -19,7 +19,8 @@ schedules that changed since. Before writing, the holder publishes every
 history index checkpoint and empties the commit journal, so each entry
 describes files that are durable and need no replay. A running checkpoint
 examines only the schedules the scheduler's rounds touched since the last
-one and keeps every other entry as it was (`checkpoint_entries`): an entry
+one and are not due again before the next (`shell.service_housekeeping`),
+and keeps every other entry as it was (`checkpoint_entries`): an entry
 holds the identities its parts were read with, so whatever happened to
 those files since, a start takes only what is still true of them.
 

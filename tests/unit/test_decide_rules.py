@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from core.commands import AdmitOccurrence, LogWarning, PersistRuntime, RecordOccurrence
-from core.decide import decide, next_wakeup
+from core.decide import decide, next_due, next_wakeup
 from core.events import (
     OccurrenceAdmitted,
     RecordsContradicted,
@@ -363,3 +363,22 @@ def test_changes_replayed_before_a_late_pause_admit_nothing() -> None:
     )
     assert not [c for c in commands if isinstance(c, AdmitOccurrence)]
     assert rows(commands) == [("r", at(10, 10), "skipped-misfire")]
+
+
+def test_next_due_names_when_decide_next_acts_on_one_schedule_by_itself() -> None:
+    state = started_state(cron("r", "*/10 * * * *"), cron("p"), cron("a"), cron("b"), capacity=1)
+    state, _ = run(state, at(9, 55), SchedulePaused(schedule_id="p", at=at(9, 55)))
+    assert next_due(state, "r") == at(10)
+    assert next_due(state, "p") is None  # paused: only an event wakes it
+    assert next_due(state, "unknown") is None
+    state, _ = run(state, at(10))
+    # One slot, taken by "r" at 10:00: "a" and "b" wait; each wakes decide
+    # when its waiting instant turns late, before its next trigger instant.
+    waiting = [s for s in ("a", "b") if schedule_view(state, s).waiting]
+    assert waiting
+    for schedule_id in waiting:
+        due = next_due(state, schedule_id)
+        assert due is not None and at(10) < due < at(11)
+    assert next_wakeup(state) == min(
+        d for d in (next_due(state, s) for s in ("r", "p", "a", "b")) if d is not None
+    )
