@@ -16,7 +16,12 @@ whole minutes:
 The first minute boundary after set-up is not measured (warm-up; for us it
 is the schedules' first firing, which creates their files: see herd.py).
 Both report p50/p99/max lateness, CPU seconds (user + system) per minute of
-the window and peak RSS. Our cron has minute resolution (five fields, no
+the window and peak RSS. Our scheduler's running checkpoint (on files: the
+history indexes published, the journal emptied, the startup checkpoint
+written) comes at the first quiet moment after the first firing and then
+every `checkpoint_interval_s` (300 s): a window of fewer than five minutes
+holds none of it, `--minutes 5` holds one, as every five minutes of a
+longer run do. Our cron has minute resolution (five fields, no
 seconds), so "spread evenly" is what a minute-resolution calendar allows:
 
 - `--pattern minute` (default): every schedule fires every minute
@@ -38,6 +43,7 @@ process's only.
     uv run --frozen --group bench python bench/spread.py --schedules 1000 --minutes 1
     uv run --frozen --group bench python bench/spread.py --pattern hour --schedules 10000
     uv run --frozen --group bench python bench/spread.py --schedules 1000 --rounds 3
+    uv run --frozen --group bench python bench/spread.py --schedules 1000 --minutes 5 --rounds 2
 
 `--rounds N` runs N children of each system per size, alternating (ours
 first), prints each pair and shows the means in the table: CPU time swings
