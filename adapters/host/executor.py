@@ -61,7 +61,7 @@ from collections.abc import (
     Sequence,
 )
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Concatenate, Final, ParamSpec, TypeVar
 
 from core.errors import (
     InvalidInput,
@@ -101,6 +101,24 @@ _log: Final = logging.getLogger("adapters.host.executor")
 # up to the most.
 _RETRY_FIRST_S: Final = 0.1
 _RETRY_MOST_S: Final = 2.0
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def _a_run_start(
+    method: Callable[Concatenate[RunExecutor, _P], Awaitable[_T]],
+) -> Callable[Concatenate[RunExecutor, _P], Coroutine[Any, Any, _T]]:
+    """`method` (a launch or a resume) as a run start in progress for `drain`
+    until it returns (`RunExecutor.starting`)."""
+
+    @functools.wraps(method)
+    async def started(executor: RunExecutor, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        with executor.starting():
+            return await method(executor, *args, **kwargs)
+
+    return started
 
 
 class RunExecutor:
@@ -194,18 +212,16 @@ class RunExecutor:
         )
         return record, plan
 
+    @_a_run_start
     async def launch(self, run_id: str) -> asyncio.Task[None]:
         """admitted -> running; returns the execution task."""
-        with self.starting():
-            return await self._launch(run_id)
-
-    async def _launch(self, run_id: str) -> asyncio.Task[None]:
         async with self._store.lock(run_id):
             record, plan = self._executing(run_id, self._start_mark(self._now()))
             await self._store.put(record)
         self._notify(record)
         return self._spawn(run_id, functools.partial(self._engine, record, plan))
 
+    @_a_run_start
     async def launch_many(self, run_ids: Sequence[str]) -> list[SchedulingError | None]:
         """`launch` for many runs, with one group commit for all executing marks.
 
@@ -213,10 +229,6 @@ class RunExecutor:
         would have raised for it (nothing is written for that one). Every mark
         is durable before any task starts.
         """
-        with self.starting():
-            return await self._launch_many(run_ids)
-
-    async def _launch_many(self, run_ids: Sequence[str]) -> list[SchedulingError | None]:
         unique = list(dict.fromkeys(run_ids))
         outcomes: dict[str, SchedulingError | None] = {}
         started: list[tuple[RunRecord, Plan]] = []
@@ -250,12 +262,9 @@ class RunExecutor:
             results.append(outcomes[run_id])
         return results
 
+    @_a_run_start
     async def resume(self, run_id: str, payload: Any) -> asyncio.Task[None]:
         """interrupted -> running with `payload` delivered; returns the execution task."""
-        with self.starting():
-            return await self._resume(run_id, payload)
-
-    async def _resume(self, run_id: str, payload: Any) -> asyncio.Task[None]:
         async with self._store.lock(run_id):
             record = await self._store.fetch(run_id)
             checkpoint = record.checkpoint
