@@ -182,6 +182,10 @@ class FileOwnership:
     async def verify(self) -> bool:
         return self.lock.verify()
 
+    @property
+    def assured(self) -> bool:
+        return self.lock.held
+
     async def release(self) -> None:
         self.lock.release()
 

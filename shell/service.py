@@ -434,10 +434,14 @@ class SchedulerService:
 
     @property
     def role(self) -> str:
-        """ "leader" (it admits), "standby" (it waits to), or "off" (stopped)."""
+        """ "leader" (it admits), "standby" (it waits to), or "off" (stopped).
+        A leader whose lease is no longer assured says `standby` at once,
+        not at its next round: a successor may lead already, and this one
+        could not commit an admission meanwhile."""
         if not self._running:
             return "off"
-        return "leader" if self._leading and not self._fenced else "standby"
+        leads = self._leading and not self._fenced and self._backend.ownership.assured
+        return "leader" if leads else "standby"
 
     async def _know_leadership(self) -> None:
         """Note who leads the store (for health): this service, or the one

@@ -240,6 +240,14 @@ class OwnershipPort(Protocol):
         """Whether this process still owns the store (False: fenced)."""
         ...
 
+    @property
+    def assured(self) -> bool:
+        """Whether this process may still act as the owner by what it knows
+        without asking the store: held, not found lost, and (a lease) not
+        past the time its last renewal is trusted for. What health reports
+        between two `verify` calls, which a sleeping loop makes rarely."""
+        ...
+
     async def release(self) -> None: ...
 
     async def campaign(self) -> bool:

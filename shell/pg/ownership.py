@@ -131,6 +131,10 @@ class PgOwnership:
     def held(self) -> bool:
         return self.epoch is not None
 
+    @property
+    def assured(self) -> bool:
+        return self.held and self._lost is None and time.monotonic() < self._safe_until
+
     def safe_for(self) -> float:
         """Seconds the lease is surely this process's still (0: not held)."""
         return max(0.0, self._safe_until - time.monotonic()) if self.held else 0.0

@@ -57,6 +57,10 @@ class MemoryLock:
         holder = self._disk.lock_holder
         return self._held and holder is not None and holder.get("owner") == self.owner
 
+    @property
+    def assured(self) -> bool:
+        return self._held
+
     # As the file lock: one process owns the store.
     stands_by = False
 

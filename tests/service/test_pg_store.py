@@ -152,6 +152,65 @@ async def test_a_deposed_leader_admits_nothing_and_leads_again_once_the_lease_is
     assert (await pg.statuses("hourly"))[-1] == ("13:00", "completed")
 
 
+# A lease short enough to lapse within a test; a loop that never looks on its
+# own (the manual clock stands still): what health says between two rounds.
+_QUICK_LEASE = {"lease_s": 1.0, "renew_s": 0.2}
+_NO_POLL = {"poll_interval_s": 3600}
+
+
+async def _role_becomes(harness: Harness, role: str, timeout_s: float = 10.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while harness.service is None or harness.service.role != role:
+        assert loop.time() < deadline, f"still {harness.service and harness.service.role}"
+        await asyncio.sleep(0.02)
+
+
+@pytest.mark.expected_errors
+async def test_a_leader_taken_over_between_rounds_stops_saying_it_leads_at_once(
+    tmp_path: Path, pg_url: str, sql: Sql
+) -> None:
+    """Health tells the truth before the loop's next round: once the renewal
+    finds the lease taken, the server says `standby`, not `leader` beside
+    the server that leads now."""
+    harness = Harness(
+        tmp_path / "store", ManualClock(START), store_url=pg_url, pg_options=_QUICK_LEASE
+    )
+    try:
+        await harness.boot(**_NO_POLL)
+        assert harness.service is not None and harness.service.role == "leader"
+        _taken_over(sql)
+        await _role_becomes(harness, "standby")
+        assert harness.service.leadership["epoch"] == 1  # as it last knew: no round since
+    finally:
+        await harness.shutdown()
+
+
+@pytest.mark.expected_errors
+async def test_a_leader_whose_renewals_stall_says_standby_before_its_lease_can_lapse(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """Renewals that stop landing (a database away, a starved task): the
+    server stops saying it leads once its last renewal is no longer trusted,
+    before the database's lease lapses and a standby may take over."""
+    harness = Harness(
+        tmp_path / "store", ManualClock(START), store_url=pg_url, pg_options=_QUICK_LEASE
+    )
+    try:
+        await harness.boot(**_NO_POLL)
+        service = harness.service
+        assert service is not None and service.role == "leader"
+        ownership = service._backend.ownership
+        renewer = ownership._renewer  # type: ignore[attr-defined]
+        renewer.cancel()
+        await asyncio.gather(renewer, return_exceptions=True)
+        # The trusted time is the lease less its margin: 0.5 s at most here.
+        await _role_becomes(harness, "standby", timeout_s=5.0)
+        assert ownership.safe_for() == 0  # type: ignore[attr-defined]
+    finally:
+        await harness.shutdown()
+
+
 @pytest.mark.expected_errors
 async def test_a_write_of_a_deposed_process_is_refused_inside_its_transaction(
     pg: Harness, sql: Sql
