@@ -309,11 +309,18 @@ class FileRunLog:
                         finding="torn-tail",
                     )
                 )
+        # Every run placed before the first is yielded: the store writes as
+        # it takes them (recovery fails an abandoned run), and a write
+        # compacts what looks superseded, which a run not yet placed here
+        # would look (its frames were lost with the segment).
+        numbers = sorted(last)
+        for number in numbers:
+            segment, offset, size, _ = last[number]
+            self._place(number, segment, offset, size)
         for stored in [*self._strays(), *self._load_legacy(set(last))]:
             yield stored
-        for number in sorted(last):
+        for number in numbers:
             segment, offset, size, intact = last[number]
-            self._place(number, segment, offset, size)
             location = self.location(format_run_id(number))
             if not intact:
                 yield Stored(

@@ -184,6 +184,56 @@ async def test_a_crash_in_compaction_loses_no_record(
         assert [again.get(f"run-{n:06d}").updated_at for n in (1, 2, 3)] == [written] * 2 + [NOW]
 
 
+def _failed(admitted: RunRecord) -> RunRecord:
+    return RunRecord.from_json(
+        {
+            **admitted.to_json(),
+            "status": "failed",
+            "attempt": 1,
+            "progress": {"node": "n", "state": {}, "steps": 0},
+            "checkpoint": {
+                "attempt": 1,
+                "status": "failed",
+                "node": "n",
+                "state": {},
+                "steps": 0,
+                "at": NOW,
+            },
+            "error": {"kind": "boom", "message": "it broke"},
+        }
+    )
+
+
+def _running(number: int) -> RunRecord:
+    return RunRecord.from_json(
+        {
+            **_record(number).to_json(),
+            "status": "running",
+            "attempt": 1,
+            "executing": {"attempt": 1, "kind": "start", "since": NOW},
+            "progress": {"node": "n", "state": {}, "steps": 0},
+        }
+    )
+
+
+async def test_a_start_that_fails_an_abandoned_run_keeps_every_other_run_on_disk(
+    tmp_path: Path,
+) -> None:
+    """Failing the abandoned run is a write, and a write compacts segments
+    that look superseded: the runs the start had not taken yet must already
+    count as live in theirs, or their frames go with it."""
+    store, _ = _store(tmp_path)
+    await store.put_many([_record(1), _record(2), _record(3)])
+    # Run 1 dies executing; runs 2 and 3 finish, their frames after its own.
+    await store.put(_running(1))
+    await store.put_many([_failed(_record(2)), _failed(_record(3))])
+    _, findings = _store(tmp_path)
+    assert [(f["run_id"], f["finding"]) for f in findings] == [("run-000001", "abandoned")]
+    again, findings = _store(tmp_path)
+    assert findings == []
+    assert [again.get(f"run-{n:06d}").status for n in (1, 2, 3)] == ["failed"] * 3
+
+
 async def test_a_damaged_segment_is_never_compacted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
