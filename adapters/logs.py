@@ -200,6 +200,9 @@ EVENTS: Final[Mapping[tuple[str, str], Named]] = {
         "ignoring the startup checkpoint %s: %s; reading every schedule",
     ): Named("recovery.checkpoint_ignored"),
     ("adapters.host.runs", "run store recovery: %s"): Named("recovery.run_store"),
+    ("adapters.host.runs", "run %s: its finished record, read again, is unusable: %s"): Named(
+        "corruption.run_record_unreadable", run_id=0
+    ),
     ("adapters.host.server", "run store recovery: %s"): Named("recovery.run_store"),
     ("adapters.rpc_server", "store recovery: %s"): Named("recovery.finding"),
     # Damage found in files (corruption) and its repair.

@@ -77,6 +77,9 @@ class Stored(Generic[K]):
     unfinished last write of a log, which nothing relied on). `raw`: the
     record's JSON as bytes, instead of `document`, where the persistence
     keeps it so (a run log's frame: parsed and validated in one pass).
+    `finished`: instead of either, the status of a finished run whose record
+    the persistence reads again when asked (`RunPersistence.rereads`), as
+    its record begins (`records.finished_status`): a load need not parse it.
     """
 
     location: str
@@ -86,6 +89,7 @@ class Stored(Generic[K]):
     columns: dict[str, Any] | None = field(default=None)
     finding: str = "unreadable"
     raw: bytes | None = None
+    finished: str | None = None
 
 
 class ArtifactPersistence(Protocol):
@@ -174,6 +178,18 @@ class RunPersistence(Protocol):
     def stages_into(self, batch: object) -> bool:
         """Whether new records can be staged into `batch`, a scheduler round's
         batch, to commit with it (a batch of the same store)."""
+        ...
+
+    def rereads(self, number: int) -> bool:
+        """Whether run `number`'s record can be read again at once, without
+        waiting (`reread`): then the store's cache keeps no copy of a
+        finished run's record (a log on local files); else it keeps its JSON
+        (a database, an older store's file)."""
+        ...
+
+    def reread(self, number: int) -> Stored[int | None]:
+        """Run `number`'s record as stored, read again now (`rereads` said it
+        can be): its JSON (`raw`), or `error` saying why it is unreadable."""
         ...
 
     def stage_created(

@@ -317,6 +317,14 @@ class PgRuns:
         # The version of each row as this server last read or wrote it.
         self._versions: dict[int, int] = {}
 
+    def rereads(self, number: int) -> bool:
+        # A read is a query, which a synchronous read of the cache cannot
+        # await: the cache keeps finished runs' JSON.
+        return False
+
+    def reread(self, number: int) -> Stored[int | None]:
+        raise RuntimeError("rows of wf_runs are not read again synchronously (see `rereads`)")
+
     @property
     def server_id(self) -> str:
         return self._db.server_id

@@ -25,6 +25,8 @@ stopped run.
 
 from __future__ import annotations
 
+import mmap
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Literal, TypeVar
 
@@ -35,7 +37,7 @@ from pydantic import (
     JsonValue,
 )
 
-from core.occurrences import RunStatus
+from core.occurrences import TERMINAL_RUN_STATUSES, RunStatus
 
 __all__ = [
     "RECORD_FORMAT",
@@ -51,6 +53,7 @@ __all__ = [
     "StopNote",
     "assembled",
     "check_consistency",
+    "finished_status",
     "record_json",
     "revised",
     "schedule_id_of",
@@ -224,6 +227,30 @@ def record_json(record: RunRecord) -> bytes:
     decoded from the serializer's bytes only to be encoded again), in two
     thirds of its time. Three per scheduled run."""
     return _TO_JSON(record)
+
+
+# How `record_json` begins a record: its first three fields, in the model's
+# order.
+_FINISHED_START: Final = re.compile(
+    rb'\{"format":1,"run_id":"(run-[0-9]+)","status":"('
+    + b"|".join(status.encode() for status in sorted(TERMINAL_RUN_STATUSES))
+    + rb')"'
+)
+
+
+def finished_status(data: bytes | mmap.mmap, start: int, number: int) -> str | None:
+    """The status of a finished run whose record is the JSON at `start` of
+    `data`, read from how `record_json` begins it (format, run id, status),
+    when it names run `number`; None otherwise (a live run's, or JSON written
+    another way: parse it). A start takes a finished run so, without parsing
+    it: its record is parsed and checked when it is read."""
+    match = _FINISHED_START.match(data, start)
+    if match is None or match.group(1) != b"run-%06d" % number:
+        return None
+    return _FINISHED_STATUS[match.group(2)]
+
+
+_FINISHED_STATUS: Final = {status.encode(): status for status in TERMINAL_RUN_STATUSES}
 
 
 def schedule_id_of(record: RunRecord) -> str | None:

@@ -72,8 +72,9 @@ from shell.journal import JOURNAL_FILE
 from shell.write_back import underlying
 
 from .identifiers import format_run_id, parse_run_id
+from .number_table import NumberTable
 from .persistence import Stored
-from .records import RunRecord, record_json
+from .records import RunRecord, finished_status, record_json
 from .storage import is_temp_file, read_json
 
 __all__ = [
@@ -106,7 +107,7 @@ _NOT_A_RUN_FILE: Final = "not a run record file name (expected run-NNNNNN.json)"
 _NOT_A_SEGMENT: Final = "not a run log segment name (expected NNNNNNNN.seg)"
 
 
-def _checksum(number: int, payload: bytes) -> int:
+def _checksum(number: int, payload: bytes | memoryview) -> int:
     return zlib.crc32(payload, zlib.crc32(struct.pack(">QI", number, len(payload))))
 
 
@@ -182,10 +183,35 @@ def _whole_frame_header(data: bytes | mmap.mmap, position: int, resume: int) -> 
 
 def scan_segment(data: bytes | mmap.mmap) -> LogScan:
     """Every frame of a segment's bytes (see the module docstring)."""
+    view = memoryview(data)
+    try:
+        return _scan(data, view)
+    finally:
+        # A mapped segment cannot be closed while a view of it is held.
+        view.release()
+
+
+def _scan(data: bytes | mmap.mmap, view: memoryview) -> LogScan:
     scan = LogScan()
+    frames = scan.frames
     position = 0
     size = len(data)
+    header_of, trailer_of = _HEADER.unpack_from, _TRAILER.unpack_from
     while position < size:
+        # An intact frame, inline (a million runs are more than a million
+        # frames): `decode_frame`'s checks, the payload checksummed in place.
+        if position + _HEADER.size <= size:
+            magic, number, length, crc = header_of(data, position)
+            start = position + _HEADER.size
+            end = start + length + _TRAILER.size
+            if magic == _MAGIC and end <= size:
+                trailer_number, marker = trailer_of(data, end - _TRAILER.size)
+                if marker == _END and trailer_number == number:
+                    payload = view[start : end - _TRAILER.size]
+                    intact = _checksum(number, payload) == crc
+                    (frames if intact else scan.damaged).append((number, position, end - position))
+                    position = end
+                    continue
         found = decode_frame(data, position)
         if found is not None:
             number, frame_size, intact = found
@@ -231,7 +257,7 @@ class FileRunLog:
         self.dir = root / LOG_DIR
         self.legacy_dir = root / LEGACY_DIR
         # run number -> (segment, offset, frame size) of its last frame
-        self._latest: dict[int, tuple[int, int, int]] = {}
+        self._latest = NumberTable("IQI")
         self._live: dict[int, int] = {}  # segment -> bytes of last frames
         self._size: dict[int, int] = {}  # segment -> bytes
         self._damaged_segments: set[int] = set()
@@ -242,6 +268,10 @@ class FileRunLog:
         self._end = 0
         self._closer: weakref.finalize[Any, Any] | None = None
         self._staged = False
+        # Read-only descriptors of the segments finished runs were read
+        # again from (`reread`): a page of fifty reads one or two segments.
+        self._readers: dict[int, DiskFile] = {}
+        weakref.finalize(self, _close_all, self._readers)
 
     # --- reading ----------------------------------------------------------------------
 
@@ -314,13 +344,23 @@ class FileRunLog:
         # compacts what looks superseded, which a run not yet placed here
         # would look (its frames were lost with the segment).
         numbers = sorted(last)
+        live = self._live
         for number in numbers:
             segment, offset, size, _ = last[number]
-            self._place(number, segment, offset, size)
+            # `_place` for a run placed once.
+            self._latest.set(number, segment, offset, size)
+            live[segment] = live.get(segment, 0) + size
         for stored in [*self._strays(), *self._load_legacy(set(last))]:
             yield stored
+        places = {segment: str(self.segment_path(segment)) for segment in contents}
         for number in numbers:
             segment, offset, size, intact = last[number]
+            if intact:
+                finished = finished_status(contents[segment], offset + _HEADER.size, number)
+                if finished is not None:
+                    # Read again when asked (`reread`): nothing to copy now.
+                    yield Stored(location=places[segment], key=number, finished=finished)
+                    continue
             location = self.location(format_run_id(number))
             if not intact:
                 yield Stored(
@@ -364,7 +404,7 @@ class FileRunLog:
         old = self._latest.get(number)
         if old is not None:
             self._live[old[0]] -= old[2]
-        self._latest[number] = (segment, offset, size)
+        self._latest.set(number, segment, offset, size)
         self._live[segment] = self._live.get(segment, 0) + size
 
     # --- the port ---------------------------------------------------------------------
@@ -375,6 +415,40 @@ class FileRunLog:
     def exists(self, run_id: str) -> bool:
         number = parse_run_id(run_id)
         return number is not None and number in self._latest
+
+    def rereads(self, number: int) -> bool:
+        # A run of the log (not of an older store's file): its last frame is
+        # one `pread` away.
+        return number in self._latest
+
+    def reread(self, number: int) -> Stored[int | None]:
+        """The run's last frame read again and checked as a load checks it:
+        a frame changed in place since is unreadable (failed closed)."""
+        place = self._latest.get(number)
+        if place is None:
+            raise KeyError(number)
+        segment, offset, size = place
+        path = self.segment_path(segment)
+        location = self.location(format_run_id(number))
+        try:
+            reader = self._readers.get(segment)
+            if reader is None:
+                reader = self._readers[segment] = self._disk.open(str(path))
+            data = reader.read_at(size, offset)
+        except OSError as exc:
+            return Stored(location=location, key=number, error=f"cannot read {path}: {exc}")
+        found = decode_frame(data, 0)
+        if found is None or found[0] != number or found[1] != size:
+            reason = "no longer holds its intact frame"
+        elif not found[2]:
+            reason = "holds its frame with a checksum that does not match"
+        else:
+            return Stored(location=location, key=number, raw=frame_payload(data, 0, size))
+        return Stored(
+            location=location,
+            key=number,
+            error=f"{path} at byte {offset} {reason}: damaged in place since it was written",
+        )
 
     async def write(self, record: RunRecord, *, created: bool) -> bytes | None:
         return self.append([record])[0]
@@ -599,10 +673,20 @@ class FileRunLog:
         fault_point("after:run-log:compact-remove")
         self._size.pop(segment, None)
         self._live.pop(segment, None)
+        reader = self._readers.pop(segment, None)
+        if reader is not None:
+            reader.close()
         return True
 
     def close(self) -> None:
         self._seal()
+        _close_all(self._readers)
+
+
+def _close_all(readers: dict[int, DiskFile]) -> None:
+    for reader in readers.values():
+        reader.close()
+    readers.clear()
 
 
 def _map(path: Path) -> bytes | mmap.mmap:

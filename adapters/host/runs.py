@@ -24,6 +24,7 @@ import collections
 import contextlib
 import json
 import logging
+from array import array
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any, Final
@@ -43,7 +44,12 @@ from .persistence import (
     Stored,
     answer_from_cache,
 )
-from .records import STOP_STATUSES, RunRecord, check_consistency, schedule_id_of
+from .records import (
+    STOP_STATUSES,
+    RunRecord,
+    check_consistency,
+    schedule_id_of,
+)
 from .recovery import recover_record
 from .run_cache import RunCache
 
@@ -95,10 +101,11 @@ class RunStore:
     def __init__(self, persistence: RunPersistence) -> None:
         self._persistence = persistence
         self._shared = persistence if isinstance(persistence, SharedRunPersistence) else None
-        self._records = RunCache()
+        self._records = RunCache(self._read_finished)
         # The numbers of `_records`, ascending: a page is a bisect and `limit`
-        # reads, not a sort of every run (the scheduler pages them all at start).
-        self._order: list[int] = []
+        # reads, not a sort of every run (the scheduler pages them all at
+        # start). An array: 8 bytes a run, not a list's pointer and integer.
+        self._order = array("Q")
         # Records that exist in the store but cannot be used: number -> finding.
         self._broken: dict[int, dict[str, Any]] = {}
         # Numbers of new records a scheduler batch holds, not yet durable: taken
@@ -140,6 +147,12 @@ class RunStore:
                         "reason": stored.error,
                     }
                 )
+                continue
+            if stored.finished is not None:
+                # A finished run of the log (its frame's checksum was
+                # checked): its record is parsed and checked when it is read
+                # (`_read_finished`), not by every start.
+                self._remember_finished(stored.key, stored.finished)
                 continue
             findings.extend(
                 await self._load_one(
@@ -338,7 +351,7 @@ class RunStore:
 
     def records(self) -> list[RunRecord]:
         """Every readable record, by run number."""
-        return [self._records[n] for n in self._order]
+        return self._readable(list(self._order))
 
     def highest_number(self) -> int:
         """The highest run number with a record in the store (readable or not), or 0."""
@@ -583,7 +596,7 @@ class RunStore:
                 more = True
                 break
             chosen.append(n)
-        return [self._records[n] for n in chosen], _encode_cursor(chosen[-1]) if more else None
+        return self._readable(chosen), _encode_cursor(chosen[-1]) if more else None
 
     @staticmethod
     def _check_page(status: Any, limit: Any, newest_first: Any) -> None:
@@ -619,7 +632,7 @@ class RunStore:
         examined = 0
         for index in range(end - 1, -1, -1):
             if budget is not None and examined == budget:
-                records = [self._records[n] for n in chosen]
+                records = self._readable(chosen)
                 return records, _encode_cursor(self._order[index + 1], "before")
             examined += 1
             n = self._order[index]
@@ -629,16 +642,44 @@ class RunStore:
                 more = True
                 break
             chosen.append(n)
-        records = [self._records[n] for n in chosen]
+        records = self._readable(chosen)
         return records, _encode_cursor(chosen[-1], "before") if more else None
 
+    def _readable(self, numbers: Iterable[int]) -> list[RunRecord]:
+        """The records of `numbers`, less those that turned out unreadable
+        when read again (`_read_finished`: now among the broken ones)."""
+        return [record for record in map(self._records.get, numbers) if record is not None]
+
     def _remember(self, number: int, record: RunRecord, raw: bytes | None = None) -> None:
-        if number not in self._records:
-            if self._order and number < self._order[-1]:
-                bisect.insort(self._order, number)
-            else:
-                self._order.append(number)
-        self._records.put(number, record, raw)
+        self._ordered(number)
+        self._records.put(number, record, raw, rereads=self._persistence.rereads(number))
+
+    def _remember_finished(self, number: int, status: str) -> None:
+        self._ordered(number)
+        self._records.put_finished(number, status, None)
+
+    def _ordered(self, number: int) -> None:
+        order = self._order
+        if not order or number > order[-1]:
+            # Past every cached run (a new run, a start reading them in order).
+            order.append(number)
+        elif number not in self._records:
+            bisect.insort(order, number)
+
+    def _read_finished(self, number: int) -> RunRecord | None:
+        """A finished run's record, read again from the store (the cache
+        keeps its status only); None once it turned out unreadable: it is
+        then among the broken ones, as a start would have found it."""
+        record = self._check(number, self._persistence.reread(number))
+        if isinstance(record, dict):
+            self._forget(number)
+            _log.warning(
+                "run %s: its finished record, read again, is unusable: %s",
+                record["run_id"],
+                record["reason"],
+            )
+            return None
+        return record
 
     def broken(self) -> list[dict[str, Any]]:
         return [dict(self._broken[n]) for n in sorted(self._broken)]

@@ -184,26 +184,6 @@ async def test_a_crash_in_compaction_loses_no_record(
         assert [again.get(f"run-{n:06d}").updated_at for n in (1, 2, 3)] == [written] * 2 + [NOW]
 
 
-def _failed(admitted: RunRecord) -> RunRecord:
-    return RunRecord.from_json(
-        {
-            **admitted.to_json(),
-            "status": "failed",
-            "attempt": 1,
-            "progress": {"node": "n", "state": {}, "steps": 0},
-            "checkpoint": {
-                "attempt": 1,
-                "status": "failed",
-                "node": "n",
-                "state": {},
-                "steps": 0,
-                "at": NOW,
-            },
-            "error": {"kind": "boom", "message": "it broke"},
-        }
-    )
-
-
 def _running(number: int) -> RunRecord:
     return RunRecord.from_json(
         {
@@ -334,13 +314,8 @@ async def test_a_server_reads_an_older_store_with_a_file_per_run(build: Builder)
     ] * 2
 
 
-async def test_finished_runs_are_cached_as_their_json_and_read_back_whole(
-    tmp_path: Path,
-) -> None:
-    store, _ = _store(tmp_path)
-    admitted = _record(1)
-    await store.put(admitted)
-    failed = RunRecord.from_json(
+def _failed(admitted: RunRecord) -> RunRecord:
+    return RunRecord.from_json(
         {
             **admitted.to_json(),
             "status": "failed",
@@ -357,14 +332,60 @@ async def test_finished_runs_are_cached_as_their_json_and_read_back_whole(
             "error": {"kind": "boom", "message": "it broke"},
         }
     )
+
+
+async def test_finished_runs_are_read_back_whole_from_the_log_not_kept_in_memory(
+    tmp_path: Path,
+) -> None:
+    store, _ = _store(tmp_path)
+    admitted = _record(1)
+    await store.put_many([admitted, _record(2)])
+    failed = _failed(admitted)
     await store.put(failed)
-    # A finished run is kept as bytes: each read is a new, equal record.
+    # Each read is a new, equal record, read from the log.
     assert store.get("run-000001") == failed and store.get("run-000001") is not failed
     records, _ = store.page("failed", None, 10)
     assert [r.run_id for r in records] == ["run-000001"]
-    assert store.page("admitted", None, 10)[0] == []
+    assert store.page("admitted", None, 10)[0] == [_record(2)]
     again, findings = _store(tmp_path)
     assert findings == [] and again.get("run-000001") == failed
+    # The proof that no copy is kept: its frame damaged in place after the
+    # start fails the next read closed, as a start would have found it.
+    run_log_files.damage_last_frame(tmp_path, "run-000001", at=40)
+    with pytest.raises(InvalidState, match="checksum that does not match: damaged in place"):
+        again.get("run-000001")
+    assert again.page(None, None, 10)[0] == [_record(2)]
+    assert [b["run_id"] for b in again.broken()] == ["run-000001"]
+    _, findings = _store(tmp_path)
+    assert [(f["run_id"], f["finding"]) for f in findings] == [("run-000001", "unreadable")]
+
+
+async def test_a_start_takes_finished_runs_unparsed_and_a_read_checks_them(
+    tmp_path: Path,
+) -> None:
+    """A finished run's record is parsed and checked when it is read, not at
+    every start: one whose intact frame holds a record that breaks the
+    record's rules (never written so by the store) is found at its read."""
+    store, _ = _store(tmp_path)
+    await store.put_many([_record(1), _record(2)])
+    # Completed with attempt 0: a record of a run that never executed.
+    bad = {**_record(1).to_json(), "status": "completed"}
+    run_log_files.append_payload(
+        tmp_path, "run-000001", json.dumps(bad, separators=(",", ":")).encode()
+    )
+    again, findings = _store(tmp_path)
+    assert findings == []
+    assert [r.run_id for r in again.page("completed", None, 10)[0]] == []
+    with pytest.raises(InvalidState, match="status completed with attempt 0"):
+        again.get("run-000001")
+    assert again.get("run-000002").status == "admitted"
+    # Written another way (not as the store writes a record), a finished
+    # run is parsed at the start, and its finding reported there.
+    run_log_files.append_payload(
+        tmp_path, "run-000002", json.dumps({**_record(2).to_json(), "status": "completed"}).encode()
+    )
+    _, findings = _store(tmp_path)
+    assert [(f["run_id"], f["finding"]) for f in findings] == [("run-000002", "contradictory")]
 
 
 async def test_a_run_lock_excludes_while_held_and_is_dropped_after_its_last_user(
