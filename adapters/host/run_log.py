@@ -39,6 +39,12 @@ the log names then (a round prepared ahead of its instant waits with its
 frames staged while runs that stop append theirs). A replay after a crash
 writes them again (`shell.journal`).
 
+**Reads.** A finished run's record is not kept in memory: the store keeps
+its status (`run_cache.py`) and this log the place of its last frame, which
+`reread` reads again (one `pread`, its checksum checked) when it is asked
+for. A load checks every frame's checksum but yields a finished run by the
+status its record begins with (`records.finished_status`), unparsed.
+
 **Compaction.** A segment other than the active one whose frames are mostly
 superseded (`COMPACT_DEAD_RATIO`) has its live frames copied, checked, to the
 active segment, flushed, and is then removed. Never a segment with damage

@@ -2,15 +2,16 @@
 
 The records (frames of the run log under `<root>/run-log/`, run_log.py, or
 rows of `wf_runs`: persistence.py) are the truth; the cache (run_cache.py:
-finished runs as their JSON) is what this process last wrote or read, and
+finished runs as their status, read again from the log when asked, or as
+their JSON) is what this process last wrote or read, and
 answers every read, except on a store several servers share, where the
 API's reads go to the store (`fetch`, `fetch_page`, `refresh`) and the runs
 of a server found dead are failed by the leader (`abandoned_by`). Every
 change goes through `put` (or `put_many`/`commit`, which group-commit many
 records with one flush or transaction), which writes the whole record
 durably before the cache is updated. `load` is startup recovery: it reads
-every record, reports what it cannot use, and fails dead attempts closed
-(recovery.py). Per-run asyncio locks serialize the read-check-write
+every record (a finished run of the log by its status alone), reports what
+it cannot use, and fails dead attempts closed (recovery.py). Per-run asyncio locks serialize the read-check-write
 transitions of one run across concurrent API calls and its execution task.
 """
 
@@ -44,12 +45,7 @@ from .persistence import (
     Stored,
     answer_from_cache,
 )
-from .records import (
-    STOP_STATUSES,
-    RunRecord,
-    check_consistency,
-    schedule_id_of,
-)
+from .records import STOP_STATUSES, RunRecord, check_consistency, schedule_id_of
 from .recovery import recover_record
 from .run_cache import RunCache
 
