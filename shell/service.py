@@ -436,8 +436,8 @@ class SchedulerService:
     def role(self) -> str:
         """ "leader" (it admits), "standby" (it waits to), or "off" (stopped).
         A leader whose lease is no longer assured says `standby` at once,
-        not at its next round: a successor may lead already, and this one
-        could not commit an admission meanwhile."""
+        not at its next round: a successor may lead already, and that round
+        would step this one down before deciding anything."""
         if not self._running:
             return "off"
         leads = self._leading and not self._fenced and self._backend.ownership.assured
