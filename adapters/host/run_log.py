@@ -261,6 +261,7 @@ class FileRunLog:
         self.root = root
         self._disk = disk
         self.dir = root / LOG_DIR
+        self._dir_text = str(self.dir)
         self.legacy_dir = root / LEGACY_DIR
         # run number -> (segment, offset, frame size) of its last frame
         self._latest = NumberTable("IQI")
@@ -287,7 +288,7 @@ class FileRunLog:
     def location(self, run_id: str) -> str:
         """How findings name a run's record: the log and the run (its frames
         move as it changes and as segments are compacted)."""
-        return f"{self.dir} ({run_id})"
+        return f"{self._dir_text} ({run_id})"
 
     def _names(self) -> list[str]:
         if not is_directory(self._disk, str(self.dir)):
@@ -434,14 +435,14 @@ class FileRunLog:
         if place is None:
             raise KeyError(number)
         segment, offset, size = place
-        path = self.segment_path(segment)
         location = self.location(format_run_id(number))
         try:
             reader = self._readers.get(segment)
             if reader is None:
-                reader = self._readers[segment] = self._disk.open(str(path))
+                reader = self._readers[segment] = self._disk.open(str(self.segment_path(segment)))
             data = reader.read_at(size, offset)
         except OSError as exc:
+            path = self.segment_path(segment)
             return Stored(location=location, key=number, error=f"cannot read {path}: {exc}")
         found = decode_frame(data, 0)
         if found is None or found[0] != number or found[1] != size:
@@ -453,7 +454,10 @@ class FileRunLog:
         return Stored(
             location=location,
             key=number,
-            error=f"{path} at byte {offset} {reason}: damaged in place since it was written",
+            error=(
+                f"{self.segment_path(segment)} at byte {offset} {reason}: damaged in place"
+                " since it was written"
+            ),
         )
 
     async def write(self, record: RunRecord, *, created: bool) -> bytes | None:

@@ -11,8 +11,9 @@ change goes through `put` (or `put_many`/`commit`, which group-commit many
 records with one flush or transaction), which writes the whole record
 durably before the cache is updated. `load` is startup recovery: it reads
 every record (a finished run of the log by its status alone), reports what
-it cannot use, and fails dead attempts closed (recovery.py). Per-run asyncio locks serialize the read-check-write
-transitions of one run across concurrent API calls and its execution task.
+it cannot use, and fails dead attempts closed (recovery.py). Per-run asyncio
+locks serialize the read-check-write transitions of one run across
+concurrent API calls and its execution task.
 """
 
 from __future__ import annotations
