@@ -15,6 +15,7 @@ from core.errors import SchedulingError
 
 __all__ = [
     "BatchRunHost",
+    "ClaimListingHost",
     "HostApi",
     "HostServer",
     "PreparingRunHost",
@@ -109,6 +110,18 @@ class PreparingRunHost(Protocol):
     def admissions_generation(self) -> int:
         """A number that changes whenever an admission checked now could be
         checked differently than one checked before."""
+        ...
+
+
+@runtime_checkable
+class ClaimListingHost(Protocol):
+    """Optional: a host that pages its runs as what a start checks of them
+    (`shell/recovery.py`: every run's claim on an occurrence), without the
+    rest of each run's view, which a start over every run ever kept pays
+    for per run."""
+
+    async def list_run_claims(self, cursor: str | None = None, limit: int = 100) -> dict[str, Any]:
+        """`list_runs` oldest first, each run as `{run_id, status, origin}`."""
         ...
 
 

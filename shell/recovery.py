@@ -59,7 +59,7 @@ from core.recovery_checks import (
     recovered_run,
 )
 from shell.history_store import HistoryRecovery, OpenOccurrence
-from shell.ports import HostApi
+from shell.ports import ClaimListingHost, HostApi
 from shell.schedules_api import SchedulesApi, unchecked_run_reads
 from shell.store_format import StoreProblem, parse_instant
 from shell.store_ports import HistoryPort, ScheduleBackend, ScheduleInputs
@@ -326,8 +326,10 @@ class StartupRecovery:
         """Every run whose origin names a schedule, by schedule, oldest run first."""
         claims: dict[str, list[RunClaim]] = {}
         cursor: str | None = None
+        host = self._host
+        list_page = host.list_run_claims if isinstance(host, ClaimListingHost) else host.list_runs
         while True:
-            page = await self._host.list_runs(cursor=cursor, limit=100)
+            page = await list_page(cursor=cursor, limit=100)
             for run in page["runs"]:
                 origin = run.get("origin")
                 if not isinstance(origin, Mapping) or origin.get("kind") != "schedule":

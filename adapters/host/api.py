@@ -632,6 +632,24 @@ class WorkflowApi:
             "next_cursor": next_cursor,
         }
 
+    @store_call(writes=False)
+    async def list_run_claims(self, cursor: str | None = None, limit: int = 100) -> dict[str, Any]:
+        """`list_runs` oldest first, each run as `{run_id, status, origin}`:
+        what a scheduler's start checks of every run (`shell.ports.
+        ClaimListingHost`), without the rest of its view."""
+        records, next_cursor = await self._runs.fetch_page(None, cursor, limit, False)
+        return {
+            "runs": [
+                {
+                    "run_id": record.run_id,
+                    "status": record.status,
+                    "origin": None if record.origin is None else dict(record.origin),
+                }
+                for record in records
+            ],
+            "next_cursor": next_cursor,
+        }
+
     # -- execution control ---------------------------------------------------
 
     def announce_run(self, record: RunRecord) -> None:

@@ -607,6 +607,37 @@ async def test_list_runs_pages_oldest_first(server: LocalStaticWorkflowServer) -
     assert (await server.api.list_runs(status="failed")) == {"runs": [], "next_cursor": None}
 
 
+async def test_run_claims_page_every_run_as_list_runs_does(
+    server: LocalStaticWorkflowServer,
+) -> None:
+    """What a scheduler's start reads of every run: the same runs, pages and
+    cursors as `list_runs`, each as its id, status and origin alone."""
+    await deploy(server, APPROVAL_PLAN, "approval.default")
+    await server.api.run_deployment("approval.default", {"item": "x"})
+    await server.api.admit_run("approval.default", {}, origin=SCHEDULE_ORIGIN)
+    await server.api.run_deployment("approval.default", {"item": "y"})
+    await server.api.resume_run("run-000001", {"approved": True})
+    cursor: str | None = None
+    pages = []
+    while True:
+        claims = await server.api.list_run_claims(cursor=cursor, limit=2)
+        runs = await server.api.list_runs(cursor=cursor, limit=2)
+        assert claims["next_cursor"] == runs["next_cursor"]
+        assert claims["runs"] == [
+            {"run_id": r["run_id"], "status": r["status"], "origin": r["origin"]}
+            for r in runs["runs"]
+        ]
+        pages.append(claims["runs"])
+        cursor = claims["next_cursor"]
+        if cursor is None:
+            break
+    assert [[(r["run_id"], r["status"]) for r in page] for page in pages] == [
+        [("run-000001", "completed"), ("run-000002", "admitted")],
+        [("run-000003", "interrupted")],
+    ]
+    assert pages[0][1]["origin"] == SCHEDULE_ORIGIN
+
+
 @pytest.mark.parametrize(
     ("kwargs", "fields"),
     [
