@@ -113,7 +113,7 @@ _NOT_A_RUN_FILE: Final = "not a run record file name (expected run-NNNNNN.json)"
 _NOT_A_SEGMENT: Final = "not a run log segment name (expected NNNNNNNN.seg)"
 
 
-def _checksum(number: int, payload: bytes | memoryview) -> int:
+def _checksum(number: int, payload: bytes) -> int:
     return zlib.crc32(payload, zlib.crc32(struct.pack(">QI", number, len(payload))))
 
 
@@ -189,35 +189,10 @@ def _whole_frame_header(data: bytes | mmap.mmap, position: int, resume: int) -> 
 
 def scan_segment(data: bytes | mmap.mmap) -> LogScan:
     """Every frame of a segment's bytes (see the module docstring)."""
-    view = memoryview(data)
-    try:
-        return _scan(data, view)
-    finally:
-        # A mapped segment cannot be closed while a view of it is held.
-        view.release()
-
-
-def _scan(data: bytes | mmap.mmap, view: memoryview) -> LogScan:
     scan = LogScan()
-    frames = scan.frames
     position = 0
     size = len(data)
-    header_of, trailer_of = _HEADER.unpack_from, _TRAILER.unpack_from
     while position < size:
-        # An intact frame, inline (a million runs are more than a million
-        # frames): `decode_frame`'s checks, the payload checksummed in place.
-        if position + _HEADER.size <= size:
-            magic, number, length, crc = header_of(data, position)
-            start = position + _HEADER.size
-            end = start + length + _TRAILER.size
-            if magic == _MAGIC and end <= size:
-                trailer_number, marker = trailer_of(data, end - _TRAILER.size)
-                if marker == _END and trailer_number == number:
-                    payload = view[start : end - _TRAILER.size]
-                    intact = _checksum(number, payload) == crc
-                    (frames if intact else scan.damaged).append((number, position, end - position))
-                    position = end
-                    continue
         found = decode_frame(data, position)
         if found is not None:
             number, frame_size, intact = found

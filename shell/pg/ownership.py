@@ -133,7 +133,7 @@ class PgOwnership:
 
     @property
     def assured(self) -> bool:
-        return self.held and self._lost is None and time.monotonic() < self._safe_until
+        return self._lost is None and self.safe_for() > 0
 
     def safe_for(self) -> float:
         """Seconds the lease is surely this process's still (0: not held)."""
