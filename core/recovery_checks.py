@@ -24,12 +24,14 @@ from core.occurrences import ORIGINS, TERMINAL_RUN_STATUSES, Origin
 
 __all__ = [
     "NO_RUN_RECORD",
+    "CheckedClaims",
     "OpenAdmission",
     "RecoveryProblem",
     "RunClaim",
     "RunVerdict",
     "claim_problems",
     "claimed_origin",
+    "claims_since",
     "recovered_run",
 ]
 
@@ -79,6 +81,48 @@ class RunVerdict:
     run: RecoveredRun
     problem: RecoveryProblem | None = None
     orphan: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedClaims:
+    """What a start knows of the runs earlier ones accounted for: `position`,
+    where the host's run records stood when the last startup checkpoint was
+    written (the host's own token; None: no checkpoint, or one that did not
+    say), and whether every schedule is one that checkpoint described, its
+    history log still the same file, at most appended to (`histories_kept`)."""
+
+    position: str | None
+    histories_kept: bool
+
+
+def claims_since(checked: CheckedClaims) -> str | None:
+    """The point after which a start checks the claim of every run whose
+    record was written (None: every run's claim is checked); an unfinished
+    run's claim is checked wherever its record stands.
+
+    A checkpoint is written only by a scheduler whose state matches the
+    stores, after it made everything durable, and the position it notes is
+    where the run records stood then. A run whose record was last written
+    before it was either checked by that scheduler's start or admitted by
+    that scheduler, its record committed with its admitted row: its claim
+    agreed with the history. A history only appended to since cannot come
+    to disagree with a finished run's claim: its last decision only moves
+    forward, a closed occurrence stays closed, and the instants it opens
+    later are ones no finished run claims. Any later write of a run record
+    (a new run, a status, a record copied, or one written by hand) lies
+    after the position, and is checked. So a start checks the runs written
+    since that checkpoint and the unfinished ones, not every run kept (at
+    1,000 every-minute schedules that cost a start about 30 s per day of
+    runs).
+
+    When a schedule is not one the checkpoint described (created since, or
+    left out of it: a blocked schedule always is, so the claim that blocked
+    it is checked again at every start until the block is lifted), or its
+    history was rewritten, shortened or replaced (a restore, an edit by
+    hand: its last decision may have gone back, and finished runs may now
+    claim instants it never admitted), every run is checked, as it is when
+    no checkpoint says where the records stood."""
+    return checked.position if checked.histories_kept else None
 
 
 def _iso(instant: datetime) -> str:

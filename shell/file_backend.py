@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any, Final, cast
 
 from core.errors import NotFound
+from core.recovery_checks import CheckedClaims
 from shell.definition_store import ChangeKind, DefinitionStore, LifecycleResult
 from shell.disk import OS_DISK, Disk
 from shell.durable import GroupCommit, SimulatedCrash
@@ -30,7 +31,7 @@ from shell.history_store import HistoryRecovery, HistoryStore
 from shell.journal import CommitJournal, journal_supported
 from shell.lock import SchedulerLock
 from shell.runtime_store import RuntimeLoad, RuntimeStore
-from shell.startup_checkpoint import CachedSchedule, UnchangedParts
+from shell.startup_checkpoint import CachedSchedule, StartupCheckpoint, UnchangedParts
 from shell.store_format import Instant, ScheduleFiles, StoreDamaged, StoreProblem
 from shell.store_ports import (
     BatchPort,
@@ -270,10 +271,17 @@ class _RecoveryReader:
     after the schedules before it were handed over, so the recovery fails
     where it failed when each schedule was read in its turn."""
 
-    def __init__(self, backend: FileBackend, checkpoint: Mapping[str, CachedSchedule]) -> None:
+    def __init__(self, backend: FileBackend, checkpoint: StartupCheckpoint) -> None:
         self._backend = backend
-        self._checkpoint = dict(checkpoint)
+        self._checkpoint = dict(checkpoint.entries)
+        self._runs_checked_at = checkpoint.runs_checked_at
+        # Whether every schedule read had an entry whose history log is
+        # still the same file, at most appended to (`checked_claims`).
+        self._histories_kept = True
         self._read: dict[str, _Outcome | _Failed] = {}
+
+    def checked_claims(self) -> CheckedClaims:
+        return CheckedClaims(self._runs_checked_at, self._histories_kept)
 
     async def schedule_ids(self) -> list[str]:
         # A checkpointed schedule's files are checked one by one next.
@@ -331,9 +339,14 @@ class _RecoveryReader:
         its entry was read with."""
         entry = item.entry
         if entry is None:
+            # A schedule the checkpoint does not describe: its history may
+            # be anything (`core.recovery_checks.claims_since`).
+            self._histories_kept = False
             return
         current = self._backend.upkeep.current_identities(item.schedule_id)
         item.unchanged, item.full_scan = entry.compare(current)
+        if not item.unchanged or not item.unchanged.history:
+            self._histories_kept = self._histories_kept and entry.history_kept(current)
 
     def _take_entry(self, item: _Pending) -> None:
         """What the checkpoint entry gives, part by part: the lifecycle
@@ -506,7 +519,7 @@ class FileBackend:
     def recovery_reader(self, *, at_start: bool) -> _RecoveryReader:
         # A start (not a rebuild after a failed round) takes the last
         # checkpoint, which reading consumes.
-        checkpoint = self.upkeep.take_startup_checkpoint() if at_start else {}
+        checkpoint = self.upkeep.take_startup_checkpoint() if at_start else StartupCheckpoint({})
         return _RecoveryReader(self, checkpoint)
 
     def after_recovery(self) -> None:

@@ -26,9 +26,10 @@ from shell.journal import CommitJournal
 from shell.runtime_store import RuntimeStore
 from shell.startup_checkpoint import (
     CachedSchedule,
+    StartupCheckpoint,
     checkpoint_entries,
     current_identities_text,
-    read_startup_checkpoint,
+    take_startup_checkpoint,
     write_startup_checkpoint,
 )
 from shell.store_format import ScheduleFiles
@@ -56,14 +57,20 @@ class FileStoreUpkeep:
         self._journal = journal
         # The checkpoint entries this process holds (see the module docstring).
         self._captured: dict[str, CachedSchedule] = {}
+        # Where the run records stood, for the next checkpoint (`note_runs_checked`).
+        self._runs_checked_at: str | None = None
         # As text: a start asks for every schedule's files by it.
         self._root = os.fspath(definitions.store_root)
 
-    def take_startup_checkpoint(self) -> dict[str, CachedSchedule]:
-        """The last checkpoint's entries, consumed (a start calls it once); the
-        ledger starts afresh."""
+    def take_startup_checkpoint(self) -> StartupCheckpoint:
+        """The last checkpoint, consumed (a start calls it once); the ledger
+        starts afresh, vouching for no run until told."""
         self._captured = {}
-        return read_startup_checkpoint(self._definitions.store_root, disk=self._definitions.disk)
+        self._runs_checked_at = None
+        return take_startup_checkpoint(self._definitions.store_root, disk=self._definitions.disk)
+
+    def note_runs_checked(self, position: str | None) -> None:
+        self._runs_checked_at = position
 
     def keep(self, reused: Mapping[str, CachedSchedule]) -> None:
         """Keep checkpoint entries a recovery took as they were."""
@@ -102,7 +109,10 @@ class FileStoreUpkeep:
                 examine=examine,
             )
             write_startup_checkpoint(
-                self._definitions.store_root, entries, disk=self._definitions.disk
+                self._definitions.store_root,
+                entries,
+                disk=self._definitions.disk,
+                runs_checked_at=self._runs_checked_at,
             )
         except (OSError, SchedulingError) as exc:
             _log.warning("could not write the startup checkpoint: %s", exc)

@@ -124,6 +124,17 @@ class ClaimListingHost(Protocol):
         """`list_runs` oldest first, each run as `{run_id, status, origin}`."""
         ...
 
+    def run_records_position(self) -> str | None:
+        """Where the run records stand now, as a token `changed_run_claims`
+        takes back (None: this host cannot say)."""
+        ...
+
+    async def changed_run_claims(self, since: str) -> list[dict[str, Any]] | None:
+        """The same of every run not finished and every run whose record was
+        written after `since`, oldest first; None when this host cannot tell
+        (then every run is listed)."""
+        ...
+
 
 @runtime_checkable
 class StopNotingHost(Protocol):

@@ -52,10 +52,12 @@ from core.events import (
 from core.lifecycle import OPERATOR_KINDS, LifecycleRefusal, apply_record
 from core.operator_actions import Backfill, backfill_from_payload, check_overlap_override
 from core.recovery_checks import (
+    CheckedClaims,
     OpenAdmission,
     RunClaim,
     claim_problems,
     claimed_origin,
+    claims_since,
     recovered_run,
 )
 from shell.history_store import HistoryRecovery, OpenOccurrence
@@ -287,7 +289,7 @@ class StartupRecovery:
         """Recover every schedule, in schedule order. Call once."""
         reader = self._backend.recovery_reader(at_start=self._at_start)
         ids = await reader.schedule_ids()
-        claims = await self._run_claims(set(ids))
+        claims = await self._run_claims(set(ids), reader.checked_claims())
         for schedule_id in ids:
             read = await reader.read(schedule_id)
             if read is None:
@@ -322,37 +324,64 @@ class StartupRecovery:
             reserved = await self._host.reserve_run_ids(min(1000, wanted - last))
             last = _run_number(reserved[-1]) or wanted
 
-    async def _run_claims(self, known: set[str]) -> dict[str, list[RunClaim]]:
-        """Every run whose origin names a schedule, by schedule, oldest run first."""
+    async def _run_claims(
+        self, known: set[str], checked: CheckedClaims
+    ) -> dict[str, list[RunClaim]]:
+        """The runs whose origin names a schedule, by schedule, oldest run
+        first: every run, or where the host can list them so, those written
+        since the last checkpoint allows and the unfinished ones
+        (`core.recovery_checks.claims_since`)."""
         claims: dict[str, list[RunClaim]] = {}
-        cursor: str | None = None
         host = self._host
-        list_page = host.list_run_claims if isinstance(host, ClaimListingHost) else host.list_runs
+        if not isinstance(host, ClaimListingHost):
+            await self._page_claims(host.list_runs, known, claims)
+            return claims
+        since = claims_since(checked)
+        changed = await host.changed_run_claims(since) if since is not None else None
+        if changed is not None:
+            self._add_claims(changed, known, claims)
+        else:
+            await self._page_claims(host.list_run_claims, known, claims)
+        return claims
+
+    async def _page_claims(
+        self,
+        list_page: Callable[..., Awaitable[dict[str, Any]]],
+        known: set[str],
+        claims: dict[str, list[RunClaim]],
+    ) -> None:
+        cursor: str | None = None
         while True:
             page = await list_page(cursor=cursor, limit=100)
-            for run in page["runs"]:
-                origin = run.get("origin")
-                if not isinstance(origin, Mapping) or origin.get("kind") != "schedule":
-                    continue
-                schedule_id = origin.get("schedule_id")
-                if schedule_id not in known:
-                    _log.warning(
-                        "run %s claims schedule %r, which does not exist",
-                        run["run_id"],
-                        schedule_id,
-                    )
-                    continue
-                claims.setdefault(schedule_id, []).append(
-                    RunClaim(
-                        run["run_id"],
-                        parse_instant(origin["instant"]),
-                        run["status"],
-                        claimed_origin(origin) or "schedule",
-                    )
-                )
+            self._add_claims(page["runs"], known, claims)
             cursor = page["next_cursor"]
             if cursor is None:
-                return claims
+                return
+
+    @staticmethod
+    def _add_claims(
+        runs: Sequence[Mapping[str, Any]], known: set[str], claims: dict[str, list[RunClaim]]
+    ) -> None:
+        for run in runs:
+            origin = run.get("origin")
+            if not isinstance(origin, Mapping) or origin.get("kind") != "schedule":
+                continue
+            schedule_id = origin.get("schedule_id")
+            if schedule_id not in known:
+                _log.warning(
+                    "run %s claims schedule %r, which does not exist",
+                    run["run_id"],
+                    schedule_id,
+                )
+                continue
+            claims.setdefault(schedule_id, []).append(
+                RunClaim(
+                    run["run_id"],
+                    parse_instant(origin["instant"]),
+                    run["status"],
+                    claimed_origin(origin) or "schedule",
+                )
+            )
 
     async def _recover_schedule(
         self, schedule_id: str, inputs: ScheduleInputs, claims: Sequence[RunClaim]

@@ -97,7 +97,13 @@ from core.state import SchedulerState, initial_state, schedule_view
 from shell.clock import Clock, SystemClock
 from shell.config import SchedulerServiceConfig
 from shell.observer import NullObserver, SchedulerObserver
-from shell.ports import HostApi, PreparingRunHost, StopNotingHost, SweepingHost
+from shell.ports import (
+    ClaimListingHost,
+    HostApi,
+    PreparingRunHost,
+    StopNotingHost,
+    SweepingHost,
+)
 from shell.recovery import (
     Recovered,
     RuntimeMark,
@@ -497,10 +503,11 @@ class SchedulerService:
             # Fenced: the store may be another's now, so closing writes
             # nothing; the next owner recovers as after a crash.
             _log.error("%s: it stops without writing the store", ownership.loss())
+        consistent = owned and not (self._resync or self._fenced)
+        if consistent:
+            self._note_runs_checked()
         try:
-            await self._backend.close_owned(
-                owned=owned, consistent=owned and not (self._resync or self._fenced)
-            )
+            await self._backend.close_owned(owned=owned, consistent=consistent)
         finally:
             await ownership.release()
         if owned:
@@ -707,7 +714,18 @@ class SchedulerService:
         upkeep = self._backend.upkeep
         if not self._running or upkeep is None or self._resync or self._fenced:
             return
+        self._note_runs_checked()
         self._housekeeping.if_quiet(upkeep, self._state)
+
+    def _note_runs_checked(self) -> None:
+        """Tell the upkeep where the run records stand, for the next startup
+        checkpoint: every run written before was checked by this start or
+        admitted by this scheduler with its row (`core.recovery_checks.
+        claims_since`). Only while the state matches the stores (the callers
+        check)."""
+        upkeep = self._backend.upkeep
+        if upkeep is not None and isinstance(self._host, ClaimListingHost):
+            upkeep.note_runs_checked(self._host.run_records_position())
 
     def _round_failed(self, exc: Exception) -> None:
         """Log a failed round; one the store refused makes the store health

@@ -46,7 +46,11 @@ removes it, and the running scheduler writes the next one. A start after a
 crash that came before any checkpoint reads everything. The file is
 checked whole (format, checksum); a damaged or unknown one is ignored with
 a warning, never trusted. What is not in the files, the run records, is
-cross-checked at every start as before.
+cross-checked at a start: the header also says where the host's run
+records stood when it was written (`runs_checked_at`, the host's token),
+and a start that finds every schedule's history as the checkpoint
+described it, at most appended to, checks only the runs written since and
+the unfinished ones (`core.recovery_checks.claims_since`).
 
 The rule a change to any store must keep: what a store reads from a file
 must depend only on the file's bytes, and `_FORMAT` must change whenever
@@ -78,6 +82,7 @@ __all__ = [
     "CachedSchedule",
     "FileIdentity",
     "Identities",
+    "StartupCheckpoint",
     "UnchangedParts",
     "checkpoint_entries",
     "current_identities_text",
@@ -85,6 +90,7 @@ __all__ = [
     "identities_text",
     "read_startup_checkpoint",
     "settled",
+    "take_startup_checkpoint",
     "write_startup_checkpoint",
 ]
 
@@ -224,6 +230,25 @@ class CachedSchedule(NamedTuple):
         )
         return unchanged, not history and _rewritten(was, now)
 
+    def history_kept(self, current_text: str) -> bool:
+        """Whether the schedule's history log is still the file this entry was
+        read with, at most appended to (the same inode, no shorter), given
+        `current_identities_text` of the schedule; also when neither exists."""
+        was, now = self.identities_text.split(","), current_text.split(",")
+        if len(was) != len(_OTHERS) + 3 or len(now) != len(was):
+            return False
+        before, after = was[_HISTORY], now[_HISTORY]
+        if before == after:
+            return True
+        if before == "-" or after == "-":
+            return False
+        try:
+            inode, size = (int(v) for v in before.split(":")[:2])
+            new_inode, new_size = (int(v) for v in after.split(":")[:2])
+        except ValueError:
+            return False
+        return new_inode == inode and new_size >= size
+
     def parts(self) -> tuple[tuple[dict[str, Any], ...], dict[str, Any] | None, list[Any]]:
         """The lifecycle records, the runtime record and the history state,
         decoded in one call (a start decodes 10,000 entries). Raises
@@ -267,28 +292,39 @@ def _rewritten(was: list[str], now: list[str]) -> bool:
     return new_size == size and new_mtime != mtime
 
 
+class StartupCheckpoint(NamedTuple):
+    """A checkpoint as a start takes it: its entries, and where the host's
+    run records stood when it was written (None: it does not say; see
+    `core.recovery_checks.claims_since`)."""
+
+    entries: dict[str, CachedSchedule]
+    runs_checked_at: str | None = None
+
+
 def write_startup_checkpoint(
     store_root: str | os.PathLike[str],
     entries: Mapping[str, CachedSchedule],
     *,
     disk: Disk = OS_DISK,
+    runs_checked_at: str | None = None,
 ) -> None:
     """Write the checkpoint atomically and durably (one line per schedule
-    after a header holding the format and the body's checksum)."""
+    after a header holding the format, the body's checksum and, when given,
+    where the host's run records stood)."""
     body = "".join(
         f"{schedule_id}\t{entry.identities_text}\t{entry.records_json}"
         f"\t{entry.runtime_json}\t{entry.history_json}\n"
         for schedule_id, entry in sorted(entries.items())
     ).encode()
-    header = json.dumps(
-        {
-            "format": _FORMAT,
-            "schedules": len(entries),
-            "crc32": zlib.crc32(body),
-            "written_at_ns": time.time_ns(),
-        },
-        sort_keys=True,
-    ).encode()
+    fields: dict[str, Any] = {
+        "format": _FORMAT,
+        "schedules": len(entries),
+        "crc32": zlib.crc32(body),
+        "written_at_ns": time.time_ns(),
+    }
+    if runs_checked_at is not None:
+        fields["runs_checked_at"] = runs_checked_at
+    header = json.dumps(fields, sort_keys=True).encode()
     atomic_write_bytes(os.path.join(store_root, CHECKPOINT_FILE), header + b"\n" + body, disk=disk)
 
 
@@ -297,10 +333,18 @@ def read_startup_checkpoint(
 ) -> dict[str, CachedSchedule]:
     """The entries of the last checkpoint written, and the file removed
     (it is consumed); empty when there is none or it cannot be trusted."""
+    return take_startup_checkpoint(store_root, disk=disk).entries
+
+
+def take_startup_checkpoint(
+    store_root: str | os.PathLike[str], *, disk: Disk = OS_DISK
+) -> StartupCheckpoint:
+    """The last checkpoint written, and the file removed (it is consumed);
+    empty, vouching for no run, when there is none or it cannot be trusted."""
     path = os.path.join(store_root, CHECKPOINT_FILE)
     data = read_file(path, disk=disk)
     if data is None:
-        return {}
+        return StartupCheckpoint({})
     check_fence(path)
     with contextlib.suppress(FileNotFoundError):
         disk.remove(path)
@@ -308,10 +352,10 @@ def read_startup_checkpoint(
         return _parse(data)
     except (ValueError, UnicodeDecodeError) as exc:
         _log.warning("ignoring the startup checkpoint %s: %s; reading every schedule", path, exc)
-        return {}
+        return StartupCheckpoint({})
 
 
-def _parse(data: bytes) -> dict[str, CachedSchedule]:
+def _parse(data: bytes) -> StartupCheckpoint:
     header_line, newline, body = data.partition(b"\n")
     if not newline:
         raise ValueError("no header line")
@@ -329,7 +373,10 @@ def _parse(data: bytes) -> dict[str, CachedSchedule]:
         entries[parts[0]] = make(parts[1:])
     if len(entries) != header.get("schedules"):
         raise ValueError("it does not hold the number of schedules its header says")
-    return entries
+    position = header.get("runs_checked_at")
+    if position is not None and not isinstance(position, str):
+        raise ValueError("its runs_checked_at is not a host's position")
+    return StartupCheckpoint(entries, position)
 
 
 def checkpoint_entries(

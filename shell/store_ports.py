@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal, NamedTuple, Protocol
 
+from core.recovery_checks import CheckedClaims
 from shell.definition_store import ChangeKind, LifecycleResult
 from shell.history_store import HistoryRecovery, OpenOccurrence
 from shell.runtime_store import RuntimeLoad
@@ -275,6 +276,11 @@ class RecoveryReader(Protocol):
         recover (gone, or an incomplete create)."""
         ...
 
+    def checked_claims(self) -> CheckedClaims:
+        """Once `schedule_ids` has answered: what the last checkpoint says of
+        the runs already accounted for (`core.recovery_checks.claims_since`)."""
+        ...
+
 
 class StoreUpkeepPort(Protocol):
     """Work off the rounds' path that a backend needs (see `shell.file_upkeep`)."""
@@ -288,6 +294,13 @@ class StoreUpkeepPort(Protocol):
         """At a quiet moment, flush what the stores wrote long enough ago
         that it costs little (never raises for a failed flush: it is tried
         again later)."""
+        ...
+
+    def note_runs_checked(self, position: str | None) -> None:
+        """Where the host's run records stand, for the next startup checkpoint
+        (None: the host cannot say): every run whose record was last written
+        before it was checked by this scheduler's start or admitted by this
+        scheduler with its row (`core.recovery_checks.claims_since`)."""
         ...
 
     def write_startup_checkpoint(self, *, examine: Collection[str] | None = None) -> bool:

@@ -638,17 +638,21 @@ class WorkflowApi:
         what a scheduler's start checks of every run (`shell.ports.
         ClaimListingHost`), without the rest of its view."""
         records, next_cursor = await self._runs.fetch_page(None, cursor, limit, False)
-        return {
-            "runs": [
-                {
-                    "run_id": record.run_id,
-                    "status": record.status,
-                    "origin": None if record.origin is None else dict(record.origin),
-                }
-                for record in records
-            ],
-            "next_cursor": next_cursor,
-        }
+        return {"runs": [_claim(record) for record in records], "next_cursor": next_cursor}
+
+    def run_records_position(self) -> str | None:
+        """Where the run records stand now, as a token `changed_run_claims`
+        takes back; None where the store cannot say (a database)."""
+        return self._runs.position()
+
+    @store_call(writes=False)
+    async def changed_run_claims(self, since: str) -> list[dict[str, Any]] | None:
+        """As `list_run_claims`, every run not finished and every run whose
+        record was written after `since` (a `run_records_position`), oldest
+        first: what a start checks when its checkpoint vouches for the rest.
+        None when the store cannot tell (a token it does not know)."""
+        records = await self._runs.changed_since(since)
+        return None if records is None else [_claim(record) for record in records]
 
     # -- execution control ---------------------------------------------------
 
@@ -713,3 +717,11 @@ class WorkflowApi:
         keep their executing marks (with the stop note, if `note_stopped` wrote
         one) and the next startup fails them as abandoned."""
         return await self._executor.cancel_executing()
+
+
+def _claim(record: RunRecord) -> dict[str, Any]:
+    return {
+        "run_id": record.run_id,
+        "status": record.status,
+        "origin": None if record.origin is None else dict(record.origin),
+    }

@@ -192,6 +192,16 @@ class RunPersistence(Protocol):
         can be): its JSON (`raw`), or `error` saying why it is unreadable."""
         ...
 
+    def position(self) -> str | None:
+        """Where the records stand now, as a token `written_since` takes back
+        (None: this persistence cannot say)."""
+        ...
+
+    def written_since(self, position: str) -> list[int] | None:
+        """The numbers of the runs whose record was written after `position`
+        (None: a token this persistence does not know)."""
+        ...
+
     def stage_created(
         self, batch: object, records: Sequence[RunRecord], written: Callable[[], None]
     ) -> None:

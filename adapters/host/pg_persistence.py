@@ -325,6 +325,13 @@ class PgRuns:
     def reread(self, number: int) -> Stored[int | None]:
         raise RuntimeError("rows of wf_runs are not read again synchronously (see `rereads`)")
 
+    def position(self) -> str | None:
+        # Several servers write the table; a start lists every row.
+        return None
+
+    def written_since(self, position: str) -> list[int] | None:
+        return None
+
     @property
     def server_id(self) -> str:
         return self._db.server_id

@@ -63,6 +63,10 @@ class RunCache:
     def __len__(self) -> int:
         return len(self._live) + len(self._finished) + len(self._reread_status)
 
+    def live(self) -> Iterator[int]:
+        """The numbers of the runs not finished, in no order."""
+        return iter(self._live)
+
     def get(self, number: int) -> RunRecord | None:
         record = self._live.get(number)
         if record is not None:

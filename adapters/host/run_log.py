@@ -98,6 +98,8 @@ __all__ = [
 LOG_DIR: Final = "run-log"
 LEGACY_DIR: Final = "runs"
 SEGMENT_SUFFIX: Final = ".seg"
+# A position of the log (`FileRunLog.position`): `run-log@<segment>:<offset>`.
+_POSITION_MARK: Final = "run-log@"
 # A segment past this size is sealed and the next write opens a new one.
 ROLL_AT_BYTES: Final = 32 << 20
 # A sealed segment is compacted once at least this share of its bytes are
@@ -435,6 +437,32 @@ class FileRunLog:
             ),
         )
 
+    def position(self) -> str:
+        """The log's end now: its last segment and that segment's size."""
+        segment = max(self._size, default=0)
+        return f"{_POSITION_MARK}{segment}:{self._size.get(segment, 0)}"
+
+    def written_since(self, position: str) -> list[int] | None:
+        """The runs with a frame written after `position` (a `position` of
+        this log), read from the segments on disk: new runs, changed ones,
+        frames copied by compaction, and any frame appended by hand. None
+        for a token that is not one of this log's positions."""
+        parsed = _parse_position(position)
+        if parsed is None:
+            return None
+        since_segment, since_offset = parsed
+        numbers: list[int] = []
+        for segment in self.segments():
+            if segment < since_segment:
+                continue
+            data = self._read(self.segment_path(segment))
+            try:
+                numbers.extend(_frames_after(data, since_offset if segment == since_segment else 0))
+            finally:
+                if isinstance(data, mmap.mmap):
+                    data.close()
+        return numbers
+
     async def write(self, record: RunRecord, *, created: bool) -> bytes | None:
         return self.append([record])[0]
 
@@ -672,6 +700,31 @@ def _close_all(readers: dict[int, DiskFile]) -> None:
     for reader in readers.values():
         reader.close()
     readers.clear()
+
+
+def _parse_position(position: str) -> tuple[int, int] | None:
+    segment, colon, offset = position.removeprefix(_POSITION_MARK).partition(":")
+    if not position.startswith(_POSITION_MARK) or not colon:
+        return None
+    if not (segment.isascii() and segment.isdigit() and offset.isascii() and offset.isdigit()):
+        return None
+    return int(segment), int(offset)
+
+
+def _frames_after(data: bytes | mmap.mmap, start: int) -> list[int]:
+    """The runs of the frames at or after `start`, intact or not: frame by
+    frame from `start` (a frame's first byte, where the log ended once), or
+    from a scan of the whole segment when that does not hold."""
+    numbers: list[int] = []
+    position = start
+    while position < len(data):
+        found = decode_frame(data, position)
+        if found is None:
+            scan = scan_segment(data)
+            return [n for n, offset, _ in (*scan.frames, *scan.damaged) if offset >= start]
+        numbers.append(found[0])
+        position += found[1]
+    return numbers
 
 
 def _map(path: Path) -> bytes | mmap.mmap:

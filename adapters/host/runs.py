@@ -308,6 +308,23 @@ class RunStore:
             return chosen, None
         return chosen, _encode_cursor(last, "before" if newest_first else "after")
 
+    def position(self) -> str | None:
+        """Where the records stand now (`RunPersistence.position`)."""
+        return None if self._shared is not None else self._persistence.position()
+
+    async def changed_since(self, position: str) -> list[RunRecord] | None:
+        """Every run not finished and every run whose record was written after
+        `position`, oldest first, less those found unreadable; None when the
+        persistence cannot tell."""
+        if self._shared is not None:
+            return None
+        written = self._persistence.written_since(position)
+        if written is None:
+            return None
+        numbers = {n for n in written if n in self._records}
+        numbers.update(self._records.live())
+        return self._readable(sorted(numbers))
+
     async def abandoned_by(
         self, dead_servers: AbstractSet[str], silent: AbstractSet[str], now: Callable[[], str]
     ) -> tuple[list[RunRecord], list[dict[str, Any]]]:

@@ -508,3 +508,56 @@ async def test_locking_a_batch_of_free_runs_holds_each_once_even_if_named_twice(
 async def _hold_briefly(store: Any, run_id: str) -> None:
     async with store.lock(run_id):
         await asyncio.sleep(0)
+
+
+async def test_the_runs_changed_since_a_position_are_the_new_the_changed_and_the_unfinished(
+    tmp_path: Path,
+) -> None:
+    """What a scheduler's start checks when its checkpoint noted where the log
+    stood (`core.recovery_checks.claims_since`): every run with a frame
+    written after, and every run not finished, whatever its frames."""
+    store, _ = _store(tmp_path)
+    await store.put_many([_failed(_record(n)) if n != 3 else _record(3) for n in range(1, 5)])
+    position = store.position()
+    assert position is not None
+    again, _ = _store(tmp_path)  # a later process: its writes go to a segment of its own
+    await again.put(_failed(_record(2, updated_at="2026-03-02T09:05:00Z")))
+    await again.put_many([_failed(_record(5))])
+    changed = await again.changed_since(position)
+    assert [r.run_id for r in changed or []] == ["run-000002", "run-000003", "run-000005"]
+    # A frame appended by hand after the position is among them too.
+    edited = _failed(_record(4, updated_at="2026-03-02T09:06:00Z"))
+    run_log_files.append_document(tmp_path, "run-000004", edited.to_json())
+    later, _ = _store(tmp_path)
+    found = await later.changed_since(position)
+    assert [r.run_id for r in found or []] == [f"run-{n:06d}" for n in (2, 3, 4, 5)]
+    # Where the log stands now: nothing written since, the unfinished run only.
+    now = later.position()
+    assert now is not None
+    assert [r.run_id for r in await later.changed_since(now) or []] == ["run-000003"]
+
+
+async def test_frames_copied_by_compaction_count_as_written_since(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run_log, "ROLL_AT_BYTES", 4096)
+    store, _ = _store(tmp_path)
+    await store.put_many([_failed(_record(n)) for n in range(1, 4)])
+    position = store.position()
+    assert position is not None
+    # Enough rewrites of run 4 to fill and seal segments, compacting the
+    # first: runs 1-3 are copied to the active segment, after the position.
+    for second in range(40):
+        await store.put(_record(4, updated_at=f"2026-03-02T09:00:{second:02d}Z"))
+    assert run_log_files.segment_paths(tmp_path)[0].name != "00000001.seg"
+    changed = await store.changed_since(position)
+    assert [r.run_id for r in changed or []] == [f"run-{n:06d}" for n in range(1, 5)]
+
+
+@pytest.mark.parametrize(
+    "token", ["", "run-log@", "run-log@1", "run-log@x:0", "run-log@1:-2", "run-log@١:0", "pg@1:0"]
+)
+async def test_a_position_the_log_does_not_know_answers_none(tmp_path: Path, token: str) -> None:
+    store, _ = _store(tmp_path)
+    await store.put(_record(1))
+    assert await store.changed_since(token) is None

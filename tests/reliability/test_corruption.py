@@ -210,6 +210,16 @@ CASES: dict[str, tuple[sc.Damage, Blocked | Repaired]] = {
         sc.run_claims_a_future_instant,
         Blocked("run-log ({new})", "never admitted"),
     ),
+    # The same after a clean stop whose checkpoint vouches for every run
+    # issued: a start checks only the runs after them, these among them.
+    "run-duplicated-after-a-clean-stop": (
+        sc.run_duplicated,
+        Blocked("run-log ({new})", "also claimed by", checkpointed=True),
+    ),
+    "run-claims-a-future-instant-after-a-clean-stop": (
+        sc.run_claims_a_future_instant,
+        Blocked("run-log ({new})", "never admitted", checkpointed=True),
+    ),
     "run-contradictory": (sc.run_contradictory, Blocked("run-log ({run})", "origin")),
     "run-missing": (sc.run_missing, Blocked(DIR + "history.jsonl", "no run record")),
     # The run-id counter: repaired from the run files, never reissuing an id.
@@ -290,9 +300,15 @@ async def _stop_cleanly_in_place(root: Path) -> None:
             await harness.boot()
         finally:
             await harness.shutdown()
-    entries = startup_checkpoint.read_startup_checkpoint(root)
-    assert sc.VICTIM in entries
-    startup_checkpoint.write_startup_checkpoint(root, entries)  # reading consumed it
+    checkpoint = startup_checkpoint.take_startup_checkpoint(root)
+    assert sc.VICTIM in checkpoint.entries
+    # The stop noted where the run records stood: the next start checks only
+    # the runs written after (and the unfinished), so damage written after
+    # must still be found.
+    assert checkpoint.runs_checked_at is not None
+    startup_checkpoint.write_startup_checkpoint(  # reading consumed it
+        root, checkpoint.entries, runs_checked_at=checkpoint.runs_checked_at
+    )
 
 
 def _params() -> list[Any]:

@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 
 import shell.startup_checkpoint as startup_checkpoint
+from adapters.host import run_log
+from adapters.host.api import WorkflowApi
 from core.state import schedule_ids, schedule_view, slots_in_use
 from shell.definition_store import DefinitionStore
 from shell.file_backend import _RecoveryReader
@@ -93,7 +95,7 @@ def assert_checkpoint_says_what_the_files_say(
     before the next one, `shell.service_housekeeping`): each part of those
     whose files still have the entry's identities holds what they say."""
     root = harness.root
-    entries = startup_checkpoint._parse((root / CHECKPOINT_FILE).read_bytes())
+    entries = startup_checkpoint._parse((root / CHECKPOINT_FILE).read_bytes()).entries
     assert entries
     definitions, runtime, history = DefinitionStore(root), RuntimeStore(root), HistoryStore(root)
     for schedule_id, entry in entries.items():
@@ -239,6 +241,97 @@ async def test_changes_made_while_the_scheduler_was_stopped_are_seen(
     assert seen["later"].next_instant is not None
     assert seen["later"].next_instant.isoformat() == "2027-06-01T00:00:00+00:00"
     assert "fresh" in seen
+
+
+class ClaimListings:
+    """How a start read the runs' claims: the run ids the host answered as
+    written since the checkpoint or not finished (`changed`, one list per
+    start that asked), and the pages of every run it listed (`pages`)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.changed: list[list[str]] = []
+        self.pages = 0
+        list_page, changed = WorkflowApi.list_run_claims, WorkflowApi.changed_run_claims
+
+        async def page_spy(api: WorkflowApi, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            self.pages += 1
+            return await list_page(api, *args, **kwargs)
+
+        async def changed_spy(api: WorkflowApi, since: str) -> list[dict[str, Any]] | None:
+            found = await changed(api, since)
+            if found is not None:
+                self.changed.append([claim["run_id"] for claim in found])
+            return found
+
+        monkeypatch.setattr(WorkflowApi, "list_run_claims", page_spy)
+        monkeypatch.setattr(WorkflowApi, "changed_run_claims", changed_spy)
+
+
+async def test_a_start_after_a_clean_stop_checks_only_the_claims_of_unfinished_runs(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every run written before the checkpoint's position was checked or
+    admitted with its row (`core.recovery_checks.claims_since`): a start
+    after a clean stop lists no page of runs, only the unfinished ones, and
+    after running on, only those again."""
+    await populate(harness)
+    gated = [row["run_id"] for row in await harness.occurrences("gated")]
+    assert len(gated) == 1  # waiting on its interrupt: not finished
+    await harness.shutdown()
+    listings = ClaimListings(monkeypatch)
+    await harness.boot(max_concurrent_runs=4)
+    assert (listings.pages, listings.changed) == (0, [gated])
+    # More runs, each admitted by this scheduler; its stop notes where the
+    # records stand again.
+    for minute in range(8, 11):
+        await harness.at(START + minute * MINUTE)
+    await harness.until_runs_ended("every")
+    assert len(await harness.occurrences("every")) > 6
+    await harness.shutdown()
+    await harness.boot(max_concurrent_runs=4)
+    assert (listings.pages, listings.changed) == (0, [gated, gated])
+    assert views(harness)["schedules"]["every"].blocked is None
+
+
+@pytest.mark.expected_errors  # the restored history blocks its schedule, which is logged
+async def test_a_history_restored_from_an_older_copy_has_every_run_checked(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A history log shorter than the checkpoint saw (restored from a copy
+    made a clean stop earlier) may have gone back behind runs it admitted:
+    the start checks every run's claim, finds the runs of the instants the
+    copy does not hold, and blocks the schedule instead of deciding them
+    again."""
+    await harness.boot()
+    await harness.deploy("report.default", CONSTANT_PLAN)
+    await harness.schedules.create_schedule(
+        schedule_id="every",
+        deployment_id="report.default",
+        trigger={"kind": "cron", "expression": "* * * * *", "timezone": "UTC"},
+    )
+    await harness.at(START + MINUTE)
+    await harness.until_runs_ended("every")
+    await harness.shutdown()
+    files = ScheduleFiles.of(harness.root, "every")
+    older = {path: Path(path).read_bytes() for path in (files.history, files.history_index)}
+    await harness.boot()
+    for minute in (2, 3):
+        await harness.at(START + minute * MINUTE)
+    await harness.until_runs_ended("every")
+    runs_before = {row["run_id"] for row in await harness.occurrences("every")}
+    assert len(runs_before) == 3
+    await harness.shutdown()
+    for path, data in older.items():
+        Path(path).write_bytes(data)  # in place: the same files, shorter
+
+    listings = ClaimListings(monkeypatch)
+    await harness.boot()
+    assert listings.pages > 0 and listings.changed == []  # every run listed
+    blocked = views(harness)["schedules"]["every"].blocked
+    assert blocked is not None and "never admitted" in blocked, blocked
+    await harness.at(START + 4 * MINUTE)
+    runs = await harness.api.list_runs(limit=100)
+    assert len(runs["runs"]) == 3  # nothing admitted again, nothing new while blocked
 
 
 @pytest.mark.expected_errors  # the damage blocks a schedule, which is logged
@@ -400,7 +493,7 @@ async def test_an_entry_that_does_not_decode_is_read_from_the_files(
     await populate(harness)
     await harness.shutdown()
     checkpoint = harness.root / CHECKPOINT_FILE
-    entries = startup_checkpoint._parse(checkpoint.read_bytes())
+    entries = startup_checkpoint._parse(checkpoint.read_bytes()).entries
     broken = entries["every"]
     entries["every"] = startup_checkpoint.CachedSchedule(
         broken.identities_text, broken.records_json, broken.runtime_json, "[1, 2]"
@@ -429,6 +522,10 @@ async def test_a_crash_before_any_checkpoint_leaves_none_and_the_start_reads_eve
 async def test_a_running_scheduler_checkpoints_so_a_start_after_a_crash_reads_what_changed(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # No compaction of the run log (only a segment without a live frame is
+    # removed): the copies it makes are writes after the checkpoint too,
+    # which a start checks (tests/host/test_run_log.py).
+    monkeypatch.setattr(run_log, "COMPACT_DEAD_RATIO", 1.0)
     await populate(harness)
     checkpoint = harness.root / CHECKPOINT_FILE
     assert checkpoint.exists()  # written at the first quiet moment after populate's boot
@@ -444,15 +541,26 @@ async def test_a_running_scheduler_checkpoints_so_a_start_after_a_crash_reads_wh
     await harness.schedules.resume_schedule(schedule_id="paused")
     await harness.at(START + 8 * MINUTE)
     assert checkpoint.stat().st_ino == written  # not rewritten before the interval
+    fired = {
+        row["run_id"]
+        for schedule_id in ("every", "edited", "paused", "gated")
+        for row in await harness.occurrences(schedule_id)
+        if row["instant"] == "2026-03-02T09:38:00Z" or row["status"] == "interrupted"
+    }
     await World.abandon(harness)  # type: ignore[arg-type]  # dies without stopping
 
     reads = FileReads(monkeypatch)
+    listings = ClaimListings(monkeypatch)
     await harness.boot(max_concurrent_runs=4)
     # "paused"'s lifecycle changed: read whole. The two that fired only
     # changed their runtime records and histories: those are read, their
     # lifecycle records come from the checkpoint.
     assert reads.schedules == ["paused"]
     assert sorted(reads.histories) == ["edited", "every", "paused"]
+    # Of the runs, only those written since the checkpoint (the three of
+    # 09:38) and the one not finished (gated's) had their claims checked.
+    assert listings.pages == 0 and len(fired) == 4
+    assert [set(changed) for changed in listings.changed] == [fired]
     from_checkpoint = views(harness)
     assert not from_checkpoint["schedules"]["paused"].paused
     assert from_checkpoint["schedules"]["gated"].active  # the run waiting on its interrupt
@@ -489,7 +597,7 @@ async def test_the_running_checkpoint_waits_for_its_interval_and_a_quiet_moment(
     assert checkpoint.stat().st_ino == first
     await harness.at(START.replace(minute=45, second=1))
     assert checkpoint.stat().st_ino != first
-    assert "quarter" in startup_checkpoint._parse(checkpoint.read_bytes())
+    assert "quarter" in startup_checkpoint._parse(checkpoint.read_bytes()).entries
 
 
 async def test_the_running_checkpoint_examines_only_what_the_scheduler_touched(
@@ -503,7 +611,7 @@ async def test_the_running_checkpoint_examines_only_what_the_scheduler_touched(
     await harness.shutdown()
     await harness.boot(max_concurrent_runs=4, checkpoint_interval_s=120)
     checkpoint = harness.root / CHECKPOINT_FILE
-    before = startup_checkpoint._parse(checkpoint.read_bytes())
+    before = startup_checkpoint._parse(checkpoint.read_bytes()).entries
     lifecycle = harness.root / "schedules" / "later" / "lifecycle.jsonl"
     os.utime(lifecycle)  # same bytes, another identity
     examined: list[str] = []
@@ -519,7 +627,7 @@ async def test_the_running_checkpoint_examines_only_what_the_scheduler_touched(
     # fires at 09:38 and is due at 09:40, before 09:41, as is "gated";
     # "every" is paused: due never.
     await harness.at(START + 9 * MINUTE)
-    after = startup_checkpoint._parse(checkpoint.read_bytes())
+    after = startup_checkpoint._parse(checkpoint.read_bytes()).entries
     assert sorted(set(examined)) == ["every"]
     assert after["later"] == before["later"]
     assert after["edited"] == before["edited"]
@@ -557,7 +665,7 @@ async def test_an_idle_scheduler_does_not_rewrite_the_checkpoint(harness: Harnes
     await harness.schedules.pause_schedule(schedule_id="later")
     await harness.at(START + 31 * MINUTE)
     assert checkpoint.stat().st_ino != written
-    assert startup_checkpoint._parse(checkpoint.read_bytes()).keys() == {"later"}
+    assert startup_checkpoint._parse(checkpoint.read_bytes()).entries.keys() == {"later"}
 
 
 @pytest.mark.parametrize("after", ["clean stop", "crash"])
@@ -602,5 +710,5 @@ async def test_a_file_changed_within_the_margin_is_read(
     await populate(harness)
     await harness.shutdown()
     # Every lifecycle log was written within the hour: none is trusted.
-    entries = startup_checkpoint._parse((harness.root / CHECKPOINT_FILE).read_bytes())
+    entries = startup_checkpoint._parse((harness.root / CHECKPOINT_FILE).read_bytes()).entries
     assert entries == {}

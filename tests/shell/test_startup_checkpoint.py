@@ -18,6 +18,7 @@ from shell.startup_checkpoint import (
     identities_text,
     read_startup_checkpoint,
     settled,
+    take_startup_checkpoint,
     write_startup_checkpoint,
 )
 from shell.store_format import ScheduleFiles
@@ -37,6 +38,42 @@ def test_a_written_checkpoint_reads_back_once(tmp_path: Path) -> None:
     assert read_startup_checkpoint(tmp_path) == entries
     assert not (tmp_path / CHECKPOINT_FILE).exists()
     assert read_startup_checkpoint(tmp_path) == {}
+
+
+def test_where_the_run_records_stood_reads_back_with_the_entries(tmp_path: Path) -> None:
+    entries = {"a": _entry()}
+    write_startup_checkpoint(tmp_path, entries, runs_checked_at="run-log@7:123")
+    assert take_startup_checkpoint(tmp_path) == (entries, "run-log@7:123")
+    write_startup_checkpoint(tmp_path, entries)  # a checkpoint that does not say
+    assert take_startup_checkpoint(tmp_path) == (entries, None)
+
+
+def test_a_checkpoint_whose_runs_position_is_no_text_is_ignored(tmp_path: Path) -> None:
+    write_startup_checkpoint(tmp_path, {"a": _entry()})
+    path = tmp_path / CHECKPOINT_FILE
+    header, body = path.read_bytes().split(b"\n", 1)
+    path.write_bytes(header[:-1] + b', "runs_checked_at": 7}\n' + body)
+    assert take_startup_checkpoint(tmp_path) == ({}, None)
+
+
+@pytest.mark.parametrize(
+    ("now", "kept"),
+    [
+        ("1:2:3:4,-,-,10:500:1:1,-", True),  # unchanged
+        ("1:2:3:4,-,-,10:700:2:2,-", True),  # appended to
+        ("1:2:3:4,-,-,10:400:2:2,-", False),  # shorter
+        ("1:2:3:4,-,-,11:900:2:2,-", False),  # another file
+        ("1:2:3:4,-,-,-,-", False),  # gone
+        ("1:2:3:4,-,-,10:x:2:2,-", False),  # not an identity
+        ("1:2:3:4,-,-", False),  # not the same files
+    ],
+)
+def test_a_history_is_kept_when_it_is_the_same_file_at_most_appended_to(
+    now: str, kept: bool
+) -> None:
+    entry = CachedSchedule("1:2:3:4,-,-,10:500:1:1,-", "[]", "null", "[]")
+    assert entry.history_kept(now) is kept
+    assert CachedSchedule("1:2:3:4,-,-,-,-", "[]", "null", "[]").history_kept("1:2:3:4,-,-,-,-")
 
 
 def test_entry_parts_decode_together_and_refuse_the_wrong_shapes() -> None:

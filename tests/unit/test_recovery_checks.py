@@ -10,11 +10,13 @@ import pytest
 
 from core.events import RecoveredRun
 from core.recovery_checks import (
+    CheckedClaims,
     OpenAdmission,
     RecoveryProblem,
     RunClaim,
     RunVerdict,
     claim_problems,
+    claims_since,
     recovered_run,
 )
 
@@ -237,3 +239,23 @@ def test_an_open_occurrence_against_its_run_record(
     name: str, occurrence: OpenAdmission, record: dict[str, Any] | None, expected: RunVerdict
 ) -> None:
     assert recovered_run("s", occurrence, record, history_name="h.jsonl") == expected
+
+
+@pytest.mark.parametrize(
+    ("checked", "since"),
+    [
+        # A checkpoint said where the records stood, every history as it saw
+        # it or appended to: only the runs written since (and the unfinished).
+        (CheckedClaims("run-log@3:4096", histories_kept=True), "run-log@3:4096"),
+        # A history rewritten, shortened, replaced, or a schedule it did not
+        # describe: every run.
+        (CheckedClaims("run-log@3:4096", histories_kept=False), None),
+        # No checkpoint, or one that did not say: every run.
+        (CheckedClaims(None, histories_kept=True), None),
+        (CheckedClaims(None, histories_kept=False), None),
+    ],
+)
+def test_a_start_checks_the_runs_since_the_checkpoint_only_when_every_history_is_kept(
+    checked: CheckedClaims, since: str | None
+) -> None:
+    assert claims_since(checked) == since
