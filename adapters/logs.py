@@ -199,6 +199,14 @@ EVENTS: Final[Mapping[tuple[str, str], Named]] = {
         "shell.startup_checkpoint",
         "ignoring the startup checkpoint %s: %s; reading every schedule",
     ): Named("recovery.checkpoint_ignored"),
+    (
+        "adapters.host.run_log",
+        "ignoring the run log's index %s: %s; scanning every segment",
+    ): Named("recovery.run_log_index_ignored"),
+    (
+        "adapters.host.run_log",
+        "could not write the run log's index %s (%s); the next start scans every segment",
+    ): Named("store.run_log_index_failed"),
     ("adapters.host.runs", "run store recovery: %s"): Named("recovery.run_store"),
     ("adapters.host.runs", "run %s: its finished record, read again, is unusable: %s"): Named(
         "corruption.run_record_unreadable", run_id=0

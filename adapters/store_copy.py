@@ -121,10 +121,16 @@ async def _read_source(root: Path) -> _Source:
     artifacts = ArtifactStore(FileArtifacts(root))
     deployments = DeploymentStore(FileDeployments(root))
     runs = RunStore(FileRunLog(root))
+    found_in_runs = await runs.load(_utc_now_text, recover=False)
+    # A finished run's record is read and checked here, not by the load (the
+    # run log's index may have spared the load its frame): one damaged in
+    # place is among the broken ones then.
+    records = runs.records()
     findings = [
         *await artifacts.load(),
         *await deployments.load(),
-        *await runs.load(_utc_now_text, recover=False),
+        *found_in_runs,
+        *(entry for entry in runs.broken() if entry not in found_in_runs),
     ]
     # The unfinished last write of a run log is no damage: nothing relied on it.
     findings = [f for f in findings if f.get("finding") != "torn-tail"]
@@ -143,7 +149,7 @@ async def _read_source(root: Path) -> _Source:
         (d["deployment_id"], {"format": 1, **d}) for d in deployments.list()
     ]
     source.rows["wf_runs"] = [
-        (parse_run_id(r.run_id), r.status, schedule_id_of(r), r.to_json()) for r in runs.records()
+        (parse_run_id(r.run_id), r.status, schedule_id_of(r), r.to_json()) for r in records
     ]
     counter = await FileRunCounter(root / "counters" / "run_id").read()
     if counter.problem is not None:

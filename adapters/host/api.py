@@ -640,6 +640,10 @@ class WorkflowApi:
         records, next_cursor = await self._runs.fetch_page(None, cursor, limit, False)
         return {"runs": [_claim(record) for record in records], "next_cursor": next_cursor}
 
+    def close_runs(self) -> None:
+        """Close the run records' files (the server's close)."""
+        self._runs.close()
+
     def run_records_position(self) -> str | None:
         """Where the run records stand now, as a token `changed_run_claims`
         takes back; None where the store cannot say (a database)."""

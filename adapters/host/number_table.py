@@ -12,7 +12,7 @@ hand) goes to a dict instead, so that no number can make the arrays huge.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Final
 
 __all__ = ["NumberTable"]
@@ -33,6 +33,51 @@ class NumberTable:
         self._present = bytearray()
         self._far: dict[int, tuple[int, ...]] = {}
         self._count = 0
+
+    @classmethod
+    def from_columns(
+        cls, typecodes: str, present: bytearray, columns: Sequence[bytes]
+    ) -> NumberTable:
+        """A table with no far numbers from its arrays' bytes (`export`): a
+        start takes a million rows in a few copies, not a million calls.
+        Raises ValueError when the bytes do not make rows of `typecodes`."""
+        table = cls(typecodes)
+        if len(columns) != table._width:
+            raise ValueError(f"{len(columns)} columns for {table._width}")
+        for column, data in zip(table._columns, columns, strict=True):
+            column.frombytes(data)
+            if len(column) != len(present):
+                raise ValueError("a column is not as long as the table")
+        if present.strip(b"\x00\x01"):
+            raise ValueError("the presence bytes are not 0 or 1")
+        table._present = present
+        table._count = present.count(1)
+        return table
+
+    def export(self) -> tuple[bytes, tuple[bytes, ...]] | None:
+        """The presence bytes and each column's bytes, for `from_columns`;
+        None while a number is kept apart from the arrays (far)."""
+        if self._far:
+            return None
+        return bytes(self._present), tuple(column.tobytes() for column in self._columns)
+
+    def column_holds(self, index: int, value: int) -> bool:
+        """Whether any row holds `value` in column `index` (a scan in C)."""
+        column = self._columns[index]
+        present = self._present
+        position = -1
+        while True:
+            try:
+                position = column.index(value, position + 1)
+            except ValueError:
+                break
+            if present[position]:
+                return True
+        return any(row[index] == value for row in self._far.values())
+
+    def column_bytes(self, index: int) -> bytes:
+        """Column `index` of the arrays' rows, by number (0 where no row)."""
+        return self._columns[index].tobytes()
 
     def __len__(self) -> int:
         return self._count

@@ -77,9 +77,6 @@ class Stored(Generic[K]):
     unfinished last write of a log, which nothing relied on). `raw`: the
     record's JSON as bytes, instead of `document`, where the persistence
     keeps it so (a run log's frame: parsed and validated in one pass).
-    `finished`: instead of either, the status of a finished run whose record
-    the persistence reads again when asked (`RunPersistence.rereads`), as
-    its record begins (`records.finished_status`): a load need not parse it.
     """
 
     location: str
@@ -89,7 +86,6 @@ class Stored(Generic[K]):
     columns: dict[str, Any] | None = field(default=None)
     finding: str = "unreadable"
     raw: bytes | None = None
-    finished: str | None = None
 
 
 class ArtifactPersistence(Protocol):
@@ -190,6 +186,18 @@ class RunPersistence(Protocol):
     def reread(self, number: int) -> Stored[int | None]:
         """Run `number`'s record as stored, read again now (`rereads` said it
         can be): its JSON (`raw`), or `error` saying why it is unreadable."""
+        ...
+
+    def close(self) -> None:
+        """Close what the persistence holds open (a log's index is written
+        then); a later write opens what it needs again."""
+        ...
+
+    def finished_codes(self) -> bytes:
+        """After `load`: by run number, the finished status's code
+        (`records.FINISHED_CODES`) of each finished run it did not yield,
+        which the persistence reads again when asked (`rereads`); empty
+        when it yields every run."""
         ...
 
     def position(self) -> str | None:

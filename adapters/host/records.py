@@ -40,6 +40,8 @@ from pydantic import (
 from core.occurrences import TERMINAL_RUN_STATUSES, RunStatus
 
 __all__ = [
+    "FINISHED_CODE",
+    "FINISHED_CODES",
     "RECORD_FORMAT",
     "STOP_CAUSES",
     "STOP_STATUSES",
@@ -251,6 +253,13 @@ def finished_status(data: bytes | mmap.mmap, start: int, number: int) -> str | N
 
 
 _FINISHED_STATUS: Final = {status.encode(): status for status in TERMINAL_RUN_STATUSES}
+
+# A finished status as one byte, 0 for a run not finished: how the run
+# cache and the run log keep it (the order is part of the run log's index
+# format, `run_log.RunLogIndex`).
+FINISHED_CODES: Final[tuple[str, ...]] = ("", "completed", "exhausted", "failed")
+FINISHED_CODE: Final[dict[str, int]] = {s: code for code, s in enumerate(FINISHED_CODES) if s}
+assert FINISHED_CODE.keys() == TERMINAL_RUN_STATUSES
 
 
 def schedule_id_of(record: RunRecord) -> str | None:

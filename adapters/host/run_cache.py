@@ -22,14 +22,13 @@ from typing import Final
 from core.occurrences import TERMINAL_RUN_STATUSES
 
 from .number_table import NumberTable
-from .records import RunRecord, record_json
+from .records import FINISHED_CODE, FINISHED_CODES, RunRecord, record_json
 
 __all__ = ["RunCache"]
 
 
-# A finished run the store reads again is kept as its status's code alone.
-_CODES: Final[tuple[str, ...]] = ("", *sorted(TERMINAL_RUN_STATUSES))
-_CODE_OF: Final[dict[str, int]] = {status: code for code, status in enumerate(_CODES) if status}
+# A code byte to a presence byte: 1 for a finished status, 0 for none.
+_PRESENT: Final = bytes([0] + [1] * 255)
 
 
 def _nothing_to_read(number: int) -> RunRecord | None:
@@ -87,7 +86,7 @@ class RunCache:
     def status(self, number: int) -> str:
         code = self._reread_status.first(number)
         if code:
-            return _CODES[code]
+            return FINISHED_CODES[code]
         record = self._live.get(number)
         if record is not None:
             return record.status
@@ -116,10 +115,23 @@ class RunCache:
         self._live.pop(number, None)
         if raw is None:
             self._finished.pop(number, None)
-            self._reread_status.set(number, _CODE_OF[status])
+            self._reread_status.set(number, FINISHED_CODE[status])
         else:
             self._reread_status.pop(number)
             self._finished[number] = (status, raw)
+
+    def adopt_finished(self, codes: bytes) -> None:
+        """Cache every run whose byte in `codes` (by run number) is a finished
+        status's code as that status alone (the store reads it again): a
+        load's finished runs at once. What is cached already stays as it
+        is (few: the runs a load read whole, and those it failed)."""
+        cached = list(self._reread_status.items())
+        present = bytearray(codes.translate(_PRESENT))
+        self._reread_status = NumberTable.from_columns("B", present, (codes,))
+        for number, row in cached:
+            self._reread_status.set(number, *row)
+        for number in [*self._live, *self._finished]:
+            self._reread_status.pop(number)
 
     def pop(self, number: int) -> bool:
         """Forget the run; whether it was cached."""

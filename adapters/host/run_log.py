@@ -59,6 +59,7 @@ file is then stale and left alone.
 from __future__ import annotations
 
 import errno
+import logging
 import mmap
 import os
 import struct
@@ -70,7 +71,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from core.errors import Problem
+from core.errors import Problem, StoreFenced
 from shell.disk import OS_DISK, Disk, DiskFile, is_directory
 from shell.durable import GroupCommit, fault_point
 from shell.fence import check_fence
@@ -80,7 +81,8 @@ from shell.write_back import underlying
 from .identifiers import format_run_id, parse_run_id
 from .number_table import NumberTable
 from .persistence import Stored
-from .records import RunRecord, finished_status, record_json
+from .records import FINISHED_CODE, RunRecord, finished_status, record_json
+from .run_log_index import INDEX_COLUMNS, INDEX_FILE, RunLogIndex, read_index, write_index
 from .storage import is_temp_file, read_json
 
 __all__ = [
@@ -94,6 +96,8 @@ __all__ = [
     "frame_payload",
     "scan_segment",
 ]
+
+_log = logging.getLogger(__name__)
 
 LOG_DIR: Final = "run-log"
 LEGACY_DIR: Final = "runs"
@@ -113,6 +117,11 @@ _TRAILER: Final = struct.Struct(">Q4s")  # run number, end marker
 _OVERHEAD: Final = _HEADER.size + _TRAILER.size
 _NOT_A_RUN_FILE: Final = "not a run record file name (expected run-NNNNNN.json)"
 _NOT_A_SEGMENT: Final = "not a run log segment name (expected NNNNNNNN.seg)"
+
+# A run's last frame as a scan found it: segment, offset, size, intact.
+_Frame = tuple[int, int, int, bool]
+# A frame this process writes: run number, bytes, finished status's code.
+_Written = tuple[int, bytes, int]
 
 
 def _checksum(number: int, payload: bytes) -> int:
@@ -189,10 +198,11 @@ def _whole_frame_header(data: bytes | mmap.mmap, position: int, resume: int) -> 
     return int(number)
 
 
-def scan_segment(data: bytes | mmap.mmap) -> LogScan:
-    """Every frame of a segment's bytes (see the module docstring)."""
+def scan_segment(data: bytes | mmap.mmap, start: int = 0) -> LogScan:
+    """Every frame of a segment's bytes from `start` (a frame's first byte;
+    see the module docstring)."""
     scan = LogScan()
-    position = 0
+    position = start
     size = len(data)
     while position < size:
         found = decode_frame(data, position)
@@ -240,8 +250,8 @@ class FileRunLog:
         self.dir = root / LOG_DIR
         self._dir_text = str(self.dir)
         self.legacy_dir = root / LEGACY_DIR
-        # run number -> (segment, offset, frame size) of its last frame
-        self._latest = NumberTable("IQI")
+        # run number -> (segment, offset, frame size, finished code) of its last frame
+        self._latest = NumberTable(INDEX_COLUMNS)
         self._live: dict[int, int] = {}  # segment -> bytes of last frames
         self._size: dict[int, int] = {}  # segment -> bytes
         self._damaged_segments: set[int] = set()
@@ -284,16 +294,147 @@ class FileRunLog:
         ]
 
     async def load(self) -> AsyncIterator[Stored[int | None]]:
-        """Each run's last frame (or older file), checked; what holds no
-        record is yielded with key None and the reason."""
-        last: dict[int, tuple[int, int, int, bool]] = {}
+        """Each run's last frame (or older file), checked, but a finished
+        run's: those are taken by the status their record begins with, and
+        handed over at once (`finished_codes`). What holds no record is
+        yielded with key None and the reason. With the index of the last
+        clean close (`run_log_index`), only what was written since is
+        scanned."""
+        index = self._usable_index()
+        placed = self._place_all(index)
+        if placed is None:
+            placed = self._place_all(None)
+            assert placed is not None
+        to_read, last, contents, findings = placed
+        for stored in [*self._strays(), *self._load_legacy()]:
+            yield stored
+        for number in to_read:
+            where = last.get(number)
+            if where is None:
+                yield self.reread(number)  # the index's: read and checked now
+                continue
+            segment, offset, size, intact = where
+            if not intact:
+                yield Stored(
+                    location=self.location(format_run_id(number)),
+                    key=number,
+                    error=(
+                        f"the checksum of its last frame ({self.segment_path(segment)}, byte"
+                        f" {offset}) does not match: damaged in place"
+                    ),
+                )
+                continue
+            yield Stored(
+                location=self.location(format_run_id(number)),
+                key=number,
+                raw=frame_payload(contents[segment], offset, size),
+            )
+        _unmap(contents)
+        for finding in findings:
+            yield finding
+
+    def _place_all(
+        self, index: RunLogIndex | None
+    ) -> (
+        tuple[list[int], dict[int, _Frame], dict[int, bytes | mmap.mmap], list[Stored[int | None]]]
+        | None
+    ):
+        """Scan what `index` does not cover (everything without one) and place
+        each run's last frame; the runs to read and check now (not finished
+        intact ones), the frames scanned, the segments' bytes, the findings.
+        None when the index places a run in a segment removed since that no
+        frame scanned replaces (then nothing of it is kept)."""
+        last, contents, findings = self._scan(index.sizes if index is not None else {})
+        if index is None:
+            self._latest = NumberTable(INDEX_COLUMNS)
+            self._live = {}
+        else:
+            self._latest = index.places
+            self._live = {s: live for s, live in index.live.items() if s in self._size}
+        # Every run placed before the first is yielded: the store writes as
+        # it takes them (recovery fails an abandoned run), and a write
+        # compacts what looks superseded, which a run not yet placed here
+        # would look (its frames were lost with the segment).
+        to_read: list[int] = []
+        live = self._live
+        latest = self._latest
+        for number in sorted(last):
+            segment, offset, size, intact = last[number]
+            code = 0
+            if intact:
+                finished = finished_status(contents[segment], offset + _HEADER.size, number)
+                code = FINISHED_CODE[finished] if finished is not None else 0
+            if index is not None:
+                old = latest.get(number)
+                if old is not None and old[0] in live:
+                    live[old[0]] -= old[2]
+            latest.set(number, segment, offset, size, code)
+            live[segment] = live.get(segment, 0) + size
+            if not code:
+                to_read.append(number)
+        if index is None:
+            return to_read, last, contents, findings
+        for segment in index.sizes.keys() - self._size.keys():
+            if latest.column_holds(0, segment):
+                self._index_ignored(
+                    f"it places runs in {self.segment_path(segment)}, which is gone"
+                )
+                _unmap(contents)
+                return None
+        # Runs the index left unfinished that nothing written since changed.
+        to_read = sorted({*to_read, *(n for n in index.unfinished if n not in last)})
+        return to_read, last, contents, findings
+
+    def finished_codes(self) -> bytes:
+        """After `load`: by run number, the finished status's code of every
+        run whose last frame is an intact finished record (0 elsewhere); the
+        load yielded none of those."""
+        return self._latest.column_bytes(3)
+
+    def _usable_index(self) -> RunLogIndex | None:
+        """The index of the last clean close, if it can be trusted for the
+        segments on disk: each covered one not shorter than covered (a
+        removed one was compacted, its live frames copied past it)."""
+        found = read_index(self.root, disk=self._disk)
+        if found is None:
+            return None
+        if isinstance(found, str):
+            self._index_ignored(found)
+            return None
+        for segment, covered in found.sizes.items():
+            try:
+                size = self._disk.stat(str(self.segment_path(segment))).st_size
+            except FileNotFoundError:
+                continue
+            if size < covered:
+                path = self.segment_path(segment)
+                self._index_ignored(f"{path} is shorter than it covered ({size} < {covered} bytes)")
+                return None
+        return found
+
+    def _index_ignored(self, reason: str) -> None:
+        _log.warning(
+            "ignoring the run log's index %s: %s; scanning every segment",
+            self.root / INDEX_FILE,
+            reason,
+        )
+
+    def _scan(
+        self, covered: dict[int, int]
+    ) -> tuple[dict[int, _Frame], dict[int, bytes | mmap.mmap], list[Stored[int | None]]]:
+        """The last frame of each run among the bytes past `covered` (per
+        segment: all of a segment it does not name), the segments' bytes,
+        and what holds no record."""
+        self._size = {}
+        self._damaged_segments = set()
+        last: dict[int, _Frame] = {}
         findings: list[Stored[int | None]] = []
         contents: dict[int, bytes | mmap.mmap] = {}
         for segment in self.segments():
             path = self.segment_path(segment)
             data = contents[segment] = self._read(path)
             self._size[segment] = len(data)
-            scan = scan_segment(data)
+            scan = scan_segment(data, covered.get(segment, 0))
             for number, offset, size in scan.frames:
                 last[number] = (segment, offset, size, True)
             for number, offset, size in scan.damaged:
@@ -323,49 +464,10 @@ class FileRunLog:
                         finding="torn-tail",
                     )
                 )
-        # Every run placed before the first is yielded: the store writes as
-        # it takes them (recovery fails an abandoned run), and a write
-        # compacts what looks superseded, which a run not yet placed here
-        # would look (its frames were lost with the segment).
-        numbers = sorted(last)
-        live = self._live
-        for number in numbers:
-            segment, offset, size, _ = last[number]
-            # `_place` for a run placed once.
-            self._latest.set(number, segment, offset, size)
-            live[segment] = live.get(segment, 0) + size
-        for stored in [*self._strays(), *self._load_legacy(set(last))]:
-            yield stored
-        places = {segment: str(self.segment_path(segment)) for segment in contents}
-        for number in numbers:
-            segment, offset, size, intact = last[number]
-            if intact:
-                finished = finished_status(contents[segment], offset + _HEADER.size, number)
-                if finished is not None:
-                    # Read again when asked (`reread`): nothing to copy now.
-                    yield Stored(location=places[segment], key=number, finished=finished)
-                    continue
-            location = self.location(format_run_id(number))
-            if not intact:
-                yield Stored(
-                    location=location,
-                    key=number,
-                    error=(
-                        f"the checksum of its last frame ({self.segment_path(segment)}, byte"
-                        f" {offset}) does not match: damaged in place"
-                    ),
-                )
-                continue
-            yield Stored(
-                location=location, key=number, raw=frame_payload(contents[segment], offset, size)
-            )
-        for data in contents.values():
-            if isinstance(data, mmap.mmap):
-                data.close()
-        for finding in findings:
-            yield finding
+        return last, contents, findings
 
-    def _load_legacy(self, logged: AbstractSet[int]) -> list[Stored[int | None]]:
+    def _load_legacy(self) -> list[Stored[int | None]]:
+        """The runs of an older store's files that have no frame in the log."""
         found: list[Stored[int | None]] = []
         if not self.legacy_dir.is_dir():
             return found
@@ -376,7 +478,7 @@ class FileRunLog:
             if number is None:
                 found.append(Stored(location=str(path), key=None, error=_NOT_A_RUN_FILE))
                 continue
-            if number in logged:
+            if number in self._latest:
                 continue
             try:
                 found.append(Stored(location=str(path), key=number, document=read_json(path)))
@@ -384,11 +486,11 @@ class FileRunLog:
                 found.append(Stored(location=str(path), key=number, error=str(exc)))
         return found
 
-    def _place(self, number: int, segment: int, offset: int, size: int) -> None:
+    def _place(self, number: int, segment: int, offset: int, size: int, code: int) -> None:
         old = self._latest.get(number)
         if old is not None:
             self._live[old[0]] -= old[2]
-        self._latest.set(number, segment, offset, size)
+        self._latest.set(number, segment, offset, size, code)
         self._live[segment] = self._live.get(segment, 0) + size
 
     # --- the port ---------------------------------------------------------------------
@@ -411,7 +513,7 @@ class FileRunLog:
         place = self._latest.get(number)
         if place is None:
             raise KeyError(number)
-        segment, offset, size = place
+        segment, offset, size, _ = place
         location = self.location(format_run_id(number))
         try:
             reader = self._readers.get(segment)
@@ -492,7 +594,7 @@ class FileRunLog:
         segment = self.open_segment()
         path = self.segment_path(segment)
         frames = [_frame_of(record) for record in records]
-        data = b"".join(frame for _, frame in frames)
+        data = b"".join(frame for _, frame, _ in frames)
         # Where the frames go is the segment's end when the batch is written,
         # not now: a batch prepared ahead of its instant waits, and the runs
         # that stop meanwhile append their records to this segment (which
@@ -548,6 +650,7 @@ class FileRunLog:
             # A segment with frames staged in a waiting batch is not rolled:
             # they go at its end (`stage_created`).
             return self._active
+        rolled = self._file is not None
         self._seal()
         directory = str(self.dir)
         if not is_directory(self._disk, directory):
@@ -569,6 +672,11 @@ class FileRunLog:
         self._file, self._active, self._end = file, segment, 0
         self._size[segment] = 0
         fault_point("after:run-log:open")
+        if rolled:
+            # A full segment sealed: the index follows the log every
+            # `ROLL_AT_BYTES`, so that a start after a crash scans at most
+            # about that much more than was written since its last roll.
+            self._write_index()
         return segment
 
     def _seal(self) -> None:
@@ -613,19 +721,19 @@ class FileRunLog:
         frames = [
             _frame_of(record, payload) for record, payload in zip(records, payloads, strict=True)
         ]
-        self._placed_in_active(frames, self._write(b"".join(frame for _, frame in frames)))
+        self._placed_in_active(frames, self._write(b"".join(frame for _, frame, _ in frames)))
         self.compact()
         return payloads
 
-    def _placed_in_active(self, frames: Sequence[tuple[int, bytes]], start: int) -> None:
+    def _placed_in_active(self, frames: Sequence[_Written], start: int) -> None:
         assert self._active is not None
         self._placed(frames, self._active, start)
 
-    def _placed(self, frames: Sequence[tuple[int, bytes]], segment: int, start: int) -> int:
+    def _placed(self, frames: Sequence[_Written], segment: int, start: int) -> int:
         """Index `frames`, written to `segment` from `start`; where they end."""
         offset = start
-        for number, frame in frames:
-            self._place(number, segment, offset, len(frame))
+        for number, frame, code in frames:
+            self._place(number, segment, offset, len(frame), code)
             offset += len(frame)
         return offset
 
@@ -661,23 +769,23 @@ class FileRunLog:
     def _compact_one(self, segment: int) -> bool:
         path = self.segment_path(segment)
         live = sorted(
-            (offset, number, size)
-            for number, (where, offset, size) in self._latest.items()
+            (offset, number, size, code)
+            for number, (where, offset, size, code) in self._latest.items()
             if where == segment
         )
-        copies: list[tuple[int, bytes]] = []
+        copies: list[_Written] = []
         if live:
             data = self._read(path)
-            for offset, number, size in live:
+            for offset, number, size, code in live:
                 found = decode_frame(data, offset)
                 if found is None or not found[2] or found[0] != number:
                     # Damaged since it was read: keep the segment as evidence.
                     self._damaged_segments.add(segment)
                     return False
-                copies.append((number, bytes(data[offset : offset + size])))
+                copies.append((number, bytes(data[offset : offset + size]), code))
         if copies:
             fault_point("before:run-log:compact-copy")
-            self._placed_in_active(copies, self._write(b"".join(frame for _, frame in copies)))
+            self._placed_in_active(copies, self._write(b"".join(frame for _, frame, _ in copies)))
             fault_point("after:run-log:compact-copy")
         check_fence(path)
         fault_point("before:run-log:compact-remove")
@@ -692,14 +800,41 @@ class FileRunLog:
         return True
 
     def close(self) -> None:
+        """Close the active segment and, when nothing damaged was found, write
+        the index the next start reads instead of scanning (`run_log_index`)."""
         self._seal()
         _close_all(self._readers)
+        self._write_index()
+
+    def _write_index(self) -> None:
+        """The index of the log as it stands (`run_log_index`), unless damage
+        was found (the next start then scans, and reports it again); a
+        failure costs the next start a scan, nothing else."""
+        if self._damaged_segments or not self._size:
+            return
+        try:
+            check_fence(self.root / INDEX_FILE)
+            write_index(self.root, self._latest, self._size, self._live, disk=self._disk)
+        except StoreFenced:
+            return  # a fenced process writes nothing: the next start scans
+        except OSError as exc:
+            _log.warning(
+                "could not write the run log's index %s (%s); the next start scans every segment",
+                self.root / INDEX_FILE,
+                exc,
+            )
 
 
 def _close_all(readers: dict[int, DiskFile]) -> None:
     for reader in readers.values():
         reader.close()
     readers.clear()
+
+
+def _unmap(contents: dict[int, bytes | mmap.mmap]) -> None:
+    for data in contents.values():
+        if isinstance(data, mmap.mmap):
+            data.close()
 
 
 def _parse_position(position: str) -> tuple[int, int] | None:
@@ -736,13 +871,13 @@ def _map(path: Path) -> bytes | mmap.mmap:
         return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
 
 
-def _frame_of(record: RunRecord, payload: bytes | None = None) -> tuple[int, bytes]:
-    """The run's number and the frame of `record` (`payload`: its JSON, when
-    the caller encoded it)."""
+def _frame_of(record: RunRecord, payload: bytes | None = None) -> _Written:
+    """The run's number, the frame of `record` (`payload`: its JSON, when the
+    caller encoded it) and its finished status's code."""
     number = parse_run_id(record.run_id)
     if number is None:
         raise ValueError(f"{record.run_id!r} is not a run id")
     if payload is None:
         # pydantic's own encoder: about a third of `json.dumps(record.to_json())`.
         payload = record_json(record)
-    return number, encode_frame(number, payload)
+    return number, encode_frame(number, payload), FINISHED_CODE.get(record.status, 0)

@@ -24,6 +24,7 @@ import binascii
 import bisect
 import collections
 import contextlib
+import itertools
 import json
 import logging
 from array import array
@@ -145,12 +146,6 @@ class RunStore:
                     }
                 )
                 continue
-            if stored.finished is not None:
-                # A finished run of the log (its frame's checksum was
-                # checked): its record is parsed and checked when it is read
-                # (`_read_finished`), not by every start.
-                self._remember_finished(stored.key, stored.finished)
-                continue
             findings.extend(
                 await self._load_one(
                     stored.key,
@@ -161,9 +156,21 @@ class RunStore:
                     silent_servers=silent_servers,
                 )
             )
+        self._adopt_finished(self._persistence.finished_codes())
         for finding in findings:
             _log.warning("run store recovery: %s", finding)
         return findings
+
+    def _adopt_finished(self, codes: bytes) -> None:
+        """Cache the finished runs a load handed over at once (`codes`: by run
+        number, a finished status's code or 0): their records are parsed and
+        checked when read (`_read_finished`), not by every start."""
+        if not codes.strip(b"\x00"):
+            return
+        self._records.adopt_finished(codes)
+        finished = itertools.compress(range(len(codes)), codes)
+        # Disjoint from the runs the load yielded: two sorted runs, merged.
+        self._order = array("Q", sorted(itertools.chain(self._order, finished)))
 
     def _check(self, number: int, stored: Stored[int | None]) -> RunRecord | dict[str, Any]:
         """The stored record, checked; or the finding that says why it
@@ -307,6 +314,10 @@ class RunStore:
         if last is None:
             return chosen, None
         return chosen, _encode_cursor(last, "before" if newest_first else "after")
+
+    def close(self) -> None:
+        """Close the persistence's files (`RunPersistence.close`)."""
+        self._persistence.close()
 
     def position(self) -> str | None:
         """Where the records stand now (`RunPersistence.position`)."""
@@ -667,10 +678,6 @@ class RunStore:
     def _remember(self, number: int, record: RunRecord, raw: bytes | None = None) -> None:
         self._ordered(number)
         self._records.put(number, record, raw, rereads=self._persistence.rereads(number))
-
-    def _remember_finished(self, number: int, status: str) -> None:
-        self._ordered(number)
-        self._records.put_finished(number, status, None)
 
     def _ordered(self, number: int) -> None:
         order = self._order

@@ -88,9 +88,12 @@ class LocalStaticWorkflowServer:
         self.shared: SharedStore | None = None
 
     async def close(self) -> None:
-        """Close the server's database (nothing to close on files), saying
-        first that this server stopped. Runs still executing are not
-        stopped: drain or cancel them first."""
+        """Close the server's run records (on files: the run log writes the
+        index the next start reads) and its database, saying first that this
+        server stopped. Runs still executing are not stopped: drain or
+        cancel them first (a record they write after goes to a new
+        segment)."""
+        self.api.close_runs()
         if self.shared is not None:
             shared, self.shared = self.shared, None
             await shared.stop()

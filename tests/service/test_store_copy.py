@@ -18,11 +18,13 @@ from typing import Any
 
 import pytest
 
+from adapters.host.run_log_index import INDEX_FILE
 from adapters.store_copy import TABLES, CopyRefused, copy_store
 from core.errors import SchedulerUnavailable
 from shell import ManualClock
 from shell.lock import SchedulerLock
 from shell.pg.database import Database
+from tests import run_log_files
 
 from .conftest import CONSTANT_PLAN, GATE_PLAN, START, Harness
 
@@ -168,3 +170,19 @@ async def test_a_damaged_source_is_refused_naming_the_record(tmp_path: Path, pg_
     history.write_bytes(b"".join([lines[0], b'{"seq": 1, "broken": true}\n', *lines[2:]]))
     with pytest.raises(CopyRefused, match=r"schedule 'hourly' cannot be read.*line 2"):
         await copy_store(tmp_path / "store", pg_url)
+
+
+async def test_a_finished_run_damaged_in_place_is_refused_naming_it(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """The source's clean stop left the run log's index, so a start does not
+    check the finished runs' frames; the copy reads every record and refuses
+    one damaged in place, as it refuses any damage."""
+    root = tmp_path / "store"
+    await _populate(root)
+    assert (root / INDEX_FILE).exists()
+    finished = run_log_files.records(root)
+    run_id = next(r for r, doc in sorted(finished.items()) if doc["status"] == "completed")
+    run_log_files.damage_last_frame(root, run_id, at=40)
+    with pytest.raises(CopyRefused, match=rf"cannot use: .*\({run_id}\).*damaged in place"):
+        await copy_store(root, pg_url)
