@@ -3,6 +3,7 @@ they answer as a dict of tuples would, whatever the numbers."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -54,3 +55,35 @@ def test_numbers_kept_apart_move_into_the_arrays_once_they_reach_them() -> None:
     assert 5_000_000 not in table._far
     assert table.get(5_000_000) == (9,) and len(table) == 7
     assert [n for n, _ in table.items()] == sorted([*near, 5_000_000])
+
+
+@given(_STEPS)
+def test_exported_arrays_make_the_same_table_or_none_with_far_numbers(
+    steps: list[tuple[str, int, tuple[int, ...]]],
+) -> None:
+    table = NumberTable("IQB")
+    for action, number, row in steps:
+        if action == "set":
+            table.set(number, *row)
+        else:
+            table.pop(number)
+    exported = table.export()
+    if any(number >= 1 << 30 for number, _ in table.items()):
+        assert exported is None  # kept apart from the arrays: no index of them
+        return
+    assert exported is not None
+    present, columns = exported
+    again = NumberTable.from_columns("IQB", bytearray(present), columns)
+    assert len(again) == len(table)
+    assert list(again.items()) == list(table.items())
+    for value in {row[0] for _, row in table.items()} | {7}:
+        assert again.column_holds(0, value) == any(r[0] == value for _, r in table.items())
+
+
+def test_arrays_that_make_no_table_are_refused() -> None:
+    with pytest.raises(ValueError, match="presence"):
+        NumberTable.from_columns("B", bytearray(b"\x02"), (b"\x01",))
+    with pytest.raises(ValueError, match="as long"):
+        NumberTable.from_columns("B", bytearray(b"\x01\x01"), (b"\x01",))
+    with pytest.raises(ValueError, match="columns"):
+        NumberTable.from_columns("BB", bytearray(b"\x01"), (b"\x01",))
