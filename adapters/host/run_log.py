@@ -262,6 +262,8 @@ class FileRunLog:
         self._end = 0
         self._closer: weakref.finalize[Any, Any] | None = None
         self._staged = False
+        # Bytes the last load scanned beyond the index (see `open_segment`).
+        self._unindexed = 0
         # Read-only descriptors of the segments finished runs were read
         # again from (`reread`): a page of fifty reads one or two segments.
         self._readers: dict[int, DiskFile] = {}
@@ -303,9 +305,11 @@ class FileRunLog:
         index = self._usable_index()
         placed = self._place_all(index)
         if placed is None:
-            placed = self._place_all(None)
+            index, placed = None, self._place_all(None)
             assert placed is not None
         to_read, last, contents, findings = placed
+        covered = index.sizes if index is not None else {}
+        self._unindexed = sum(size - covered.get(seg, 0) for seg, size in self._size.items())
         for stored in [*self._strays(), *self._load_legacy()]:
             yield stored
         for number in to_read:
@@ -672,10 +676,12 @@ class FileRunLog:
         self._file, self._active, self._end = file, segment, 0
         self._size[segment] = 0
         fault_point("after:run-log:open")
-        if rolled:
-            # A full segment sealed: the index follows the log every
-            # `ROLL_AT_BYTES`, so that a start after a crash scans at most
-            # about that much more than was written since its last roll.
+        if rolled or self._unindexed >= ROLL_AT_BYTES:
+            # A full segment sealed, or this process's first write after a
+            # load that scanned that much: the index follows the log every
+            # `ROLL_AT_BYTES`, so that a start after a crash scans about
+            # that much at most, beyond what was written since. (Not at the
+            # load itself: a load may be a reader's, which writes nothing.)
             self._write_index()
         return segment
 
@@ -810,6 +816,7 @@ class FileRunLog:
         """The index of the log as it stands (`run_log_index`), unless damage
         was found (the next start then scans, and reports it again); a
         failure costs the next start a scan, nothing else."""
+        self._unindexed = 0
         if self._damaged_segments or not self._size:
             return
         try:

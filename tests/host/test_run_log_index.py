@@ -208,3 +208,22 @@ async def test_a_segment_rolled_writes_the_index_so_a_crash_rescans_little(
     # Only the segment written after the last roll was scanned whole.
     assert [start for _, start in scans.starts if start == 0] == [0]
     assert again.get("run-000020").status == "admitted"
+
+
+async def test_the_first_write_after_a_long_scan_writes_the_index(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store never closed cleanly (every start a crash) still gets an
+    index: the first write of a process whose load scanned more than a
+    segment's worth writes it; a load alone writes nothing."""
+    store, _ = _open(tmp_path)
+    await store.put_many([_failed(_record(n)) for n in range(1, 30)])
+    monkeypatch.setattr(run_log, "ROLL_AT_BYTES", 1024)
+    reader, _ = _open(tmp_path)
+    assert not (tmp_path / INDEX_FILE).exists()
+    await reader.put_many([_record(30)])
+    assert (tmp_path / INDEX_FILE).exists()
+    scans = Scans(monkeypatch)
+    again, findings = _open(tmp_path)
+    assert findings == [] and _state(again) == _state(reader)
+    assert [start for _, start in scans.starts if start == 0] == [0]  # the last segment only
