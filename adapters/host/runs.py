@@ -167,9 +167,15 @@ class RunStore:
         checked when read (`_read_finished`), not by every start."""
         if not codes.strip(b"\x00"):
             return
-        self._records.adopt_finished(codes)
-        finished = itertools.compress(range(len(codes)), codes)
-        # Disjoint from the runs the load yielded: two sorted runs, merged.
+        # The runs the load cached already (read whole, or failed as
+        # abandoned and so finished now) keep their entries and place.
+        handed = bytearray(codes)
+        for number in self._order:
+            if number < len(handed):
+                handed[number] = 0
+        self._records.adopt_finished(bytes(handed))
+        finished = itertools.compress(range(len(handed)), handed)
+        # Two sorted runs of distinct numbers, merged.
         self._order = array("Q", sorted(itertools.chain(self._order, finished)))
 
     def _check(self, number: int, stored: Stored[int | None]) -> RunRecord | dict[str, Any]:

@@ -743,6 +743,12 @@ async def test_cancelled_execution_writes_nothing_and_is_abandoned_on_restart(
             "reason": run["error"]["message"],
         }
     ]
+    # Failed by the load, it is listed once, among the finished runs.
+    listed = await restarted.api.list_runs(limit=10)
+    assert [r["run_id"] for r in listed["runs"]] == [run_id]
+    assert [r["run_id"] for r in (await restarted.api.list_runs(status="failed"))["runs"]] == [
+        run_id
+    ]
 
 
 async def test_run_deployment_reports_a_run_cancelled_under_it(
