@@ -637,8 +637,18 @@ class WorkflowApi:
         """`list_runs` oldest first, each run as `{run_id, status, origin}`:
         what a scheduler's start checks of every run (`shell.ports.
         ClaimListingHost`), without the rest of its view."""
-        records, next_cursor = await self._runs.fetch_page(None, cursor, limit, False)
-        return {"runs": [_claim(record) for record in records], "next_cursor": next_cursor}
+        claims, next_cursor = await self._runs.fetch_claims(cursor, limit)
+        return {
+            "runs": [
+                {
+                    "run_id": run_id,
+                    "status": status,
+                    "origin": None if origin is None else dict(origin),
+                }
+                for run_id, status, origin in claims
+            ],
+            "next_cursor": next_cursor,
+        }
 
     def close_runs(self) -> None:
         """Close the run records' files (the server's close)."""

@@ -83,6 +83,12 @@ class RunCache:
             raise KeyError(number)
         return record
 
+    def reread_status(self, number: int) -> str | None:
+        """The status of a finished run kept as its status alone (its record
+        is read again when asked); None for any other run."""
+        code = self._reread_status.first(number)
+        return FINISHED_CODES[code] if code else None
+
     def status(self, number: int) -> str:
         code = self._reread_status.first(number)
         if code:

@@ -321,6 +321,37 @@ class RunStore:
             return chosen, None
         return chosen, _encode_cursor(last, "before" if newest_first else "after")
 
+    async def fetch_claims(
+        self, cursor: Any, limit: Any
+    ) -> tuple[list[tuple[str, str, Any]], str | None]:
+        """The page `fetch_page(None, cursor, limit)` gives, each run as its id,
+        status and origin. A finished run the persistence reads again
+        (`rereads`) is taken from its frame (checksum checked) by its origin
+        alone, not parsed and checked whole: a start without a checkpoint to
+        go by lists every run kept, and its record is checked when it is
+        read. Anything but the record's usual beginning is read whole."""
+        if self._shared is not None:
+            records, next_cursor = await self.fetch_page(None, cursor, limit, False)
+            return [(r.run_id, r.status, r.origin) for r in records], next_cursor
+        self._check_page(None, limit, False)
+        after = 0 if cursor is None else _decode_cursor(cursor)
+        order = self._order
+        start = bisect.bisect_right(order, after)
+        chosen = order[start : start + limit]
+        claims: list[tuple[str, str, Any]] = []
+        for number in chosen:
+            status = self._records.reread_status(number)
+            if status is not None:
+                origin = _origin_of(self._persistence.reread(number))
+                if origin is not _UNKNOWN:
+                    claims.append((format_run_id(number), status, origin))
+                    continue
+            record = self._records.get(number)  # None: found unreadable now
+            if record is not None:
+                claims.append((record.run_id, record.status, record.origin))
+        more = start + limit < len(order)
+        return claims, _encode_cursor(chosen[-1]) if more else None
+
     def close(self) -> None:
         """Close the persistence's files (`RunPersistence.close`)."""
         self._persistence.close()
@@ -710,6 +741,30 @@ class RunStore:
 
     def broken(self) -> list[dict[str, Any]]:
         return [dict(self._broken[n]) for n in sorted(self._broken)]
+
+
+# An origin `_origin_of` could not take from a frame's beginning.
+_UNKNOWN: Final = object()
+
+
+def _origin_of(stored: Stored[int | None]) -> Any:
+    """The origin a run record's JSON holds, taken from where `record_json`
+    puts it (after the format, id and status, before the snapshot), or
+    `_UNKNOWN`. The text between `"origin":` and the first `,"snapshot":`
+    after it is the origin only when it parses as one JSON value: a key of
+    that name inside the origin leaves an object unclosed there."""
+    raw = stored.raw
+    if raw is None or stored.error is not None:
+        return _UNKNOWN
+    start = raw.find(b',"origin":')
+    end = raw.find(b',"snapshot":', start)
+    if start < 0 or end < 0:
+        return _UNKNOWN
+    try:
+        origin = json.loads(raw[start + len(b',"origin":') : end])
+    except ValueError:
+        return _UNKNOWN
+    return origin if origin is None or isinstance(origin, dict) else _UNKNOWN
 
 
 def _parse(stored: Stored[int | None]) -> RunRecord:

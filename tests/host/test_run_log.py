@@ -561,3 +561,41 @@ async def test_a_position_the_log_does_not_know_answers_none(tmp_path: Path, tok
     store, _ = _store(tmp_path)
     await store.put(_record(1))
     assert await store.changed_since(token) is None
+
+
+@pytest.mark.parametrize(
+    "origin",
+    [
+        None,
+        {"kind": "manual"},
+        {"kind": "manual", "snapshot": {"x": 1}},  # a key named as the next field
+        {"kind": "manual", "note": ',"snapshot":'},
+        {"kind": "manual", "z": {"snapshot": [1, {"snapshot": 2}]}},
+    ],
+)
+async def test_a_finished_runs_claim_is_its_origin_as_stored(
+    tmp_path: Path, origin: dict[str, Any] | None
+) -> None:
+    """What a start without a checkpoint lists of every finished run: its
+    origin taken from its frame, whatever the origin holds."""
+    store, _ = _store(tmp_path)
+    finished = _failed(_record(1)).model_copy(update={"origin": origin})
+    await store.put_many([finished, _record(2)])
+    again, _ = _store(tmp_path)
+    claims, cursor = await again.fetch_claims(None, 10)
+    assert claims == [("run-000001", "failed", origin), ("run-000002", "admitted", None)]
+    assert cursor is None
+
+
+async def test_a_finished_run_damaged_in_place_is_left_out_of_the_claims_and_broken(
+    tmp_path: Path,
+) -> None:
+    store, _ = _store(tmp_path)
+    await store.put_many([_failed(_record(n)) for n in (1, 2, 3)])
+    store.close()  # the index: the start does not check the frames
+    run_log_files.damage_last_frame(tmp_path, "run-000002", at=40)
+    again, findings = _store(tmp_path)
+    assert findings == []
+    claims, _ = await again.fetch_claims(None, 2)
+    assert [run_id for run_id, _, _ in claims] == ["run-000001"]  # a page of two, one unreadable
+    assert [b["run_id"] for b in again.broken()] == ["run-000002"]
