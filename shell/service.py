@@ -282,6 +282,8 @@ class SchedulerService:
         # `isinstance` walks its members, and the loop asked every second.
         self._preparing_host = host if isinstance(host, PreparingRunHost) else None
         self._sweeping_host = host if isinstance(host, SweepingHost) else None
+        # Checked once: a protocol's `isinstance` walks its members every time.
+        self._claim_listing_host = host if isinstance(host, ClaimListingHost) else None
         self._api = schedules
         # Told of recoveries, commits, decisions and rounds (metrics).
         self._observer: SchedulerObserver = observer or NullObserver()
@@ -723,9 +725,9 @@ class SchedulerService:
         admitted by this scheduler with its row (`core.recovery_checks.
         claims_since`). Only while the state matches the stores (the callers
         check)."""
-        upkeep = self._backend.upkeep
-        if upkeep is not None and isinstance(self._host, ClaimListingHost):
-            upkeep.note_runs_checked(self._host.run_records_position())
+        upkeep, host = self._backend.upkeep, self._claim_listing_host
+        if upkeep is not None and host is not None:
+            upkeep.note_runs_checked(host.run_records_position())
 
     def _round_failed(self, exc: Exception) -> None:
         """Log a failed round; one the store refused makes the store health
