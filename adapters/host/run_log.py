@@ -45,6 +45,12 @@ its status (`run_cache.py`) and this log the place of its last frame, which
 for. A load checks every frame's checksum but yields a finished run by the
 status its record begins with (`records.finished_status`), unparsed.
 
+**The index.** At a clean close, at each segment sealed and at the first
+write after a long scan, the log writes where each run's last frame lies
+(`run_log_index.py`); a start takes that and scans only what was written
+since. A start's claims check asks which runs were written after a
+position (`position`, `written_since`).
+
 **Compaction.** A segment other than the active one whose frames are mostly
 superseded (`COMPACT_DEAD_RATIO`) has its live frames copied, checked, to the
 active segment, flushed, and is then removed. Never a segment with damage
@@ -299,9 +305,8 @@ class FileRunLog:
         """Each run's last frame (or older file), checked, but a finished
         run's: those are taken by the status their record begins with, and
         handed over at once (`finished_codes`). What holds no record is
-        yielded with key None and the reason. With the index of the last
-        clean close (`run_log_index`), only what was written since is
-        scanned."""
+        yielded with key None and the reason. With the index the log last
+        wrote (`run_log_index`), only what was written since is scanned."""
         index = self._usable_index()
         placed = self._place_all(index)
         if placed is None:
@@ -396,7 +401,7 @@ class FileRunLog:
         return self._latest.column_bytes(3)
 
     def _usable_index(self) -> RunLogIndex | None:
-        """The index of the last clean close, if it can be trusted for the
+        """The index the log last wrote, if it can be trusted for the
         segments on disk: each covered one not shorter than covered (a
         removed one was compacted, its live frames copied past it)."""
         found = read_index(self.root, disk=self._disk)
