@@ -638,17 +638,7 @@ class WorkflowApi:
         what a scheduler's start checks of every run (`shell.ports.
         ClaimListingHost`), without the rest of its view."""
         claims, next_cursor = await self._runs.fetch_claims(cursor, limit)
-        return {
-            "runs": [
-                {
-                    "run_id": run_id,
-                    "status": status,
-                    "origin": None if origin is None else dict(origin),
-                }
-                for run_id, status, origin in claims
-            ],
-            "next_cursor": next_cursor,
-        }
+        return {"runs": [_claim(*claim) for claim in claims], "next_cursor": next_cursor}
 
     def close_runs(self) -> None:
         """Close the run records' files (the server's close)."""
@@ -666,7 +656,9 @@ class WorkflowApi:
         first: what a start checks when its checkpoint vouches for the rest.
         None when the store cannot tell (a token it does not know)."""
         records = await self._runs.changed_since(since)
-        return None if records is None else [_claim(record) for record in records]
+        if records is None:
+            return None
+        return [_claim(record.run_id, record.status, record.origin) for record in records]
 
     # -- execution control ---------------------------------------------------
 
@@ -733,9 +725,5 @@ class WorkflowApi:
         return await self._executor.cancel_executing()
 
 
-def _claim(record: RunRecord) -> dict[str, Any]:
-    return {
-        "run_id": record.run_id,
-        "status": record.status,
-        "origin": None if record.origin is None else dict(record.origin),
-    }
+def _claim(run_id: str, status: str, origin: Any) -> dict[str, Any]:
+    return {"run_id": run_id, "status": status, "origin": None if origin is None else dict(origin)}

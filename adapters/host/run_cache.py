@@ -129,15 +129,13 @@ class RunCache:
     def adopt_finished(self, codes: bytes) -> None:
         """Cache every run whose byte in `codes` (by run number) is a finished
         status's code as that status alone (the store reads it again): a
-        load's finished runs at once. What is cached already stays as it
-        is (few: the runs a load read whole, and those it failed)."""
+        load's finished runs at once. `codes` names no run cached already;
+        those cached as their status (the load failed them) stay."""
         cached = list(self._reread_status.items())
         present = bytearray(codes.translate(_PRESENT))
         self._reread_status = NumberTable.from_columns("B", present, (codes,))
         for number, row in cached:
             self._reread_status.set(number, *row)
-        for number in [*self._live, *self._finished]:
-            self._reread_status.pop(number)
 
     def pop(self, number: int) -> bool:
         """Forget the run; whether it was cached."""

@@ -351,13 +351,23 @@ class FileRunLog:
         """Scan what `index` does not cover (everything without one) and place
         each run's last frame; the runs to read and check now (not finished
         intact ones), the frames scanned, the segments' bytes, the findings.
-        None when the index places a run in a segment removed since that no
-        frame scanned replaces (then nothing of it is kept)."""
+        None when a covered segment is shorter than the index covered, or the
+        index places a run in a segment removed since that no frame scanned
+        replaces (then nothing of it is kept)."""
         last, contents, findings = self._scan(index.sizes if index is not None else {})
         if index is None:
             self._latest = NumberTable(INDEX_COLUMNS)
             self._live = {}
         else:
+            for segment, covered in index.sizes.items():
+                size = self._size.get(segment, covered)  # a removed one: checked below
+                if size < covered:
+                    path = self.segment_path(segment)
+                    self._index_ignored(
+                        f"{path} is shorter than it covered ({size} < {covered} bytes)"
+                    )
+                    _unmap(contents)
+                    return None
             self._latest = index.places
             self._live = {s: live for s, live in index.live.items() if s in self._size}
         # Every run placed before the first is yielded: the store writes as
@@ -401,24 +411,14 @@ class FileRunLog:
         return self._latest.column_bytes(3)
 
     def _usable_index(self) -> RunLogIndex | None:
-        """The index the log last wrote, if it can be trusted for the
-        segments on disk: each covered one not shorter than covered (a
-        removed one was compacted, its live frames copied past it)."""
+        """The index the log last wrote, unless it cannot be read (its fit to
+        the segments on disk is checked as they are scanned: `_place_all`)."""
         found = read_index(self.root, disk=self._disk)
         if found is None:
             return None
         if isinstance(found, str):
             self._index_ignored(found)
             return None
-        for segment, covered in found.sizes.items():
-            try:
-                size = self._disk.stat(str(self.segment_path(segment))).st_size
-            except FileNotFoundError:
-                continue
-            if size < covered:
-                path = self.segment_path(segment)
-                self._index_ignored(f"{path} is shorter than it covered ({size} < {covered} bytes)")
-                return None
         return found
 
     def _index_ignored(self, reason: str) -> None:
@@ -568,7 +568,8 @@ class FileRunLog:
                 continue
             data = self._read(self.segment_path(segment))
             try:
-                numbers.extend(_frames_after(data, since_offset if segment == since_segment else 0))
+                scan = scan_segment(data, since_offset if segment == since_segment else 0)
+                numbers.extend(number for number, _, _ in (*scan.frames, *scan.damaged))
             finally:
                 if isinstance(data, mmap.mmap):
                     data.close()
@@ -856,22 +857,6 @@ def _parse_position(position: str) -> tuple[int, int] | None:
     if not (segment.isascii() and segment.isdigit() and offset.isascii() and offset.isdigit()):
         return None
     return int(segment), int(offset)
-
-
-def _frames_after(data: bytes | mmap.mmap, start: int) -> list[int]:
-    """The runs of the frames at or after `start`, intact or not: frame by
-    frame from `start` (a frame's first byte, where the log ended once), or
-    from a scan of the whole segment when that does not hold."""
-    numbers: list[int] = []
-    position = start
-    while position < len(data):
-        found = decode_frame(data, position)
-        if found is None:
-            scan = scan_segment(data)
-            return [n for n, offset, _ in (*scan.frames, *scan.damaged) if offset >= start]
-        numbers.append(found[0])
-        position += found[1]
-    return numbers
 
 
 def _map(path: Path) -> bytes | mmap.mmap:

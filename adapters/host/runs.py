@@ -358,14 +358,12 @@ class RunStore:
 
     def position(self) -> str | None:
         """Where the records stand now (`RunPersistence.position`)."""
-        return None if self._shared is not None else self._persistence.position()
+        return self._persistence.position()
 
     async def changed_since(self, position: str) -> list[RunRecord] | None:
         """Every run not finished and every run whose record was written after
         `position`, oldest first, less those found unreadable; None when the
         persistence cannot tell."""
-        if self._shared is not None:
-            return None
         written = self._persistence.written_since(position)
         if written is None:
             return None
