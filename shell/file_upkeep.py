@@ -126,8 +126,12 @@ class FileStoreUpkeep:
         first decision). Failing costs disk space, nothing else."""
         definitions = self._definitions
         try:
+            # The store root's own files written so (the startup checkpoint,
+            # the host's run log index) leave theirs there.
+            directories = [self._root]
             for schedule_id in definitions.list_ids():
-                directory = ScheduleFiles.of(definitions.store_root, schedule_id).directory
+                directories.append(ScheduleFiles.of(definitions.store_root, schedule_id).directory)
+            for directory in directories:
                 removed = remove_stale_temp_files(
                     directory, older_than_ns=older_than_ns, disk=definitions.disk
                 )

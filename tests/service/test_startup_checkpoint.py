@@ -686,13 +686,21 @@ async def test_temp_files_older_than_the_start_are_swept_at_the_first_quiet_mome
     directory = harness.root / "schedules" / "every"
     stale = directory / ".runtime.jsonl.4242.deadbeef.tmp"
     recent = directory / ".definition.json.4343.cafe.tmp"
+    # The store root's own atomic writes leave theirs there.
+    stale_in_root = harness.root / ".run-log.index.4242.feedface.tmp"
+    recent_in_root = harness.root / ".startup.checkpoint.4343.f00d.tmp"
     stale.write_bytes(b"half a write")
     recent.write_bytes(b"in flight")
+    stale_in_root.write_bytes(b"half an index")
+    recent_in_root.write_bytes(b"in flight")
     an_hour_ago = time.time() - 3600
     os.utime(stale, (an_hour_ago, an_hour_ago))
+    os.utime(stale_in_root, (an_hour_ago, an_hour_ago))
     await harness.boot(max_concurrent_runs=4)
     assert not stale.exists()
     assert recent.exists()
+    assert not stale_in_root.exists()
+    assert recent_in_root.exists()
     assert {p.name for p in directory.iterdir()} == {
         "lifecycle.jsonl",
         "definition.json",
