@@ -29,14 +29,20 @@ does, for every process) compile every module at every start, about 0.35 s
 more here; `--no-bytecode-cache` measures that.
 
 The first measured child finds no startup checkpoint (`shell/startup_checkpoint.py`):
-its start reads every schedule's files, as a start after a crash that came
-before any checkpoint does. Each child's clean stop writes a checkpoint, so
-the `--repeat` children after it measure a restart after a clean stop.
+its start reads every schedule's files, as a start on a store no scheduler
+has checkpointed yet does (a start leaves the checkpoint it went by, so a
+crash before the running scheduler's first one is not such a start). Each
+child's clean stop writes a checkpoint, so the `--repeat` children after it
+measure a restart after a clean stop.
 `--crash`: each child instead waits for the checkpoint the running
 scheduler writes at its first quiet moment (timed: "until the checkpoint")
 and exits without stopping, so the children after the first measure a
 start after a crash with nothing changed since the checkpoint (a schedule
 changed since costs what the first child pays per schedule).
+`--crash-at-start`: the first child stops cleanly; each child after it dies
+right after its first decision, before the running scheduler's first
+checkpoint, as in a crash loop (a start leaves the checkpoint it went by,
+so each of them goes by the first child's).
 `--changed` moves the times of every schedule's runtime record and history
 index before each child, as if every schedule had fired since the checkpoint
 and each firing had changed its runtime record too (held or queued an
@@ -228,12 +234,18 @@ async def _completed_runs(api: Any, count: int) -> None:
 
 
 async def child(
-    location: str, *, store: str = "file", crash: bool = False, profile: str | None = None
+    location: str,
+    *,
+    store: str = "file",
+    crash: bool = False,
+    at_once: bool = False,
+    profile: str | None = None,
 ) -> dict[str, float]:
     """Start the scheduler on the store root or database URL `location` and
     time its phases (POSIX timestamps). With `crash`, wait for the checkpoint
-    the running scheduler writes at its first quiet moment (on PostgreSQL,
-    none: at once), then die without stopping (the caller exits at once).
+    the running scheduler writes at its first quiet moment (on PostgreSQL, or
+    `at_once`: not at all), then die without stopping (the caller exits at
+    once).
     With `profile`, cProfile stats from the end of the imports to the first
     decision are written there."""
     stamps: dict[str, float] = {"process": _T_PROCESS}
@@ -287,7 +299,7 @@ async def child(
     stamps["first_decision"] = await first
     stamps["schedules"] = float(len(service.state.schedules))
     if crash:
-        if store == "file":
+        if store == "file" and not at_once:
             checkpoint = Path(location) / "startup.checkpoint"
             while not checkpoint.exists():
                 await asyncio.sleep(0.01)
@@ -374,13 +386,14 @@ def _spawn(
     environment: dict[str, str],
     *,
     crash: bool = False,
+    at_once: bool = False,
     store: str = "file",
     profile: str | None = None,
 ) -> dict[str, float]:
     began = time.time()
     command = [sys.executable, str(Path(__file__)), "--child", str(location)]
     if crash:
-        command.append("--crash")
+        command.append("--crash-at-start" if at_once else "--crash")
     if store != "file":
         command += ["--store", store]
     if profile is not None:
@@ -436,6 +449,12 @@ def main(argv: list[str] | None = None) -> None:
         help="children die without stopping, once the running scheduler's checkpoint is written",
     )
     parser.add_argument(
+        "--crash-at-start",
+        action="store_true",
+        help="the first child stops cleanly; each after it dies right after its first decision,"
+        " before any running checkpoint",
+    )
+    parser.add_argument(
         "--changed",
         action="store_true",
         help="before each restart, move the times of every schedule's runtime record and"
@@ -468,10 +487,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warm-up", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     postgres = args.store == "postgres"
-    if postgres and (args.no_checkpoint or args.changed or args.fired):
+    if postgres and (args.no_checkpoint or args.changed or args.fired or args.crash_at_start):
         parser.error(
-            "--no-checkpoint, --changed and --fired are about the files' startup checkpoint"
+            "--no-checkpoint, --changed, --fired and --crash-at-start are about the files'"
+            " startup checkpoint"
         )
+    if args.crash and args.crash_at_start:
+        parser.error("--crash waits for the running checkpoint; --crash-at-start does not")
     if args.changed and args.fired:
         parser.error("--changed already moves what --fired does, and the runtime records")
     if args.warm_up:
@@ -482,10 +504,16 @@ def main(argv: list[str] | None = None) -> None:
         return
     if args.child is not None:
         stamps = asyncio.run(
-            child(args.child, store=args.store, crash=args.crash, profile=args.profile)
+            child(
+                args.child,
+                store=args.store,
+                crash=args.crash or args.crash_at_start,
+                at_once=args.crash_at_start,
+                profile=args.profile,
+            )
         )
         print(json.dumps(stamps), flush=True)
-        if args.crash:
+        if args.crash or args.crash_at_start:
             os._exit(0)  # no clean stop, no cleanup: as a killed process leaves the store
         return
     import pgstore
@@ -520,7 +548,12 @@ def main(argv: list[str] | None = None) -> None:
                 _touch_fired_files(root, ("history.idx",))
             profile = args.profile if index == repeat - 1 else None
             stamps = _spawn(
-                location, environment, crash=args.crash, store=args.store, profile=profile
+                location,
+                environment,
+                crash=args.crash or args.crash_at_start,
+                at_once=args.crash_at_start,
+                store=args.store,
+                profile=profile,
             )
             runs.append(_phases(stamps))
     result = {
@@ -558,7 +591,15 @@ def main(argv: list[str] | None = None) -> None:
         after = "crash" if args.crash else "clean stop"
         labelled = [("first start", first)]
     else:
-        after = "no checkpoint" if args.no_checkpoint else "crash" if args.crash else "clean stop"
+        after = (
+            "no checkpoint"
+            if args.no_checkpoint
+            else "crash at start"
+            if args.crash_at_start
+            else "crash"
+            if args.crash
+            else "clean stop"
+        )
         labelled = [("no checkpoint", first)]
     labelled += [(f"#{i + 1}, {after}", r) for i, r in enumerate(runs)]
     # Issue 8 asked 2 s of a start on files; the PostgreSQL comparison, 1 s.
@@ -572,7 +613,7 @@ def main(argv: list[str] | None = None) -> None:
                 f" {phases['fetch_s']:.3f})"
             )
         stop = "until the checkpoint" if args.crash and not postgres else "clean stop"
-        if args.crash and postgres:
+        if (args.crash and postgres) or (args.crash_at_start and phases is not first):
             stop = "until exit"
         print(
             f"  {label:18} process start -> first decision {phases['total_s']:6.3f} s"

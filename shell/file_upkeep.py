@@ -63,7 +63,7 @@ class FileStoreUpkeep:
         self._root = os.fspath(definitions.store_root)
 
     def take_startup_checkpoint(self) -> StartupCheckpoint:
-        """The last checkpoint, consumed (a start calls it once); the ledger
+        """The last checkpoint (a start calls it once); the ledger
         starts afresh, vouching for no run until told."""
         self._captured = {}
         self._runs_checked_at = None

@@ -41,11 +41,14 @@ An entry is used part by part: the lifecycle records only if the
 lifecycle log and the snapshot are unchanged (else the schedule is read
 whole), the runtime record and the history state each if its own files
 are (else that part is read), so a schedule that only fired since costs
-two file reads, not five. A checkpoint is consumed: the start that reads it
-removes it, and the running scheduler writes the next one. A start after a
-crash that came before any checkpoint reads everything. The file is
+two file reads, not five. A start leaves the checkpoint where it is, and the
+running scheduler replaces it at its first quiet moment: an entry stays true
+of every file whose identity is unchanged, whatever happened since, so a
+start after a crash that came before that moment goes by the last checkpoint
+written, as one after a later crash does. A store with no checkpoint (never
+stopped cleanly, or from before it existed) is read whole. The file is
 checked whole (format, checksum); a damaged or unknown one is ignored with
-a warning, never trusted. What is not in the files, the run records, is
+a warning and removed, never trusted. What is not in the files, the run records, is
 cross-checked at a start: the header also says where the host's run
 records stood when it was written (`runs_checked_at`, the host's token),
 and a start that finds every schedule's history as the checkpoint
@@ -331,27 +334,29 @@ def write_startup_checkpoint(
 def read_startup_checkpoint(
     store_root: str | os.PathLike[str], *, disk: Disk = OS_DISK
 ) -> dict[str, CachedSchedule]:
-    """The entries of the last checkpoint written, and the file removed
-    (it is consumed); empty when there is none or it cannot be trusted."""
+    """The entries of the last checkpoint written; empty when there is none
+    or it cannot be trusted."""
     return take_startup_checkpoint(store_root, disk=disk).entries
 
 
 def take_startup_checkpoint(
     store_root: str | os.PathLike[str], *, disk: Disk = OS_DISK
 ) -> StartupCheckpoint:
-    """The last checkpoint written, and the file removed (it is consumed);
-    empty, vouching for no run, when there is none or it cannot be trusted."""
+    """The last checkpoint written, left in place (a start that crashes
+    before the running scheduler writes the next goes by it again); empty,
+    vouching for no run, when there is none or it cannot be trusted (then
+    removed, so the warning is not repeated at every start)."""
     path = os.path.join(store_root, CHECKPOINT_FILE)
     data = read_file(path, disk=disk)
     if data is None:
         return StartupCheckpoint({})
-    check_fence(path)
-    with contextlib.suppress(FileNotFoundError):
-        disk.remove(path)
     try:
         return _parse(data)
     except (ValueError, UnicodeDecodeError) as exc:
         _log.warning("ignoring the startup checkpoint %s: %s; reading every schedule", path, exc)
+        check_fence(path)
+        with contextlib.suppress(FileNotFoundError):
+            disk.remove(path)
         return StartupCheckpoint({})
 
 

@@ -306,9 +306,6 @@ async def _stop_cleanly_in_place(root: Path) -> None:
     # the runs written after (and the unfinished), so damage written after
     # must still be found.
     assert checkpoint.runs_checked_at is not None
-    startup_checkpoint.write_startup_checkpoint(  # reading consumed it
-        root, checkpoint.entries, runs_checked_at=checkpoint.runs_checked_at
-    )
 
 
 def _params() -> list[Any]:

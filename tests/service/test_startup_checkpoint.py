@@ -173,7 +173,9 @@ async def test_a_start_after_a_clean_stop_reads_no_schedule_file_and_builds_the_
     reads.schedules.clear()
     await harness.boot(max_concurrent_runs=4, checkpoint_interval_s=0)
     assert reads.schedules == []  # every schedule came from the checkpoint
-    assert not checkpoint.exists()  # a start consumes it (and this one writes none while running)
+    # A start leaves it for the next one, should it die before the running
+    # scheduler writes another (this one writes none while running).
+    assert json.loads(checkpoint.read_bytes().split(b"\n", 1)[0]) == header
     # A scheduler started from the checkpoint runs, so its stop must write
     # what changed since (runtime records, histories), not what it started from.
     await harness.schedules.pause_schedule(schedule_id="edited")
@@ -505,18 +507,48 @@ async def test_an_entry_that_does_not_decode_is_read_from_the_files(
     assert views(harness)["schedules"]["every"].blocked is None
 
 
-async def test_a_crash_before_any_checkpoint_leaves_none_and_the_start_reads_everything(
+async def test_a_crash_before_the_first_running_checkpoint_goes_by_the_last_one_written(
     harness: Harness, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A start leaves the checkpoint it went by: one that dies before its
+    first quiet moment (a crash loop, a deploy killed early) leaves the next
+    start that one, not a store to read whole."""
+    monkeypatch.setattr(run_log, "COMPACT_DEAD_RATIO", 1.0)  # as below
     await populate(harness)
     await harness.shutdown()
-    await harness.boot(max_concurrent_runs=4, checkpoint_interval_s=0)  # consumes it
-    await harness.at(START + 8 * MINUTE)
+    checkpoint = harness.root / CHECKPOINT_FILE
+    written = checkpoint.read_bytes()
+    await harness.boot(max_concurrent_runs=4, checkpoint_interval_s=0)  # writes none
+    await harness.at(START + 8 * MINUTE)  # "every" and "edited" fire at 09:38
+    fired = {
+        row["run_id"]
+        for schedule_id in ("every", "edited", "gated")
+        for row in await harness.occurrences(schedule_id)
+        if row["instant"] == "2026-03-02T09:38:00Z" or row["status"] == "interrupted"
+    }
     await World.abandon(harness)  # type: ignore[arg-type]  # dies without stopping
-    assert not (harness.root / CHECKPOINT_FILE).exists()
+    assert checkpoint.read_bytes() == written
+
     reads = FileReads(monkeypatch)
+    listings = ClaimListings(monkeypatch)
     await harness.boot(max_concurrent_runs=4)
-    assert len(set(reads.schedules)) == 6
+    # Only the histories (and runtime records) of the two that fired are read.
+    assert reads.schedules == []
+    assert sorted(reads.histories) == ["edited", "every"]
+    # Of the runs, those of 09:38 and gated's unfinished one.
+    assert listings.pages == 0 and len(fired) == 3
+    assert [set(changed) for changed in listings.changed] == [fired]
+    from_checkpoint = views(harness)
+
+    # A start reading every file builds the same state.
+    await World.abandon(harness)  # type: ignore[arg-type]
+    checkpoint.unlink()
+    reads = FileReads(monkeypatch)
+    listings = ClaimListings(monkeypatch)
+    await harness.boot(max_concurrent_runs=4)
+    assert len(set(reads.schedules)) == 6  # no checkpoint: every file read
+    assert listings.pages > 0  # and every run's claim checked
+    assert views(harness) == from_checkpoint
 
 
 async def test_a_running_scheduler_checkpoints_so_a_start_after_a_crash_reads_what_changed(

@@ -32,12 +32,15 @@ def _entry(records: str = '[{"seq": 1}]') -> CachedSchedule:
     return CachedSchedule("1:2:3:4,-,-,-,-", records, "null", "[0, 0, 0, null, []]")
 
 
-def test_a_written_checkpoint_reads_back_once(tmp_path: Path) -> None:
+def test_a_written_checkpoint_reads_back_at_every_start_until_replaced(tmp_path: Path) -> None:
+    """A start that dies before the running scheduler writes the next one
+    leaves the next start this one to go by."""
     entries = {"b": _entry(), "a": _entry('[{"seq": 1}, {"seq": 2}]')}
     write_startup_checkpoint(tmp_path, entries)
     assert read_startup_checkpoint(tmp_path) == entries
-    assert not (tmp_path / CHECKPOINT_FILE).exists()
-    assert read_startup_checkpoint(tmp_path) == {}
+    assert read_startup_checkpoint(tmp_path) == entries
+    write_startup_checkpoint(tmp_path, {"a": _entry()})
+    assert read_startup_checkpoint(tmp_path) == {"a": _entry()}
 
 
 def test_where_the_run_records_stood_reads_back_with_the_entries(tmp_path: Path) -> None:
@@ -54,6 +57,7 @@ def test_a_checkpoint_whose_runs_position_is_no_text_is_ignored(tmp_path: Path) 
     header, body = path.read_bytes().split(b"\n", 1)
     path.write_bytes(header[:-1] + b', "runs_checked_at": 7}\n' + body)
     assert take_startup_checkpoint(tmp_path) == ({}, None)
+    assert not path.exists()  # removed: the next start does not warn again
 
 
 @pytest.mark.parametrize(
