@@ -21,6 +21,7 @@ import pytest
 
 from shell import ManualClock
 from shell.durable import set_fault_injector
+from shell.startup_checkpoint import CHECKPOINT_FILE
 from tests.service.conftest import START
 
 from .figures import record
@@ -47,10 +48,16 @@ def samples() -> list[CrashPoint]:
     a write on disk and nothing after it is the state a death leaves (just
     before a write is just after the one before it)."""
     first: dict[str, CrashPoint] = {}
-    for point in crash_points():
+    points = crash_points()
+    for point in points:
         if point.point.startswith("after:"):
             first.setdefault(point.point, point)
-    return list(first.values())
+    chosen = list(first.values())
+    # And a start that went by the stop's startup checkpoint, killed after its
+    # first commit, before it writes a checkpoint of its own: a start leaves
+    # the one it went by, so the restart goes by it too.
+    chosen += [p for p in points if p.phase == "stop-start" and p.point == "after:commit"][:1]
+    return chosen
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -109,6 +116,9 @@ def test_sigkill_at_point_then_recover(store_root: Path, sample: CrashPoint) -> 
     assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (
         f"the child was not killed at {sample.label} (wait status {status})"
     )
+    if sample.phase == "stop-start" and sample.point == "after:commit":
+        # The checkpoint the killed start went by is there for the restart.
+        assert (store_root / CHECKPOINT_FILE).exists()
     asyncio.run(_recover_and_check(store_root, sample))
     _killed.append(sample.label)
     record(
