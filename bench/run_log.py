@@ -19,7 +19,9 @@ that store (reads and checks every record: "load"); the RSS it added; then
 filtered by a status no run has (the bounded scan of `NEWEST_SCAN` records),
 timed one by one: p50 / p99 / max. Last, the server is closed (its run log
 writes its index, `adapters/host/run_log_index.py`) and built again: the
-load a start after a clean stop pays.
+load a start after a clean stop pays; and every run's claim is listed
+through `list_run_claims`, as a scheduler's start with no startup
+checkpoint to go by asks for it.
 
     uv run --frozen --group bench python bench/run_log.py
     uv run --frozen --group bench python bench/run_log.py --runs 100000
@@ -151,9 +153,23 @@ async def measure(runs: int, samples: int, root: Path) -> dict[str, Any]:
     assert again.recovery_report == [], again.recovery_report[:3]
     view = await again.api.inspect_run(format_run_id(runs))
     assert view["status"] == "completed"
+    # What a scheduler's start with no checkpoint to go by asks of the host:
+    # every run's claim, a page of 100 at a time (`shell.recovery`).
+    began = time.perf_counter()
+    cursor: str | None = None
+    listed = 0
+    while True:
+        page = await again.api.list_run_claims(cursor=cursor, limit=100)
+        listed += len(page["runs"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    claims_s = time.perf_counter() - began
+    assert listed == runs, listed
     return {
         "runs": runs,
         "indexed_load_s": indexed_load_s,
+        "claims_s": claims_s,
         "segments": len(list((root / LOG_DIR).iterdir())),
         "log_mib": sum(p.stat().st_size for p in (root / LOG_DIR).iterdir()) / 2**20,
         "generate_s": generated_s,
@@ -190,6 +206,10 @@ def main(argv: list[str] | None = None) -> None:
     print(
         "server build after its clean close (the run log's index):"
         f" {result['indexed_load_s']:.2f} s"
+    )
+    print(
+        "every run's claim listed (a scheduler's start with no checkpoint):"
+        f" {result['claims_s']:.2f} s, {result['claims_s'] / result['runs'] * 1e6:.1f} us a run"
     )
     for name in ("inspect_run", *(k for k in result if k.startswith("list_runs"))):
         figures = result[name]

@@ -93,7 +93,8 @@ class NumberTable:
         if 0 <= number < len(self._present):
             if not self._present[number]:
                 return None
-            return tuple(column[number] for column in self._columns)
+            # A list first: a generator's frame costs more than its items.
+            return tuple([column[number] for column in self._columns])
         return self._far.get(number)
 
     def first(self, number: int) -> int:

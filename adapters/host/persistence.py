@@ -188,6 +188,12 @@ class RunPersistence(Protocol):
         can be): its JSON (`raw`), or `error` saying why it is unreadable."""
         ...
 
+    def reread_payloads(self, numbers: Sequence[int]) -> list[bytes | None]:
+        """`reread` for many runs at once, keeping only what a listing needs:
+        each run's record JSON, or None for one unreadable now (`reread`
+        says why). A start with no checkpoint to go by lists every run kept."""
+        ...
+
     def close(self) -> None:
         """Close what the persistence holds open (a log's index is written
         then); a later write opens what it needs again."""

@@ -325,6 +325,9 @@ class PgRuns:
     def reread(self, number: int) -> Stored[int | None]:
         raise RuntimeError("rows of wf_runs are not read again synchronously (see `rereads`)")
 
+    def reread_payloads(self, numbers: Sequence[int]) -> list[bytes | None]:
+        raise RuntimeError("rows of wf_runs are not read again synchronously (see `rereads`)")
+
     def finished_codes(self) -> bytes:
         return b""  # every row is yielded
 

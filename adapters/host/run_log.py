@@ -548,6 +548,43 @@ class FileRunLog:
             ),
         )
 
+    def reread_payloads(self, numbers: Sequence[int]) -> list[bytes | None]:
+        """`reread` for many runs, each frame checked as there, without the
+        `Stored` and the location each answer carries (a start with no
+        checkpoint lists every run: a fifth of what it paid per run)."""
+        found: list[bytes | None] = []
+        latest, readers = self._latest, self._readers
+        for number in numbers:
+            place = latest.get(number)
+            if place is None:
+                raise KeyError(number)
+            segment, offset, size, _ = place
+            try:
+                reader = readers.get(segment)
+                if reader is None:
+                    reader = readers[segment] = self._disk.open(str(self.segment_path(segment)))
+                data = reader.read_at(size, offset)
+            except OSError:
+                found.append(None)
+                continue
+            if len(data) != size:
+                found.append(None)
+                continue
+            magic, framed, length, crc = _HEADER.unpack_from(data)
+            end = _HEADER.size + length
+            payload = data[_HEADER.size : end]
+            if (
+                magic != _MAGIC
+                or framed != number
+                or end + _TRAILER.size != size
+                or data[end:] != _TRAILER.pack(number, _END)
+                or _checksum(number, payload) != crc
+            ):
+                found.append(None)
+                continue
+            found.append(payload)
+        return found
+
     def position(self) -> str:
         """The log's end now: its last segment and that segment's size."""
         segment = max(self._size, default=0)

@@ -338,14 +338,20 @@ class RunStore:
         order = self._order
         start = bisect.bisect_right(order, after)
         chosen = order[start : start + limit]
+        reread_status = self._records.reread_status
+        finished = {number: status for number in chosen if (status := reread_status(number))}
+        taken: dict[int, tuple[str, str, Any]] = {}
+        payloads = self._persistence.reread_payloads(list(finished))
+        for (number, status), raw in zip(finished.items(), payloads, strict=True):
+            origin = _UNKNOWN if raw is None else _origin_in(raw)
+            if origin is not _UNKNOWN:
+                taken[number] = (format_run_id(number), status, origin)
         claims: list[tuple[str, str, Any]] = []
         for number in chosen:
-            status = self._records.reread_status(number)
-            if status is not None:
-                origin = _origin_of(self._persistence.reread(number))
-                if origin is not _UNKNOWN:
-                    claims.append((format_run_id(number), status, origin))
-                    continue
+            claim = taken.get(number)
+            if claim is not None:
+                claims.append(claim)
+                continue
             record = self._records.get(number)  # None: found unreadable now
             if record is not None:
                 claims.append((record.run_id, record.status, record.origin))
@@ -741,26 +747,30 @@ class RunStore:
         return [dict(self._broken[n]) for n in sorted(self._broken)]
 
 
-# An origin `_origin_of` could not take from a frame's beginning.
+# An origin `_origin_in` could not take from a frame's beginning.
 _UNKNOWN: Final = object()
+_DECODE: Final = json.JSONDecoder().raw_decode
 
 
-def _origin_of(stored: Stored[int | None]) -> Any:
+def _origin_in(raw: bytes) -> Any:
     """The origin a run record's JSON holds, taken from where `record_json`
     puts it (after the format, id and status, before the snapshot), or
     `_UNKNOWN`. The text between `"origin":` and the first `,"snapshot":`
     after it is the origin only when it parses as one JSON value: a key of
     that name inside the origin leaves an object unclosed there."""
-    raw = stored.raw
-    if raw is None or stored.error is not None:
-        return _UNKNOWN
     start = raw.find(b',"origin":')
     end = raw.find(b',"snapshot":', start)
     if start < 0 or end < 0:
         return _UNKNOWN
     try:
-        origin = json.loads(raw[start + len(b',"origin":') : end])
+        text = raw[start + len(b',"origin":') : end].decode()
+        # The decoder itself: `json.loads` would guess the bytes' encoding
+        # and look for whitespace around the value, which `record_json`
+        # never writes (any there leaves the text unread: `_UNKNOWN`).
+        origin, used = _DECODE(text)
     except ValueError:
+        return _UNKNOWN
+    if used != len(text):
         return _UNKNOWN
     return origin if origin is None or isinstance(origin, dict) else _UNKNOWN
 

@@ -571,6 +571,7 @@ async def test_a_position_the_log_does_not_know_answers_none(tmp_path: Path, tok
         {"kind": "manual", "snapshot": {"x": 1}},  # a key named as the next field
         {"kind": "manual", "note": ',"snapshot":'},
         {"kind": "manual", "z": {"snapshot": [1, {"snapshot": 2}]}},
+        {"kind": "manual", "note": "zwölf Läufe, 十二"},  # text longer in bytes than in letters
     ],
 )
 async def test_a_finished_runs_claim_is_its_origin_as_stored(
@@ -585,6 +586,26 @@ async def test_a_finished_runs_claim_is_its_origin_as_stored(
     claims, cursor = await again.fetch_claims(None, 10)
     assert claims == [("run-000001", "failed", origin), ("run-000002", "admitted", None)]
     assert cursor is None
+
+
+async def test_a_frame_written_another_way_is_claimed_from_its_record_read_whole(
+    tmp_path: Path,
+) -> None:
+    """A frame appended by hand, its JSON not as `record_json` writes it
+    (spaces around the origin): the claim is the record's, parsed whole."""
+    store, _ = _store(tmp_path)
+    await store.put(_failed(_record(1)))
+    store.close()
+    origin = {"kind": "manual", "by": "hand"}
+    document = _failed(_record(2)).model_copy(update={"origin": origin}).to_json()
+    payload = json.dumps(document, separators=(", ", ": ")).encode()
+    assert b'"origin": {' in payload
+    with run_log_files.segment_paths(tmp_path)[-1].open("ab") as segment:
+        segment.write(run_log.encode_frame(2, payload))
+    again, findings = _store(tmp_path)
+    assert findings == []
+    claims, _ = await again.fetch_claims(None, 10)
+    assert claims == [("run-000001", "failed", None), ("run-000002", "failed", origin)]
 
 
 async def test_a_finished_run_damaged_in_place_is_left_out_of_the_claims_and_broken(
