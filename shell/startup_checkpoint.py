@@ -45,12 +45,12 @@ two file reads, not five. A start leaves the checkpoint where it is, and the
 running scheduler replaces it at its first quiet moment: an entry stays true
 of every file whose identity is unchanged, whatever happened since, so a
 start after a crash that came before that moment goes by the last checkpoint
-written, as one after a later crash does. A store with no checkpoint (never
-stopped cleanly, or from before it existed) is read whole. The file is
-checked whole (format, checksum); a damaged or unknown one is ignored with
-a warning and removed, never trusted. What is not in the files, the run records, is
-cross-checked at a start: the header also says where the host's run
-records stood when it was written (`runs_checked_at`, the host's token),
+written, as one after a later crash does. A store no scheduler has
+checkpointed yet is read whole. The file is checked whole (format,
+checksum); a damaged or unknown one is ignored with a warning and removed,
+never trusted. What is not in the files, the run records, is cross-checked
+at a start: the header also says where the host's run records stood when
+it was written (`runs_checked_at`, the host's token),
 and a start that finds every schedule's history as the checkpoint
 described it, at most appended to, checks only the runs written since and
 the unfinished ones (`core.recovery_checks.claims_since`).

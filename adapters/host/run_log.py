@@ -550,8 +550,8 @@ class FileRunLog:
 
     def reread_payloads(self, numbers: Sequence[int]) -> list[bytes | None]:
         """`reread` for many runs, each frame checked as there, without the
-        `Stored` and the location each answer carries (a start with no
-        checkpoint lists every run: a fifth of what it paid per run)."""
+        `Stored` and the location text each of its answers builds: a start
+        with no checkpoint lists every run kept, and paid for those."""
         found: list[bytes | None] = []
         latest, readers = self._latest, self._readers
         for number in numbers:
