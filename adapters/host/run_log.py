@@ -169,6 +169,26 @@ def decode_frame(data: bytes | mmap.mmap, offset: int) -> tuple[int, int, bool] 
     return number, end - offset, _checksum(number, bytes(payload)) == crc
 
 
+def _intact_payload(data: bytes, number: int, size: int) -> bytes | None:
+    """The record JSON in `data`, the `size` bytes read where run `number`'s
+    last frame was written, when they still are that frame, intact (what
+    `decode_frame` checks, for a frame whose place is known); else None."""
+    if len(data) != size:
+        return None
+    magic, framed, length, crc = _HEADER.unpack_from(data)
+    end = _HEADER.size + length
+    payload = data[_HEADER.size : end]
+    if (
+        magic != _MAGIC
+        or framed != number
+        or end + _TRAILER.size != size
+        or data[end:] != _TRAILER.pack(number, _END)
+        or _checksum(number, payload) != crc
+    ):
+        return None
+    return payload
+
+
 @dataclass(slots=True)
 class LogScan:
     """What one segment holds: intact frames, frames damaged in place (by
@@ -519,26 +539,21 @@ class FileRunLog:
     def reread(self, number: int) -> Stored[int | None]:
         """The run's last frame read again and checked as a load checks it:
         a frame changed in place since is unreadable (failed closed)."""
-        place = self._latest.get(number)
-        if place is None:
-            raise KeyError(number)
-        segment, offset, size, _ = place
+        segment, offset, size, _ = self._place_of(number)
         location = self.location(format_run_id(number))
         try:
-            reader = self._readers.get(segment)
-            if reader is None:
-                reader = self._readers[segment] = self._disk.open(str(self.segment_path(segment)))
-            data = reader.read_at(size, offset)
+            data = self._read_at(segment, offset, size)
         except OSError as exc:
             path = self.segment_path(segment)
             return Stored(location=location, key=number, error=f"cannot read {path}: {exc}")
+        payload = _intact_payload(data, number, size)
+        if payload is not None:
+            return Stored(location=location, key=number, raw=payload)
         found = decode_frame(data, 0)
-        if found is None or found[0] != number or found[1] != size:
-            reason = "no longer holds its intact frame"
-        elif not found[2]:
+        if found is not None and found[:2] == (number, size) and not found[2]:
             reason = "holds its frame with a checksum that does not match"
         else:
-            return Stored(location=location, key=number, raw=frame_payload(data, 0, size))
+            reason = "no longer holds its intact frame"
         return Stored(
             location=location,
             key=number,
@@ -553,37 +568,27 @@ class FileRunLog:
         `Stored` and the location text each of its answers builds: a start
         with no checkpoint lists every run kept, and paid for those."""
         found: list[bytes | None] = []
-        latest, readers = self._latest, self._readers
         for number in numbers:
-            place = latest.get(number)
-            if place is None:
-                raise KeyError(number)
-            segment, offset, size, _ = place
+            segment, offset, size, _ = self._place_of(number)
             try:
-                reader = readers.get(segment)
-                if reader is None:
-                    reader = readers[segment] = self._disk.open(str(self.segment_path(segment)))
-                data = reader.read_at(size, offset)
+                data = self._read_at(segment, offset, size)
             except OSError:
                 found.append(None)
                 continue
-            if len(data) != size:
-                found.append(None)
-                continue
-            magic, framed, length, crc = _HEADER.unpack_from(data)
-            end = _HEADER.size + length
-            payload = data[_HEADER.size : end]
-            if (
-                magic != _MAGIC
-                or framed != number
-                or end + _TRAILER.size != size
-                or data[end:] != _TRAILER.pack(number, _END)
-                or _checksum(number, payload) != crc
-            ):
-                found.append(None)
-                continue
-            found.append(payload)
+            found.append(_intact_payload(data, number, size))
         return found
+
+    def _place_of(self, number: int) -> tuple[int, ...]:
+        place = self._latest.get(number)
+        if place is None:
+            raise KeyError(number)
+        return place
+
+    def _read_at(self, segment: int, offset: int, size: int) -> bytes:
+        reader = self._readers.get(segment)
+        if reader is None:
+            reader = self._readers[segment] = self._disk.open(str(self.segment_path(segment)))
+        return reader.read_at(size, offset)
 
     def position(self) -> str:
         """The log's end now: its last segment and that segment's size."""
