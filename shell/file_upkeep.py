@@ -9,7 +9,12 @@ of checkpoints.
 `FileStoreUpkeep` keeps the checkpoint's ledger between rounds: the entries
 this process's start took from the last checkpoint (as they were, for the
 schedules whose files had not changed), or those of the last checkpoint it
-wrote. The next checkpoint keeps what is unchanged and reads the rest.
+wrote. The next checkpoint keeps what is unchanged and reads the rest. It
+also knows what it wrote to the file last, so that a running checkpoint
+appends only the entries that changed since (at 10,000 schedules the file
+is about 8 MB, and an hour's schedules change a tenth of it every five
+minutes); its first after a start, and the one at a clean stop, rewrite the
+file whole.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from shell.journal import CommitJournal
 from shell.runtime_store import RuntimeStore
 from shell.startup_checkpoint import (
     CachedSchedule,
+    CheckpointFile,
     StartupCheckpoint,
     checkpoint_entries,
     current_identities_text,
@@ -57,6 +63,9 @@ class FileStoreUpkeep:
         self._journal = journal
         # The checkpoint entries this process holds (see the module docstring).
         self._captured: dict[str, CachedSchedule] = {}
+        # What this process last wrote to the checkpoint file; None when the
+        # next checkpoint rewrites it whole.
+        self._file: CheckpointFile | None = None
         # Where the run records stood, for the next checkpoint (`note_runs_checked`).
         self._runs_checked_at: str | None = None
         # As text: a start asks for every schedule's files by it.
@@ -66,6 +75,7 @@ class FileStoreUpkeep:
         """The last checkpoint (a start calls it once); the ledger
         starts afresh, vouching for no run until told."""
         self._captured = {}
+        self._file = None
         self._runs_checked_at = None
         return take_startup_checkpoint(self._definitions.store_root, disk=self._definitions.disk)
 
@@ -75,6 +85,8 @@ class FileStoreUpkeep:
     def keep(self, reused: Mapping[str, CachedSchedule]) -> None:
         """Keep checkpoint entries a recovery took as they were."""
         self._captured.update(reused)
+        # The ledger is no longer what the file holds.
+        self._file = None
 
     def current_identities(self, schedule_id: str) -> str:
         """What a checkpoint entry of this schedule is compared with: its
@@ -108,16 +120,22 @@ class FileStoreUpkeep:
                 history=self._history,
                 examine=examine,
             )
-            write_startup_checkpoint(
+            written = write_startup_checkpoint(
                 self._definitions.store_root,
                 entries,
                 disk=self._definitions.disk,
                 runs_checked_at=self._runs_checked_at,
+                # A stop's (every schedule examined) compacts the file for
+                # the next start.
+                written=self._file if examine is not None else None,
             )
         except (OSError, SchedulingError) as exc:
             _log.warning("could not write the startup checkpoint: %s", exc)
+            # An append may have reached the file in part.
+            self._file = None
             return False
         self._captured = entries
+        self._file = written
         return True
 
     def sweep_temp_files(self, *, older_than_ns: int) -> None:

@@ -46,10 +46,28 @@ running scheduler replaces it at its first quiet moment: an entry stays true
 of every file whose identity is unchanged, whatever happened since, so a
 start after a crash that came before that moment goes by the last checkpoint
 written, as one after a later crash does. A store no scheduler has
-checkpointed yet is read whole. The file is checked whole (format,
-checksum); a damaged or unknown one is ignored with a warning and removed,
-never trusted. What is not in the files, the run records, is cross-checked
-at a start: the header also says where the host's run records stood when
+checkpointed yet is read whole.
+
+The file is a base, written whole and atomically (a header with the
+format, the body's size and checksum, then a line per schedule), and after
+it the sections running checkpoints append: each holds only the entries
+that changed since the one before (a line per schedule added or changed,
+the id alone for one left out) and its own header and checksum, so that a
+store of 10,000 hourly schedules, a tenth of which fire between two
+checkpoints, writes that tenth and not the whole file (about 8 MB) every
+`checkpoint_interval_s`. A start reads the base and then each section in
+turn, and gets what a whole rewrite would have written. The base is checked
+whole; a damaged or unknown one is ignored with a warning and removed,
+never trusted. A section that does not check (cut short by a crash while it
+was appended) ends the read there: what it holds is the checkpoint written
+before it, which is as sound: its entries are taken only for files that
+still have the identities they hold, and its run position is older (more
+runs checked). The file is rewritten whole once the
+sections would pass half the base's size, at the first checkpoint after a
+start, and at a clean stop.
+
+What is not in the files, the run records, is cross-checked
+at a start: each header also says where the host's run records stood when
 it was written (`runs_checked_at`, the host's token),
 and a start that finds every schedule's history as the checkpoint
 described it, at most appended to, checks only the runs written since and
@@ -74,7 +92,7 @@ from typing import Any, Final, NamedTuple
 from core.errors import SchedulingError
 from shell.definition_store import DefinitionLoad, DefinitionStore
 from shell.disk import OS_DISK, Disk
-from shell.durable import atomic_write_bytes
+from shell.durable import atomic_write_bytes, fault_point
 from shell.fence import check_fence
 from shell.history_store import HistoryStore
 from shell.runtime_store import RuntimeStore
@@ -83,6 +101,7 @@ from shell.store_format import ScheduleFiles, read_file
 __all__ = [
     "CHECKPOINT_FILE",
     "CachedSchedule",
+    "CheckpointFile",
     "FileIdentity",
     "Identities",
     "StartupCheckpoint",
@@ -100,7 +119,10 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE: Final = "startup.checkpoint"
-_FORMAT: Final = "wf-startup-checkpoint/1"
+_FORMAT: Final = "wf-startup-checkpoint/2"
+# Read too: the version before wrote bases only, without the body's size.
+_FORMAT_1: Final = "wf-startup-checkpoint/1"
+_SECTION_FORMAT: Final = "wf-startup-checkpoint-section/2"
 # A file others write is trusted only once its change time is this much older
 # than the examination: file times come from a clock that ticks every 1-10 ms,
 # so a write landing in the tick of the examination could leave a time (and,
@@ -304,31 +326,124 @@ class StartupCheckpoint(NamedTuple):
     runs_checked_at: str | None = None
 
 
+class CheckpointFile(NamedTuple):
+    """What this process last wrote to the checkpoint file (`write_startup_checkpoint`
+    answers it, and takes it back to append the next checkpoint's changes):
+    the entries the file now holds, where the host's run records stood, the
+    file's inode and size, and the size of its base (the part a whole
+    rewrite writes)."""
+
+    entries: Mapping[str, CachedSchedule]
+    runs_checked_at: str | None
+    inode: int
+    size: int
+    base_size: int
+
+
 def write_startup_checkpoint(
     store_root: str | os.PathLike[str],
     entries: Mapping[str, CachedSchedule],
     *,
     disk: Disk = OS_DISK,
     runs_checked_at: str | None = None,
-) -> None:
-    """Write the checkpoint atomically and durably (one line per schedule
-    after a header holding the format, the body's checksum and, when given,
-    where the host's run records stood)."""
-    body = "".join(
-        f"{schedule_id}\t{entry.identities_text}\t{entry.records_json}"
-        f"\t{entry.runtime_json}\t{entry.history_json}\n"
-        for schedule_id, entry in sorted(entries.items())
-    ).encode()
+    written: CheckpointFile | None = None,
+) -> CheckpointFile:
+    """Write the checkpoint durably: `entries` and where the host's run
+    records stood. `entries` is not changed afterwards (the answer holds it).
+
+    Whole, atomically, as a base: a header (the format, the body's size and
+    checksum, the number of schedules, when given where the run records
+    stood) and one line per schedule. With `written`, what this process
+    wrote last, only what changed since is appended, as a section (its own
+    header, then a line per schedule added or changed and one holding only
+    the id per schedule left out), when the file is still the one written
+    then and the sections stay under half the base's size; else the file
+    is rewritten whole. Nothing is written when nothing changed.
+    """
+    path = os.path.join(store_root, CHECKPOINT_FILE)
+    if written is not None:
+        section = _section(written, entries, runs_checked_at)
+        if section is None:
+            return written
+        if written.size - written.base_size + len(section) <= written.base_size // 2:
+            try:
+                st = disk.stat(path)
+            except FileNotFoundError:
+                st = None
+            if st is not None and (st.st_ino, st.st_size) == (written.inode, written.size):
+                _append(path, section, disk)
+                return written._replace(
+                    entries=entries,
+                    runs_checked_at=runs_checked_at,
+                    size=written.size + len(section),
+                )
+    body = b"".join(_line(schedule_id, entry) for schedule_id, entry in sorted(entries.items()))
     fields: dict[str, Any] = {
         "format": _FORMAT,
         "schedules": len(entries),
+        "bytes": len(body),
         "crc32": zlib.crc32(body),
         "written_at_ns": time.time_ns(),
     }
     if runs_checked_at is not None:
         fields["runs_checked_at"] = runs_checked_at
-    header = json.dumps(fields, sort_keys=True).encode()
-    atomic_write_bytes(os.path.join(store_root, CHECKPOINT_FILE), header + b"\n" + body, disk=disk)
+    data = json.dumps(fields, sort_keys=True).encode() + b"\n" + body
+    atomic_write_bytes(path, data, disk=disk)
+    st = disk.stat(path)
+    return CheckpointFile(entries, runs_checked_at, st.st_ino, len(data), len(data))
+
+
+def _line(schedule_id: str, entry: CachedSchedule) -> bytes:
+    return (
+        f"{schedule_id}\t{entry.identities_text}\t{entry.records_json}"
+        f"\t{entry.runtime_json}\t{entry.history_json}\n"
+    ).encode()
+
+
+def _section(
+    written: CheckpointFile, entries: Mapping[str, CachedSchedule], runs_checked_at: str | None
+) -> bytes | None:
+    """The section that turns what `written` holds into `entries`; None when
+    they are the same."""
+    before = written.entries
+    # An entry kept as it was is the same object: most are, at 10,000.
+    changed = [
+        (schedule_id, entry)
+        for schedule_id, entry in entries.items()
+        if (was := before.get(schedule_id)) is not entry and was != entry
+    ]
+    lines = [_line(schedule_id, entry) for schedule_id, entry in sorted(changed)]
+    lines.extend(
+        f"{schedule_id}\n".encode() for schedule_id in sorted(before.keys() - entries.keys())
+    )
+    if not lines and runs_checked_at == written.runs_checked_at:
+        return None
+    body = b"".join(lines)
+    fields: dict[str, Any] = {
+        "format": _SECTION_FORMAT,
+        "lines": len(lines),
+        "bytes": len(body),
+        "crc32": zlib.crc32(body),
+        "written_at_ns": time.time_ns(),
+    }
+    if runs_checked_at is not None:
+        fields["runs_checked_at"] = runs_checked_at
+    return json.dumps(fields, sort_keys=True).encode() + b"\n" + body
+
+
+def _append(path: str, section: bytes, disk: Disk) -> None:
+    """Append `section` and flush it. Cut short by a crash, it is a torn tail
+    that a read leaves out (`_parse`); the next start's first checkpoint
+    rewrites the file whole."""
+    check_fence(path)
+    fault_point(f"before:append:{CHECKPOINT_FILE}")
+    file = disk.open(path, append=True)
+    try:
+        file.append(section)
+        file.fsync()
+    finally:
+        file.close()
+    fault_point(f"after:append:{CHECKPOINT_FILE}")
 
 
 def read_startup_checkpoint(
@@ -361,14 +476,13 @@ def take_startup_checkpoint(
 
 
 def _parse(data: bytes) -> StartupCheckpoint:
-    header_line, newline, body = data.partition(b"\n")
-    if not newline:
-        raise ValueError("no header line")
-    header = json.loads(header_line)
-    if not isinstance(header, dict) or header.get("format") != _FORMAT:
-        raise ValueError(f"unknown format (this version reads {_FORMAT})")
-    if zlib.crc32(body) != header.get("crc32"):
-        raise ValueError("its body fails its checksum")
+    """The checkpoint `data` holds: its base, then each whole section in
+    turn. Raises `ValueError` for a base that cannot be trusted. A section
+    that cannot be (cut short by a crash while it was appended, or damaged)
+    ends the read there: the checkpoint is then the one written before it,
+    whose entries are as true of the files as any (an entry is taken only
+    for files whose identities it holds) and whose run position is older."""
+    header, body, end = _header_and_body(data, 0, _FORMAT, _FORMAT_1)
     entries: dict[str, CachedSchedule] = {}
     make = CachedSchedule._make
     for line in body.decode().splitlines():
@@ -378,10 +492,54 @@ def _parse(data: bytes) -> StartupCheckpoint:
         entries[parts[0]] = make(parts[1:])
     if len(entries) != header.get("schedules"):
         raise ValueError("it does not hold the number of schedules its header says")
+    position = _runs_checked_at(header)
+    while end < len(data):
+        try:
+            header, body, after = _header_and_body(data, end, _SECTION_FORMAT)
+            lines = [line.split("\t") for line in body.decode().splitlines()]
+            if len(lines) != header.get("lines") or any(len(p) not in (1, 5) for p in lines):
+                raise ValueError("its lines are not as its header says")
+            section_position = _runs_checked_at(header)
+        except (ValueError, UnicodeDecodeError):
+            break
+        for parts in lines:
+            if len(parts) == 1:
+                entries.pop(parts[0], None)
+            else:
+                entries[parts[0]] = make(parts[1:])
+        position, end = section_position, after
+    return StartupCheckpoint(entries, position)
+
+
+def _header_and_body(data: bytes, start: int, *formats: str) -> tuple[dict[str, Any], bytes, int]:
+    """The header line at `start` (of one of `formats`), the body it checks,
+    and where that body ends. A base of the first format had no size: its
+    body is the rest of the file."""
+    newline = data.find(b"\n", start)
+    if newline < 0:
+        raise ValueError("no header line")
+    header = json.loads(data[start:newline])
+    if not isinstance(header, dict) or header.get("format") not in formats:
+        raise ValueError(f"unknown format (this version reads {formats[0]})")
+    begin = newline + 1
+    if header["format"] == _FORMAT_1:
+        end = len(data)
+    else:
+        size = header.get("bytes")
+        if type(size) is not int or size < 0 or begin + size > len(data):
+            raise ValueError("its body is not the size its header says")
+        end = begin + size
+    body = data[begin:end]
+    if zlib.crc32(body) != header.get("crc32"):
+        raise ValueError("its body fails its checksum")
+    return header, body, end
+
+
+def _runs_checked_at(header: dict[str, Any]) -> str | None:
     position = header.get("runs_checked_at")
     if position is not None and not isinstance(position, str):
         raise ValueError("its runs_checked_at is not a host's position")
-    return StartupCheckpoint(entries, position)
+    return position
 
 
 def checkpoint_entries(

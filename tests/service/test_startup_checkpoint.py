@@ -115,6 +115,12 @@ def assert_checkpoint_says_what_the_files_say(
             assert state == history.export_state(schedule_id)
 
 
+def _written(checkpoint: Path) -> tuple[int, int, int]:
+    """The checkpoint file's identity: rewritten whole or appended to, it changes."""
+    st = checkpoint.stat()
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 async def populate(harness: Harness) -> None:
     """Schedules in most shapes a store holds: runs completed, a run waiting
     on an interrupt (an open occurrence), paused, edited, deleted, never fired."""
@@ -567,12 +573,12 @@ async def test_a_running_scheduler_checkpoints_so_a_start_after_a_crash_reads_wh
     # schedules due again within its interval (09:38, 09:38 and 09:40) were
     # kept as the start took them.
     assert_checkpoint_says_what_the_files_say(harness, due_soon={"every", "edited", "gated"})
-    written = checkpoint.stat().st_ino
+    written = _written(checkpoint)
     # Changes after it: "every" and "edited" (every two minutes) fire at
     # 09:38, "paused" is resumed; the other three do not change.
     await harness.schedules.resume_schedule(schedule_id="paused")
     await harness.at(START + 8 * MINUTE)
-    assert checkpoint.stat().st_ino == written  # not rewritten before the interval
+    assert _written(checkpoint) == written  # not rewritten before the interval
     fired = {
         row["run_id"]
         for schedule_id in ("every", "edited", "paused", "gated")
@@ -621,14 +627,14 @@ async def test_the_running_checkpoint_waits_for_its_interval_and_a_quiet_moment(
         inputs={"when": "quarter"},
     )
     await harness.at(START + MINUTE)
-    first = checkpoint.stat().st_ino  # the first quiet moment after the create
+    first = _written(checkpoint)  # the first quiet moment after the create
     await harness.at(START + 9 * MINUTE)
-    assert checkpoint.stat().st_ino == first  # 9 minutes < the interval
+    assert _written(checkpoint) == first  # 9 minutes < the interval
     # Past the interval, but the next instant (09:45) is 5 s away: not quiet.
     await harness.at(START.replace(minute=44, second=55))
-    assert checkpoint.stat().st_ino == first
+    assert _written(checkpoint) == first
     await harness.at(START.replace(minute=45, second=1))
-    assert checkpoint.stat().st_ino != first
+    assert _written(checkpoint) != first
     assert "quarter" in startup_checkpoint._parse(checkpoint.read_bytes()).entries
 
 
@@ -658,12 +664,19 @@ async def test_the_running_checkpoint_examines_only_what_the_scheduler_touched(
     # The next checkpoint, at 09:39 (two minutes after the start's): "edited"
     # fires at 09:38 and is due at 09:40, before 09:41, as is "gated";
     # "every" is paused: due never.
+    base = checkpoint.read_bytes()
     await harness.at(START + 9 * MINUTE)
     after = startup_checkpoint._parse(checkpoint.read_bytes()).entries
     assert sorted(set(examined)) == ["every"]
     assert after["later"] == before["later"]
     assert after["edited"] == before["edited"]
     assert after["every"] != before["every"]
+    # Only the changed entry was written, appended to the file as it was.
+    data = checkpoint.read_bytes()
+    assert data.startswith(base)
+    section_header, section_body = data[len(base) :].split(b"\n", 1)
+    assert json.loads(section_header)["lines"] == 1
+    assert section_body.startswith(b"every\t")
 
     await World.abandon(harness)  # type: ignore[arg-type]
     reads = FileReads(monkeypatch)
@@ -679,6 +692,27 @@ async def test_the_running_checkpoint_examines_only_what_the_scheduler_touched(
     assert views(harness) == from_checkpoint
 
 
+async def test_a_clean_stop_rewrites_the_checkpoint_whole(harness: Harness) -> None:
+    """Sections appended while the scheduler ran are folded into one base at
+    its stop: the next start reads the smallest file."""
+    await populate(harness)
+    await harness.shutdown()
+    await harness.boot(max_concurrent_runs=4, checkpoint_interval_s=120)
+    checkpoint = harness.root / CHECKPOINT_FILE
+    base = checkpoint.read_bytes()
+    await harness.schedules.pause_schedule(schedule_id="every")
+    await harness.at(START + 9 * MINUTE)
+    appended = checkpoint.read_bytes()
+    assert appended.startswith(base) and len(appended) > len(base)
+    entries = startup_checkpoint._parse(appended).entries
+    await harness.shutdown()
+    data = checkpoint.read_bytes()
+    header, body = data.split(b"\n", 1)
+    assert json.loads(header)["bytes"] == len(body)  # a base, no section after it
+    assert startup_checkpoint._parse(data).entries.keys() == entries.keys()
+    assert startup_checkpoint._parse(data).entries["every"] == entries["every"]
+
+
 async def test_an_idle_scheduler_does_not_rewrite_the_checkpoint(harness: Harness) -> None:
     await harness.boot(max_concurrent_runs=4, checkpoint_interval_s=60)
     await harness.deploy("report.default", CONSTANT_PLAN)
@@ -690,13 +724,13 @@ async def test_an_idle_scheduler_does_not_rewrite_the_checkpoint(harness: Harnes
     )
     await harness.at(START + 2 * MINUTE)
     checkpoint = harness.root / CHECKPOINT_FILE
-    written = checkpoint.stat().st_ino  # the create was a change
+    written = _written(checkpoint)  # the create was a change
     for minute in range(3, 30, 3):
         await harness.at(START + minute * MINUTE)
-    assert checkpoint.stat().st_ino == written  # 27 minutes with nothing to do
+    assert _written(checkpoint) == written  # 27 minutes with nothing to do
     await harness.schedules.pause_schedule(schedule_id="later")
     await harness.at(START + 31 * MINUTE)
-    assert checkpoint.stat().st_ino != written
+    assert _written(checkpoint) != written
     assert startup_checkpoint._parse(checkpoint.read_bytes()).entries.keys() == {"later"}
 
 

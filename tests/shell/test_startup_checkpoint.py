@@ -3,7 +3,11 @@ use of it is in tests/service/test_startup_checkpoint.py)."""
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,7 @@ from shell.history_store import HistoryStore
 from shell.startup_checkpoint import (
     CHECKPOINT_FILE,
     CachedSchedule,
+    CheckpointFile,
     file_identities,
     identities_text,
     read_startup_checkpoint,
@@ -41,6 +46,172 @@ def test_a_written_checkpoint_reads_back_at_every_start_until_replaced(tmp_path:
     assert read_startup_checkpoint(tmp_path) == entries
     write_startup_checkpoint(tmp_path, {"a": _entry()})
     assert read_startup_checkpoint(tmp_path) == {"a": _entry()}
+
+
+def _ten() -> dict[str, CachedSchedule]:
+    # Entries of about the size a schedule's are (its lifecycle records).
+    return {f"s{n}": _entry(_records(n)) for n in range(10)}
+
+
+def _records(seq: int) -> str:
+    return json.dumps([{"seq": seq, "padding": "x" * 500}])
+
+
+def _sections(path: Path) -> list[dict[str, object]]:
+    """The headers of the sections after the base."""
+    data = path.read_bytes()
+    header = data.partition(b"\n")[0]
+    end = len(header) + 1 + json.loads(header)["bytes"]
+    found = []
+    while end < len(data):
+        line, _, _ = data[end:].partition(b"\n")
+        found.append(json.loads(line))
+        end += len(line) + 1 + found[-1]["bytes"]
+    return found
+
+
+def test_a_running_checkpoint_appends_only_what_changed(tmp_path: Path) -> None:
+    """Changed, added and removed entries, and where the run records stood,
+    go into a section after the file as it was; the read gives what a whole
+    rewrite would have written."""
+    path = tmp_path / CHECKPOINT_FILE
+    first = _ten()
+    written = write_startup_checkpoint(tmp_path, first, runs_checked_at="run-log@1:10")
+    base = path.read_bytes()
+    second = dict(first)  # the kept entries are the same objects
+    second["s3"] = _entry(_records(33))
+    second["s10"] = _entry(_records(10))
+    del second["s7"]
+    written = write_startup_checkpoint(tmp_path, second, written=written)
+    data = path.read_bytes()
+    assert data.startswith(base)
+    assert [s["lines"] for s in _sections(path)] == [3]
+    assert take_startup_checkpoint(tmp_path) == (second, None)  # the section says no position
+    assert written.entries is second and written.size == len(data)
+    third = dict(second)
+    third["s3"] = _entry()
+    write_startup_checkpoint(tmp_path, third, runs_checked_at="run-log@1:99", written=written)
+    assert [s["lines"] for s in _sections(path)] == [3, 1]
+    assert take_startup_checkpoint(tmp_path) == (third, "run-log@1:99")
+
+
+def test_nothing_is_written_when_nothing_changed(tmp_path: Path) -> None:
+    path = tmp_path / CHECKPOINT_FILE
+    entries = _ten()
+    written = write_startup_checkpoint(tmp_path, entries, runs_checked_at="run-log@1:10")
+    before = path.stat()
+    equal = {key: CachedSchedule(*entry) for key, entry in entries.items()}  # equal, not the same
+    again = write_startup_checkpoint(
+        tmp_path, equal, runs_checked_at="run-log@1:10", written=written
+    )
+    assert again == written
+    assert path.stat().st_mtime_ns == before.st_mtime_ns and path.stat().st_size == before.st_size
+
+
+def test_the_file_is_rewritten_whole_once_the_sections_would_pass_half_the_base(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / CHECKPOINT_FILE
+    entries = _ten()
+    written = write_startup_checkpoint(tmp_path, entries)
+    rewrites = 0
+    for n in range(10):
+        entries = {**entries, f"s{n}": _entry(_records(n + 100))}
+        written = write_startup_checkpoint(tmp_path, entries, written=written)
+        assert take_startup_checkpoint(tmp_path).entries == entries
+        appended = written.size - written.base_size
+        assert appended <= written.base_size // 2
+        assert bool(_sections(path)) == (appended > 0)
+        rewrites += appended == 0
+    # A tenth changed each time: about four sections fit under half the base.
+    assert rewrites == 2
+    # Every entry changed at once: rewritten whole.
+    changed = {key: _entry(_records(200)) for key in entries}
+    written = write_startup_checkpoint(tmp_path, changed, written=written)
+    assert written.size == written.base_size and not _sections(path)
+    assert read_startup_checkpoint(tmp_path) == changed
+
+
+def test_a_file_replaced_since_it_was_written_is_rewritten_whole(tmp_path: Path) -> None:
+    path = tmp_path / CHECKPOINT_FILE
+    entries = _ten()
+    written = write_startup_checkpoint(tmp_path, entries)
+    path.unlink()  # an operator's, or a start's removal of a damaged one
+    changed = {**entries, "s1": _entry()}
+    written = write_startup_checkpoint(tmp_path, changed, written=written)
+    assert read_startup_checkpoint(tmp_path) == changed  # not a section of nothing
+    assert not _sections(path)
+
+
+@pytest.mark.parametrize("cut", ["in the header", "in the body", "in the checksum"])
+def test_a_section_cut_short_or_damaged_leaves_the_checkpoint_before_it(
+    tmp_path: Path, cut: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As a crash while it was appended leaves it: the checkpoint written
+    before, its entries and its position, with no warning, and the file kept
+    (the next start's first checkpoint rewrites it)."""
+    path = tmp_path / CHECKPOINT_FILE
+    first = _ten()
+    written = write_startup_checkpoint(tmp_path, first, runs_checked_at="run-log@1:10")
+    second = {**first, "s2": _entry(_records(22))}
+    written = write_startup_checkpoint(
+        tmp_path, second, runs_checked_at="run-log@1:20", written=written
+    )
+    third = {**second, "s4": _entry(_records(44))}
+    before_third = path.stat().st_size
+    write_startup_checkpoint(tmp_path, third, runs_checked_at="run-log@1:30", written=written)
+    data = bytearray(path.read_bytes())
+    header_end = data.index(b"\n", before_third)
+    if cut == "in the header":
+        del data[header_end - 5 :]
+    elif cut == "in the body":
+        del data[-3:]
+    else:
+        data[-3] ^= 0x01
+    path.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING):
+        assert take_startup_checkpoint(tmp_path) == (second, "run-log@1:20")
+    assert not caplog.records
+    assert path.exists()
+
+
+def test_a_checkpoint_of_the_version_before_reads(tmp_path: Path) -> None:
+    """A base without its body's size, as the version before wrote it: the
+    first start after an upgrade goes by it."""
+    entries = _ten()
+    body = "".join(
+        f"{key}\t{e.identities_text}\t{e.records_json}\t{e.runtime_json}\t{e.history_json}\n"
+        for key, e in sorted(entries.items())
+    ).encode()
+    header = {
+        "format": "wf-startup-checkpoint/1",
+        "schedules": 10,
+        "crc32": zlib.crc32(body),
+        "runs_checked_at": "run-log@1:10",
+        "written_at_ns": 1,
+    }
+    (tmp_path / CHECKPOINT_FILE).write_bytes(json.dumps(header).encode() + b"\n" + body)
+    assert take_startup_checkpoint(tmp_path) == (entries, "run-log@1:10")
+
+
+def test_a_damaged_base_is_ignored_and_removed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / CHECKPOINT_FILE
+    write_startup_checkpoint(tmp_path, _ten())
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x01
+    path.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING):
+        assert take_startup_checkpoint(tmp_path) == ({}, None)
+    assert "fails its checksum" in caplog.text
+    assert not path.exists()
+
+
+def test_what_was_written_describes_the_file(tmp_path: Path) -> None:
+    written = write_startup_checkpoint(tmp_path, _ten(), runs_checked_at="run-log@1:10")
+    st = os.stat(tmp_path / CHECKPOINT_FILE)
+    assert written == CheckpointFile(_ten(), "run-log@1:10", st.st_ino, st.st_size, st.st_size)
 
 
 def test_where_the_run_records_stood_reads_back_with_the_entries(tmp_path: Path) -> None:
