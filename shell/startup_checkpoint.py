@@ -362,15 +362,23 @@ def write_startup_checkpoint(
     """
     path = os.path.join(store_root, CHECKPOINT_FILE)
     if written is not None:
-        section = _section(written, entries, runs_checked_at)
-        if section is None:
+        changed, removed = _changes(written.entries, entries)
+        if not changed and not removed and runs_checked_at == written.runs_checked_at:
             return written
-        if written.size - written.base_size + len(section) <= written.base_size // 2:
+        room = written.base_size // 2 - (written.size - written.base_size)
+        # Measured before the section is built: when most entries changed
+        # (every-minute schedules), the file is rewritten at once.
+        if sum(len(key) + sum(map(len, entry)) + 5 for key, entry in changed) <= room:
+            section = _section(changed, removed, runs_checked_at)
             try:
                 st = disk.stat(path)
             except FileNotFoundError:
                 st = None
-            if st is not None and (st.st_ino, st.st_size) == (written.inode, written.size):
+            if (
+                len(section) <= room
+                and st is not None
+                and (st.st_ino, st.st_size) == (written.inode, written.size)
+            ):
                 _append(path, section, disk)
                 return written._replace(
                     entries=entries,
@@ -400,24 +408,26 @@ def _line(schedule_id: str, entry: CachedSchedule) -> bytes:
     ).encode()
 
 
-def _section(
-    written: CheckpointFile, entries: Mapping[str, CachedSchedule], runs_checked_at: str | None
-) -> bytes | None:
-    """The section that turns what `written` holds into `entries`; None when
-    they are the same."""
-    before = written.entries
+def _changes(
+    before: Mapping[str, CachedSchedule], entries: Mapping[str, CachedSchedule]
+) -> tuple[list[tuple[str, CachedSchedule]], list[str]]:
+    """The entries added or changed from `before` to `entries`, and the ids
+    left out."""
     # An entry kept as it was is the same object: most are, at 10,000.
     changed = [
         (schedule_id, entry)
         for schedule_id, entry in entries.items()
         if (was := before.get(schedule_id)) is not entry and was != entry
     ]
+    return changed, sorted(before.keys() - entries.keys())
+
+
+def _section(
+    changed: list[tuple[str, CachedSchedule]], removed: list[str], runs_checked_at: str | None
+) -> bytes:
+    """The section that turns what the file holds into the checkpoint now."""
     lines = [_line(schedule_id, entry) for schedule_id, entry in sorted(changed)]
-    lines.extend(
-        f"{schedule_id}\n".encode() for schedule_id in sorted(before.keys() - entries.keys())
-    )
-    if not lines and runs_checked_at == written.runs_checked_at:
-        return None
+    lines.extend(f"{schedule_id}\n".encode() for schedule_id in removed)
     body = b"".join(lines)
     fields: dict[str, Any] = {
         "format": _SECTION_FORMAT,
