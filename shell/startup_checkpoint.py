@@ -349,7 +349,8 @@ def write_startup_checkpoint(
     written: CheckpointFile | None = None,
 ) -> CheckpointFile:
     """Write the checkpoint durably: `entries` and where the host's run
-    records stood. `entries` is not changed afterwards (the answer holds it).
+    records stood. The caller does not change `entries` afterwards: the
+    answer holds it, and the next append is computed against it.
 
     Whole, atomically, as a base: a header (the format, the body's size and
     checksum, the number of schedules, when given where the run records
@@ -364,7 +365,7 @@ def write_startup_checkpoint(
     if written is not None:
         changed, removed = _changes(written.entries, entries)
         if not changed and not removed and runs_checked_at == written.runs_checked_at:
-            return written
+            return written._replace(entries=entries)
         room = written.base_size // 2 - (written.size - written.base_size)
         # Measured before the section is built: when most entries changed
         # (every-minute schedules), the file is rewritten at once.
@@ -386,16 +387,7 @@ def write_startup_checkpoint(
                     size=written.size + len(section),
                 )
     body = b"".join(_line(schedule_id, entry) for schedule_id, entry in sorted(entries.items()))
-    fields: dict[str, Any] = {
-        "format": _FORMAT,
-        "schedules": len(entries),
-        "bytes": len(body),
-        "crc32": zlib.crc32(body),
-        "written_at_ns": time.time_ns(),
-    }
-    if runs_checked_at is not None:
-        fields["runs_checked_at"] = runs_checked_at
-    data = json.dumps(fields, sort_keys=True).encode() + b"\n" + body
+    data = _headed(body, runs_checked_at, format=_FORMAT, schedules=len(entries))
     atomic_write_bytes(path, data, disk=disk)
     st = disk.stat(path)
     return CheckpointFile(entries, runs_checked_at, st.st_ino, len(data), len(data))
@@ -428,17 +420,21 @@ def _section(
     """The section that turns what the file holds into the checkpoint now."""
     lines = [_line(schedule_id, entry) for schedule_id, entry in sorted(changed)]
     lines.extend(f"{schedule_id}\n".encode() for schedule_id in removed)
-    body = b"".join(lines)
-    fields: dict[str, Any] = {
-        "format": _SECTION_FORMAT,
-        "lines": len(lines),
+    return _headed(b"".join(lines), runs_checked_at, format=_SECTION_FORMAT, lines=len(lines))
+
+
+def _headed(body: bytes, runs_checked_at: str | None, **fields: Any) -> bytes:
+    """`body` after its header line: `fields`, the body's size and checksum,
+    when it was written and, when given, where the run records stood."""
+    header = {
+        **fields,
         "bytes": len(body),
         "crc32": zlib.crc32(body),
         "written_at_ns": time.time_ns(),
     }
     if runs_checked_at is not None:
-        fields["runs_checked_at"] = runs_checked_at
-    return json.dumps(fields, sort_keys=True).encode() + b"\n" + body
+        header["runs_checked_at"] = runs_checked_at
+    return json.dumps(header, sort_keys=True).encode() + b"\n" + body
 
 
 def _append(path: str, section: bytes, disk: Disk) -> None:
@@ -523,8 +519,8 @@ def _parse(data: bytes) -> StartupCheckpoint:
 
 def _header_and_body(data: bytes, start: int, *formats: str) -> tuple[dict[str, Any], bytes, int]:
     """The header line at `start` (of one of `formats`), the body it checks,
-    and where that body ends. A base of the first format had no size: its
-    body is the rest of the file."""
+    and where that body ends. A base of the version before (`_FORMAT_1`)
+    says no size: its body is the rest of the file."""
     newline = data.find(b"\n", start)
     if newline < 0:
         raise ValueError("no header line")
