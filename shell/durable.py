@@ -84,6 +84,7 @@ __all__ = [
     "JournalEntry",
     "SimulatedCrash",
     "SyncMode",
+    "append_data",
     "append_records",
     "atomic_write_bytes",
     "atomic_write_json",
@@ -540,12 +541,31 @@ def append_records(
     first (see `shell.jsonlog.repair_torn_tail`), or the first record would be
     glued to it.
     """
+    data = b"".join(encode_json_line(r) for r in records)
+    return append_data(path, data, sync=sync, disk=disk)
+
+
+def append_data(
+    path: str | os.PathLike[str],
+    data: bytes,
+    *,
+    sync: bool = True,
+    create: bool = True,
+    disk: Disk = OS_DISK,
+) -> int:
+    """Append `data` in one write, between the fence check and the
+    `before:append:<name>`/`after:append:<name>` fault points; returns the
+    offset at which it starts. With `sync`, as `append_records`. Without
+    `create`, a missing file raises `FileNotFoundError` (an append that
+    only means something after what the file already holds)."""
     target = os.fspath(path)
     name = os.path.basename(target)
-    data = b"".join(encode_json_line(r) for r in records)
     check_fence(target)
     fault_point(f"before:append:{name}")
-    file, created = _open_append(target, disk)
+    if create:
+        file, created = _open_append(target, disk)
+    else:
+        file, created = disk.open(target, append=True), False
     try:
         offset = file.size()
         file.append(data)

@@ -92,7 +92,7 @@ from typing import Any, Final, NamedTuple
 from core.errors import SchedulingError
 from shell.definition_store import DefinitionLoad, DefinitionStore
 from shell.disk import OS_DISK, Disk
-from shell.durable import atomic_write_bytes, fault_point
+from shell.durable import append_data, atomic_write_bytes
 from shell.fence import check_fence
 from shell.history_store import HistoryStore
 from shell.runtime_store import RuntimeStore
@@ -380,7 +380,10 @@ def write_startup_checkpoint(
                 and st is not None
                 and (st.st_ino, st.st_size) == (written.inode, written.size)
             ):
-                _append(path, section, disk)
+                # Cut short by a crash, the section is a torn tail that a read
+                # leaves out (`_parse`); the next start's first checkpoint
+                # rewrites the file whole.
+                append_data(path, section, create=False, disk=disk)
                 return written._replace(
                     entries=entries,
                     runs_checked_at=runs_checked_at,
@@ -435,21 +438,6 @@ def _headed(body: bytes, runs_checked_at: str | None, **fields: Any) -> bytes:
     if runs_checked_at is not None:
         header["runs_checked_at"] = runs_checked_at
     return json.dumps(header, sort_keys=True).encode() + b"\n" + body
-
-
-def _append(path: str, section: bytes, disk: Disk) -> None:
-    """Append `section` and flush it. Cut short by a crash, it is a torn tail
-    that a read leaves out (`_parse`); the next start's first checkpoint
-    rewrites the file whole."""
-    check_fence(path)
-    fault_point(f"before:append:{CHECKPOINT_FILE}")
-    file = disk.open(path, append=True)
-    try:
-        file.append(section)
-        file.fsync()
-    finally:
-        file.close()
-    fault_point(f"after:append:{CHECKPOINT_FILE}")
 
 
 def read_startup_checkpoint(
