@@ -312,6 +312,12 @@ EVENTS: Final[Mapping[tuple[str, str], Named]] = {
     ("shell.stores", "removed temp files of interrupted writes in %s: %s"): Named(
         "store.temp_files_removed"
     ),
+    ("adapters.host.server", "removed temp files of interrupted writes in %s: %s"): Named(
+        "store.temp_files_removed"
+    ),
+    ("adapters.host.server", "could not sweep temp files of interrupted writes: %s"): Named(
+        "store.sweep_failed"
+    ),
     # A database store.
     ("shell.pg", "store: PostgreSQL %s (pool of %d)"): Named("store.opened"),
     ("shell.pg", "%s"): Named("store.unavailable"),

@@ -10,6 +10,10 @@ Every write replaces one file whole, atomically and durably (storage.py:
 temporary file, fsync, rename, directory fsync),
 after passing the store's write fence (`shell.fence`). The I/O is synchronous:
 these coroutines never suspend.
+
+A crash between a temp file's creation and its rename leaves the temp file
+behind; loads never read one, and a server's start removes them
+(`sweep_temp_files`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import Problem
+from shell.disk import OS_DISK, Disk
+from shell.durable import remove_stale_temp_files
 from shell.fence import check_fence
 
 from .identifiers import ID_PATTERN
@@ -32,7 +38,7 @@ from .storage import (
 )
 
 # Run records live in segment files of their own: run_log.py.
-__all__ = ["FileArtifacts", "FileDeployments", "FileRunCounter"]
+__all__ = ["FileArtifacts", "FileDeployments", "FileRunCounter", "sweep_temp_files"]
 
 
 def _read(path: Path, key: Any) -> Stored[Any]:
@@ -129,3 +135,33 @@ class FileRunCounter:
     async def advance(self, last: int, count: int) -> list[int]:
         atomic_write_json(self.path, {"last_issued": last + count})
         return list(range(last + 1, last + count + 1))
+
+
+def sweep_temp_files(
+    root: Path, *, older_than_ns: int, disk: Disk = OS_DISK
+) -> list[tuple[Path, list[str]]]:
+    """Remove the temp files interrupted writes left in the host's
+    directories under the store `root`, last modified before `older_than_ns`
+    (wall clock, `time.time_ns()`; a younger one may be another process's
+    write in flight): `artifacts/<id>/`, `deployments/`, `counters/`, and
+    the root itself (the run log's index; through `disk`, which holds it).
+    The scheduler's own directories are its upkeep's (`shell.file_upkeep`).
+
+    Returns each directory where some were removed, with their names.
+    Raises OSError when a listing or a removal fails; what is left costs
+    disk space only.
+    """
+    directories = [root / "deployments", root / "counters"]
+    artifacts = root / "artifacts"
+    if artifacts.is_dir():
+        directories.extend(
+            folder
+            for folder in sorted(artifacts.iterdir())
+            if ID_PATTERN.match(folder.name) and folder.is_dir()
+        )
+    removed: list[tuple[Path, list[str]]] = []
+    for directory, on in [(root, disk), *((d, OS_DISK) for d in directories)]:
+        names = remove_stale_temp_files(directory, older_than_ns=older_than_ns, disk=on)
+        if names:
+            removed.append((directory, names))
+    return removed

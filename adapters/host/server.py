@@ -31,7 +31,7 @@ from .api import WorkflowApi
 from .artifacts import ArtifactStore
 from .counter import RunIdCounter
 from .deployments import DeploymentStore
-from .file_persistence import FileArtifacts, FileDeployments, FileRunCounter
+from .file_persistence import FileArtifacts, FileDeployments, FileRunCounter, sweep_temp_files
 from .persistence import complete
 from .run_log import FileRunLog
 from .runs import RunStore
@@ -211,6 +211,23 @@ def _refuse_if_owned(store_root: Path, disk: Disk) -> None:
         probe.release()
 
 
+# A temp file modified within this margin before the start may be another
+# process's write in flight (the scheduler's upkeep keeps the same margin).
+_SWEEP_MARGIN_NS: Final = 1_000_000_000
+
+
+def _sweep_temp_files(store_root: Path, *, older_than_ns: int, disk: Disk) -> None:
+    """The host's directories are few (one per artifact, and three), so a
+    start sweeps them at once, unlike the scheduler's one per schedule."""
+    try:
+        removed = sweep_temp_files(store_root, older_than_ns=older_than_ns, disk=disk)
+    except OSError as exc:
+        _log.warning("could not sweep temp files of interrupted writes: %s", exc)
+        return
+    for directory, names in removed:
+        _log.info("removed temp files of interrupted writes in %s: %s", directory, names)
+
+
 def _default_schedules_factory() -> SchedulesFactory:
     try:
         module = importlib.import_module("shell.schedules_api")
@@ -246,6 +263,7 @@ def build_local_static_workflow_server(
     the run log and the commit journal (the scheduler's stores must be built
     on the same one; tests simulate it).
     """
+    started_ns = time.time_ns()
     store_root = Path(root)
     _refuse_if_owned(store_root, disk)
     ensure_dir(store_root)
@@ -259,6 +277,7 @@ def build_local_static_workflow_server(
     )
     # The file stores never suspend: their load runs to completion here.
     report = complete(_recover(stores, now))
+    _sweep_temp_files(store_root, older_than_ns=started_ns - _SWEEP_MARGIN_NS, disk=disk)
     server = _server(
         stores, now=now, report=report, read_clock=read_clock, store_root=store_root, database=None
     )

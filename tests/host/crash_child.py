@@ -1,12 +1,17 @@
 """Child process for test_crash.py: starts or resumes a sleeping run, then waits to be killed.
 
-Usage: python -m tests.host.crash_child <store_root | postgresql://...> start|resume
+Usage: python -m tests.host.crash_child <store_root | postgresql://...> start|resume|stall-save
+
+`stall-save` (files only) saves a deployment whose write stops just before
+its rename, with its temp file written and flushed, and says so on stdout.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
+import time
 
 from adapters import build_local_static_workflow_server
 from adapters.host import LocalStaticWorkflowServer, build_postgres_workflow_server
@@ -35,6 +40,17 @@ async def main(store: str, mode: str) -> None:
     elif mode == "resume":
         # resume_run returns only when the run stops, which the kill prevents.
         await asyncio.wait_for(server.api.resume_run("run-000001", {}), 60)
+    elif mode == "stall-save":
+        await server.api.create_artifact_from_plan("nap", 1, sleep_plan(30))
+
+        def stalled(source: str, target: str) -> None:
+            print(f"stalled {source}", flush=True)
+            time.sleep(60)  # until the parent kills us, before the rename
+
+        os.replace = stalled  # type: ignore[assignment]  # this process only
+        await server.api.save_deployment(
+            {"deployment_id": "nap.default", "artifact_id": "nap", "artifact_version": 1}
+        )
     else:
         raise SystemExit(f"unknown mode {mode!r}")
     raise SystemExit("crash_child was never killed")

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from adapters import build_local_static_workflow_server
+
 from .conftest import HostStore, deploy, sleep_plan
 
 REPO = Path(__file__).resolve().parents[2]
@@ -109,3 +111,47 @@ async def test_sigkill_mid_resume_is_failed_closed(host: HostStore) -> None:
         ("run-000001", "ambiguous-resume")
     ]
     assert await restarted.api.reserve_run_ids(1) == ["run-000002"]
+
+
+async def test_sigkill_mid_write_leaves_a_temp_file_the_next_start_removes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Files only: a deployment's write is killed after its temp file was
+    # flushed and before the rename.
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.host.crash_child", str(tmp_path), "stall-save"],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline().decode()
+        assert line.startswith("stalled "), child.stderr.read().decode()  # type: ignore[union-attr]
+        child.send_signal(signal.SIGKILL)
+        assert child.wait() == -signal.SIGKILL
+    finally:
+        child.kill()
+        child.wait()
+        for stream in (child.stdout, child.stderr):
+            assert stream is not None
+            stream.close()
+    temp = Path(line.removeprefix("stalled ").strip())
+    assert temp.parent == tmp_path / "deployments" and temp.name.endswith(".tmp")
+    assert temp.exists()
+    # A start spares temp files modified within a second before it (another
+    # process's write in flight); the crash is made older than that instead
+    # of waiting for it.
+    stale = time.time() - 5
+    os.utime(temp, (stale, stale))
+    caplog.set_level("INFO", logger="adapters.host.server")
+    server = build_local_static_workflow_server(tmp_path)
+    assert not temp.exists()
+    assert [r.getMessage() for r in caplog.records if "temp files" in r.getMessage()] == [
+        f"removed temp files of interrupted writes in {temp.parent}: {[temp.name]}"
+    ]
+    # The write never happened; what came before it is intact.
+    assert await server.api.list_deployments() == []
+    assert [a["artifact_id"] for a in await server.api.list_artifacts()] == ["nap"]

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -253,6 +255,61 @@ async def test_record_of_another_run_and_stray_files(build: Builder, tmp_path: P
     assert "record names run 'run-000009'" in second.recovery_report[2]["reason"]
     assert "record names run 'run-000001'" in second.recovery_report[3]["reason"]
     assert (await second.api.inspect_run("run-000001"))["status"] == "completed"
+
+
+async def test_a_start_removes_the_temp_files_of_interrupted_writes(
+    build: Builder, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Files only: tests/host/test_crash.py leaves one with a real SIGKILL.
+    first = build()
+    await deploy(first, GREETING_PLAN, "hello.default")
+    await first.api.run_deployment("hello.default", {"name": "x"})
+    [artifact] = [p for p in (tmp_path / "artifacts").iterdir()]
+    stale = [
+        artifact / ".1.json.a1b2.tmp",
+        tmp_path / "deployments" / ".hello.default.json.c3d4.tmp",
+        tmp_path / "counters" / ".run_id.e5f6.tmp",
+        tmp_path / ".run-log.index.g7h8.tmp",
+    ]
+    # Modified within the second before the start: maybe another process's
+    # write in flight. And dot files that are no temp file.
+    young = tmp_path / "deployments" / ".other.json.i9j0.tmp"
+    kept = [young, tmp_path / "deployments" / ".keep", artifact / ".notes.tmp.txt"]
+    long_ago = time.time() - 60
+    for path in stale:
+        path.write_text("{torn")
+        os.utime(path, (long_ago, long_ago))
+    for path in kept:
+        path.write_text("{torn")
+    caplog.set_level("INFO", logger="adapters.host.server")
+    second = build()
+    assert [p for p in stale if p.exists()] == []
+    assert [p for p in kept if p.exists()] == kept
+    said = sorted(r.getMessage() for r in caplog.records if "temp files" in r.getMessage())
+    assert said == sorted(
+        f"removed temp files of interrupted writes in {p.parent}: {[p.name]}" for p in stale
+    )
+    assert second.recovery_report == []
+    assert [d["deployment_id"] for d in await second.api.list_deployments()] == ["hello.default"]
+    assert (await second.api.inspect_run("run-000001"))["status"] == "completed"
+
+
+async def test_a_start_that_cannot_sweep_says_so_and_serves(
+    build: Builder, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    first = build()
+    await deploy(first, GREETING_PLAN, "hello.default")
+    # A directory named as a temp file: removing it fails.
+    odd = tmp_path / "deployments" / ".hello.default.json.k1l2.tmp"
+    odd.mkdir()
+    long_ago = time.time() - 60
+    os.utime(odd, (long_ago, long_ago))
+    second = build()
+    [warning] = [r for r in caplog.records if "sweep" in r.getMessage()]
+    assert warning.levelname == "WARNING"
+    assert warning.getMessage().startswith("could not sweep temp files of interrupted writes: ")
+    assert odd.name in warning.getMessage()
+    assert [d["deployment_id"] for d in await second.api.list_deployments()] == ["hello.default"]
 
 
 # --- the counter ----------------------------------------------------------------------
