@@ -75,6 +75,7 @@ from shell.store_format import canonical_json, encode_json_line
 
 __all__ = [
     "AUTO_FSYNC_MAX_FILES",
+    "TEMP_IN_FLIGHT_NS",
     "CrashAt",
     "ExpectedSize",
     "FailWrites",
@@ -451,6 +452,12 @@ def _write_at(path: str, offset: int, data: bytes, disk: Disk, *, keep: bool = T
 def _unlink_quietly(path: str, disk: Disk) -> None:
     with contextlib.suppress(FileNotFoundError):
         disk.remove(path)
+
+
+# A start removes the temp files last modified this long before it, or
+# earlier: a younger one may be another process's write in flight (file
+# times tick coarsely); the next start removes it if it stays.
+TEMP_IN_FLIGHT_NS: Final = 1_000_000_000
 
 
 def remove_stale_temp_files(

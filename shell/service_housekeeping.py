@@ -36,6 +36,7 @@ from core.events import Event
 from core.state import SchedulerState
 from shell.clock import Clock
 from shell.config import SchedulerServiceConfig
+from shell.durable import TEMP_IN_FLIGHT_NS
 from shell.store_ports import StoreUpkeepPort
 
 __all__ = ["Housekeeping"]
@@ -47,10 +48,6 @@ _log = logging.getLogger("shell.service")
 # when nothing is due for this long, comfortably more than it takes at
 # 10,000 schedules.
 _QUIET = timedelta(seconds=10)
-# The sweep after a start removes temp files last modified this long before
-# the start, or earlier: a younger one may be another process's write in
-# flight (file times tick coarsely); the next start removes it if it stays.
-_SWEEP_MARGIN_NS = 1_000_000_000
 
 
 def _touch(touched: set[str], items: Iterable[Event | Command]) -> None:
@@ -136,7 +133,7 @@ class Housekeeping:
         if not self._swept:
             self._swept = True
             # Temp files a start does not look for (`StoreUpkeepPort`).
-            upkeep.sweep_temp_files(older_than_ns=self._started_ns - _SWEEP_MARGIN_NS)
+            upkeep.sweep_temp_files(older_than_ns=self._started_ns - TEMP_IN_FLIGHT_NS)
         upkeep.flush_if_aged()
         interval = self._config.checkpoint_interval_s
         last = self._checkpointed_at

@@ -363,37 +363,50 @@ def write_startup_checkpoint(
     """
     path = os.path.join(store_root, CHECKPOINT_FILE)
     if written is not None:
-        changed, removed = _changes(written.entries, entries)
-        if not changed and not removed and runs_checked_at == written.runs_checked_at:
-            return written._replace(entries=entries)
-        room = written.base_size // 2 - (written.size - written.base_size)
-        # Measured before the section is built: when most entries changed
-        # (every-minute schedules), the file is rewritten at once.
-        if sum(len(key) + sum(map(len, entry)) + 5 for key, entry in changed) <= room:
-            section = _section(changed, removed, runs_checked_at)
-            try:
-                st = disk.stat(path)
-            except FileNotFoundError:
-                st = None
-            if (
-                len(section) <= room
-                and st is not None
-                and (st.st_ino, st.st_size) == (written.inode, written.size)
-            ):
-                # Cut short by a crash, the section is a torn tail that a read
-                # leaves out (`_parse`); the next start's first checkpoint
-                # rewrites the file whole.
-                append_data(path, section, create=False, disk=disk)
-                return written._replace(
-                    entries=entries,
-                    runs_checked_at=runs_checked_at,
-                    size=written.size + len(section),
-                )
+        appended = _append_changes(path, written, entries, runs_checked_at, disk)
+        if appended is not None:
+            return appended
     body = b"".join(_line(schedule_id, entry) for schedule_id, entry in sorted(entries.items()))
     data = _headed(body, runs_checked_at, format=_FORMAT, schedules=len(entries))
     atomic_write_bytes(path, data, disk=disk)
     st = disk.stat(path)
     return CheckpointFile(entries, runs_checked_at, st.st_ino, len(data), len(data))
+
+
+def _append_changes(
+    path: str,
+    written: CheckpointFile,
+    entries: Mapping[str, CachedSchedule],
+    runs_checked_at: str | None,
+    disk: Disk,
+) -> CheckpointFile | None:
+    """What changed since `written`, appended to the file as a section; the
+    file as it is when nothing changed; None when it must be rewritten
+    whole (the sections would pass half the base, or the file is not the
+    one written then)."""
+    changed, removed = _changes(written.entries, entries)
+    if not changed and not removed and runs_checked_at == written.runs_checked_at:
+        return written._replace(entries=entries)
+    room = written.base_size // 2 - (written.size - written.base_size)
+    # Estimated before the section is built (a line is its five fields, four
+    # tabs and a newline): when most entries changed, as after a herd of
+    # hourly schedules fired, the file is rewritten at once.
+    if sum(len(key) + sum(map(len, entry)) + 5 for key, entry in changed) > room:
+        return None
+    section = _section(changed, removed, runs_checked_at)
+    try:
+        st = disk.stat(path)
+    except FileNotFoundError:
+        return None
+    if len(section) > room or (st.st_ino, st.st_size) != (written.inode, written.size):
+        return None
+    # Cut short by a crash, the section is a torn tail that a read leaves
+    # out (`_parse`); the next start's first checkpoint rewrites the file
+    # whole.
+    append_data(path, section, create=False, disk=disk)
+    return written._replace(
+        entries=entries, runs_checked_at=runs_checked_at, size=written.size + len(section)
+    )
 
 
 def _line(schedule_id: str, entry: CachedSchedule) -> bytes:

@@ -48,6 +48,17 @@ def _read(path: Path, key: Any) -> Stored[Any]:
         return Stored(location=str(path), key=key, error=str(exc))
 
 
+def _artifact_folders(directory: Path) -> list[Path]:
+    """The artifacts' folders in `directory` (`<root>/artifacts`), by id."""
+    if not directory.is_dir():
+        return []
+    return [
+        folder
+        for folder in sorted(directory.iterdir())
+        if ID_PATTERN.match(folder.name) and folder.is_dir()
+    ]
+
+
 class FileArtifacts:
     """`<root>/artifacts/<artifact_id>/<version>.json`."""
 
@@ -57,11 +68,7 @@ class FileArtifacts:
         self.dir = root / "artifacts"
 
     async def load(self) -> AsyncIterator[Stored[tuple[str, str]]]:
-        if not self.dir.is_dir():
-            return
-        for folder in sorted(self.dir.iterdir()):
-            if not folder.is_dir() or not ID_PATTERN.match(folder.name):
-                continue
+        for folder in _artifact_folders(self.dir):
             for path in sorted(folder.glob("*.json")):
                 if not is_temp_file(path):
                     yield _read(path, (folder.name, path.stem))
@@ -151,14 +158,7 @@ def sweep_temp_files(
     Raises OSError when a listing or a removal fails; what is left costs
     disk space only.
     """
-    directories = [root / "deployments", root / "counters"]
-    artifacts = root / "artifacts"
-    if artifacts.is_dir():
-        directories.extend(
-            folder
-            for folder in sorted(artifacts.iterdir())
-            if ID_PATTERN.match(folder.name) and folder.is_dir()
-        )
+    directories = [root / "deployments", root / "counters", *_artifact_folders(root / "artifacts")]
     removed: list[tuple[Path, list[str]]] = []
     for directory, on in [(root, disk), *((d, OS_DISK) for d in directories)]:
         names = remove_stale_temp_files(directory, older_than_ns=older_than_ns, disk=on)

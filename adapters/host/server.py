@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 from core.errors import SchedulerUnavailable
 from shell.clock import ReadClock, system_now
 from shell.disk import OS_DISK, Disk
+from shell.durable import TEMP_IN_FLIGHT_NS
 from shell.journal import replay_journal
 from shell.lock import SchedulerLock
 from shell.store_health import StoreHealth
@@ -211,11 +212,6 @@ def _refuse_if_owned(store_root: Path, disk: Disk) -> None:
         probe.release()
 
 
-# A temp file modified within this margin before the start may be another
-# process's write in flight (the scheduler's upkeep keeps the same margin).
-_SWEEP_MARGIN_NS: Final = 1_000_000_000
-
-
 def _sweep_temp_files(store_root: Path, *, older_than_ns: int, disk: Disk) -> None:
     """The host's directories are few (one per artifact, and three), so a
     start sweeps them at once, unlike the scheduler's one per schedule."""
@@ -277,7 +273,7 @@ def build_local_static_workflow_server(
     )
     # The file stores never suspend: their load runs to completion here.
     report = complete(_recover(stores, now))
-    _sweep_temp_files(store_root, older_than_ns=started_ns - _SWEEP_MARGIN_NS, disk=disk)
+    _sweep_temp_files(store_root, older_than_ns=started_ns - TEMP_IN_FLIGHT_NS, disk=disk)
     server = _server(
         stores, now=now, report=report, read_clock=read_clock, store_root=store_root, database=None
     )
