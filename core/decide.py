@@ -746,6 +746,10 @@ class _Decider:
                     }
                 )
             )
+        if held in run_instants:
+            # Admitted before the crash (its run is durable, the runtime record
+            # was not), even where no decision row names it (rule M).
+            held = None
         marks.extend(waiting)
         marks.extend(run_instants)
         if held is not None:

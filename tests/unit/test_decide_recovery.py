@@ -99,6 +99,30 @@ def test_a_held_candidate_already_decided_is_dropped() -> None:
     assert commands == (PersistRuntime(schedule_id="r", watermark=at(10), held=None),)
 
 
+def test_a_held_candidate_with_a_recovered_run_is_dropped_not_admitted_again() -> None:
+    # The stores show the run of 10:00 and no decision row newer than 9:00:
+    # the held candidate was admitted, whatever the runtime record says.
+    definition = cron("r", misfire="latest")
+    state, commands = decide(
+        initial_state(max_concurrent_runs=2),
+        at(10, 30),
+        [
+            recovered(
+                definition=definition,
+                watermark=at(10),
+                last_decided_instant=at(9),
+                held=at(10),
+                active_runs=(RecoveredRun(instant=at(10), run_id="run-000001", status="running"),),
+            )
+        ],
+    )
+    view = schedule_view(state, "r")
+    assert view.held is None
+    assert dict(view.active) == {at(10): ("run-000001", "running")}
+    assert "AdmitOccurrence" not in kinds(commands)
+    assert commands == (PersistRuntime(schedule_id="r", watermark=at(10), held=None),)
+
+
 def test_a_held_candidate_newer_than_any_decision_survives_and_is_admitted() -> None:
     definition = cron("r", misfire="latest")
     state, commands = decide(
