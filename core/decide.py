@@ -202,8 +202,8 @@ __all__ = ["decide", "next_due", "next_wakeup"]
 def decide(
     state: SchedulerState, now: datetime, events: Sequence[Event]
 ) -> tuple[SchedulerState, tuple[Command, ...]]:
-    """Apply `events` (in order) at `now`, decide every instant that is due, and
-    fill free execution slots.
+    """Apply `events` (in order, but every `ScheduleRecovered` first) at
+    `now`, decide every instant that is due, and fill free execution slots.
 
     Returns the new state and the commands for the shell, in the order they
     must be carried out. Pure and deterministic: the same arguments always
@@ -223,7 +223,8 @@ def decide(
     decider = _Decider(state, _checked_utc(now, "now"))  # phase 1: clock
     decider.find_late_stops(events)
     superseded = _superseded_running_reports(events)
-    for position, event in enumerate(events):  # phase 2: events
+    for position in _recoveries_first(events):  # phase 2: events
+        event = events[position]
         handler = _HANDLERS.get(type(event))
         if handler is None:
             raise CoreMisuse(f"decide cannot apply {event!r}: not a known event type")
@@ -272,6 +273,20 @@ def next_due(state: SchedulerState, schedule_id: str) -> datetime | None:
     instants) or the state does not know it."""
     schedule = state.schedules.get(schedule_id)
     return None if schedule is None else schedule.due
+
+
+def _recoveries_first(events: Sequence[Event]) -> Sequence[int]:
+    """The positions of `events` in the order phase 2 applies them: every
+    `ScheduleRecovered` first, then the rest, each in the order given (rule
+    O). A lifecycle change replayed after one schedule's recovery decides
+    that schedule's instants up to the change (rule K), and what it admits
+    must count the slots held by the runs of every schedule the call
+    recovers, not only of those recovered before it."""
+    recovered = [p for p, event in enumerate(events) if type(event) is ScheduleRecovered]
+    if not recovered or recovered[-1] == len(recovered) - 1:
+        return range(len(events))
+    first = set(recovered)
+    return [*recovered, *(p for p in range(len(events)) if p not in first)]
 
 
 def _superseded_running_reports(events: Sequence[Event]) -> frozenset[int]:

@@ -22,6 +22,7 @@ from core.events import (
     RecoveredRun,
     RunStatusChanged,
     ScheduleRecovered,
+    ScheduleUpdated,
 )
 from core.state import initial_state, schedule_view, slots_in_use
 from tests.property.builders import at, cron, kinds, rows
@@ -381,3 +382,36 @@ def test_recovered_paused_and_deleted_schedules_admit_nothing() -> None:
     )
     assert commands == ()
     assert next_wakeup(state) is None
+
+
+def test_a_change_replayed_after_one_recovery_counts_the_slots_of_every_recovered_run() -> None:
+    # The start recovers "a" (three of its instants due, in parallel), replays
+    # an update of "a" made before the crash, then recovers "b", whose running
+    # run holds one of the three slots. The update decides "a"'s instants up
+    # to it; what it admits must leave "b"'s slot taken.
+    parallel = cron(
+        "a",
+        "* * * * *",
+        overlap="parallel",
+        max_active_runs=3,
+        misfire="latest",
+        lateness_allowance_s=300,
+    )
+    events = [
+        recovered(definition=parallel, watermark=at(10, 0), last_decided_instant=at(10, 0)),
+        ScheduleUpdated(
+            definition=cron("a", "* * * * *", lateness_allowance_s=300),
+            revision=2,
+            at=at(10, 3, 30),
+        ),
+        recovered(
+            definition=cron("b"),
+            watermark=at(10),
+            last_decided_instant=at(10),
+            active_runs=(RecoveredRun(instant=at(10), run_id="run-000001", status="running"),),
+        ),
+    ]
+    state, commands = decide(initial_state(max_concurrent_runs=3), at(10, 3, 30), events)
+    admitted = [c.instant for c in commands if isinstance(c, AdmitOccurrence)]
+    assert admitted == [at(10, 1), at(10, 2)]
+    assert slots_in_use(state) == 3
