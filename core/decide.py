@@ -900,7 +900,10 @@ class _Decider:
             return
         now = self.now
         if draft.waiting:
-            self.expire_waiting(draft)
+            # Under `all_missed` the waiting instants too: each is older than
+            # any instant decided below, and a history's decisions only move
+            # forward.
+            self.expire_waiting(draft, every=all_missed)
         next_instant = draft.next_instant
         if next_instant is None or next_instant > upto:
             return
@@ -933,12 +936,13 @@ class _Decider:
             next_instant = _next_after(trigger, next_instant)
         draft.next_instant = next_instant
 
-    def expire_waiting(self, draft: _ScheduleDraft) -> None:
-        # rules D, B: an instant waits for a slot only while it is on time.
+    def expire_waiting(self, draft: _ScheduleDraft, *, every: bool = False) -> None:
+        # rules D, B: an instant waits for a slot only while it is on time
+        # (`every`: none waits on, as `settle`'s `all_missed` decides).
         oldest_on_time = self.now - draft.allowance
         keep: list[datetime] = []
         for instant in draft.waiting:
-            if instant < oldest_on_time:
+            if every or instant < oldest_on_time:
                 self.record(draft.schedule_id, instant, "skipped-misfire")
             else:
                 keep.append(instant)

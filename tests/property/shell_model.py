@@ -303,7 +303,7 @@ class ShellModel:
                 origin = command.origin
                 if command.status not in DECISION_STATUSES:
                     origin = self._origin_of_open(command.schedule_id, command.instant)
-                self.rows.append(
+                self._append_row(
                     Row(
                         schedule_id=command.schedule_id,
                         instant=command.instant,
@@ -324,7 +324,7 @@ class ShellModel:
                 )
                 if reason is not None:
                     # The decision row goes in command order, in place of `admitted`.
-                    self.rows.append(
+                    self._append_row(
                         Row(
                             command.schedule_id,
                             command.instant,
@@ -366,12 +366,32 @@ class ShellModel:
                 assert isinstance(command, LogWarning), command
         return acks
 
+    def _append_row(self, row: Row) -> None:
+        # As the history stores refuse it: a calendar decision (from its first
+        # instant, for a row of several) only after the schedule's last one.
+        if row.status in DECISION_STATUSES and row.origin == "schedule":
+            first = row.first_instant or row.instant
+            last = max(
+                (
+                    r.last_instant or r.instant
+                    for r in self.rows
+                    if r.schedule_id == row.schedule_id
+                    and r.origin == "schedule"
+                    and r.status in DECISION_STATUSES
+                ),
+                default=None,
+            )
+            assert last is None or first > last, (
+                f"{row.schedule_id}: decision for {first} is not after the last, {last}"
+            )
+        self.rows.append(row)
+
     def _admit(self, command: AdmitOccurrence, *, started: bool, with_run: bool) -> str | None:
         self.admissions.append((command.schedule_id, command.instant))
         run_id = None
         if with_run:
             run_id = self._new_run(command.schedule_id, command.instant, started=started)
-        self.rows.append(
+        self._append_row(
             Row(
                 command.schedule_id,
                 command.instant,

@@ -21,6 +21,7 @@ from core.events import (
     RecordsContradicted,
     RecoveredRun,
     RunStatusChanged,
+    SchedulePaused,
     ScheduleRecovered,
     ScheduleUpdated,
 )
@@ -415,3 +416,35 @@ def test_a_change_replayed_after_one_recovery_counts_the_slots_of_every_recovere
     admitted = [c.instant for c in commands if isinstance(c, AdmitOccurrence)]
     assert admitted == [at(10, 1), at(10, 2)]
     assert slots_in_use(state) == 3
+
+
+def test_a_late_pause_decides_the_waiting_instants_before_the_newer_ones() -> None:
+    # Before the crash 10:01 and 10:02 waited for the one execution slot
+    # 10:00's run held, and the schedule was paused at 10:04:30. The start
+    # replays the pause: every instant up to it is decided missed, the
+    # waiting ones first, since a history's decisions only move forward.
+    definition = cron(
+        "w", "* * * * *", overlap="parallel", max_active_runs=3, lateness_allowance_s=300
+    )
+    state, commands = decide(
+        initial_state(max_concurrent_runs=1),
+        at(10, 5),
+        [
+            recovered(
+                definition=definition,
+                watermark=at(10, 2),
+                last_decided_instant=at(10, 0),
+                waiting=(at(10, 1), at(10, 2)),
+                active_runs=(RecoveredRun(instant=at(10), run_id="run-000001", status="running"),),
+            ),
+            SchedulePaused(schedule_id="w", at=at(10, 4, 30)),
+        ],
+    )
+    decided = [(instant, status) for _, instant, status in rows(commands)]
+    assert decided == [
+        (at(10, 1), "skipped-misfire"),
+        (at(10, 2), "skipped-misfire"),
+        (at(10, 4), "skipped-misfire"),
+    ]
+    view = schedule_view(state, "w")
+    assert view.paused and view.waiting == () and view.watermark >= at(10, 4)
