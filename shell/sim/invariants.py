@@ -25,7 +25,8 @@ Checked as rows become durable:
 
 Checked as runs are written: one run per occurrence, ever; a run is created
 only after its `admitted` row is durable, with that row's run id; the run
-store's own active runs stay within the limit and its slot-holding runs
+store's own active runs stay within the limit (those admitted before the
+new run, under its admitted revision's limit) and its slot-holding runs
 within `max_concurrent_runs`.
 
 Checked once the service has settled with no fault in the step
@@ -349,9 +350,14 @@ class InvariantChecker:
             self._fail(f"{where}: created before its admitted row (with this run id) was durable")
         payload = self._revision(self._lifecycle(schedule_id), origin.get("revision") or 0)
         if payload is not None:
+            # Judged as of its admission: a run a start creates for an
+            # admitted row of before a crash may find runs its schedule
+            # admitted since, under a later revision and its own limit.
             limit = self._definition(payload).active_run_limit
             active = 1 + sum(
-                self._runs[r]["origin"]["schedule_id"] == schedule_id for r in self._active_runs
+                self._runs[r]["origin"]["schedule_id"] == schedule_id
+                and _run_number(r) < _run_number(run_id)
+                for r in self._active_runs
             )
             if active > limit:
                 self._fail(f"{where}: {active} active runs; the limit is {limit}")
@@ -491,3 +497,9 @@ class InvariantChecker:
             self._fail(f"{schedule_id}: still active at the end of the simulation")
             return None
         return expected
+
+
+def _run_number(run_id: str) -> int:
+    """The number of a run id (`run-000014`): run ids are reserved in the
+    order occurrences are admitted."""
+    return int(run_id.rpartition("-")[2])
