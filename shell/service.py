@@ -93,7 +93,7 @@ from core.events import (
 )
 from core.occurrences import RUN_STATUSES
 from core.prepared import commits_as_decided
-from core.state import SchedulerState, initial_state, schedule_view
+from core.state import SchedulerState, check_capacity, initial_state, schedule_view
 from shell.clock import Clock, SystemClock
 from shell.config import SchedulerServiceConfig
 from shell.observer import NullObserver, SchedulerObserver
@@ -292,6 +292,9 @@ class SchedulerService:
         self._config = config
         self._clock = clock
         self._state: SchedulerState = initial_state(max_concurrent_runs=config.max_concurrent_runs)
+        # The bound `set_capacity` last set: a state rebuilt from the stores
+        # starts from it, since a round that failed may have taken its event.
+        self._capacity = config.max_concurrent_runs
         self._events: list[Event] = []
         self._dirty: set[str] = set()
         # Per schedule, the seq of the last lifecycle record fed to decide.
@@ -553,7 +556,9 @@ class SchedulerService:
         raise RuntimeError(f"the scheduler did not settle in {max_rounds} rounds")
 
     def set_capacity(self, max_concurrent_runs: int) -> None:
-        """Change the execution-slot bound while running (lowering cancels nothing)."""
+        """Change the execution-slot bound while running (lowering cancels
+        nothing). InvalidInput unless it is an integer >= 1."""
+        self._capacity = check_capacity(max_concurrent_runs)
         self._events.append(CapacityChanged(max_concurrent_runs=max_concurrent_runs))
         self._wake.set()
 
@@ -785,7 +790,7 @@ class SchedulerService:
         self._leading = False
         # What it knew is the old leadership's: the next leader, this one
         # again or another, rebuilds from the store.
-        self._state = initial_state(max_concurrent_runs=self._state.max_concurrent_runs)
+        self._state = initial_state(max_concurrent_runs=self._capacity)
         self._drop_what_the_store_tells_again()
         self._consumed, self._consumed_now, self._unseeded = {}, set(), []
         self._applied_seq = {}
@@ -1014,7 +1019,7 @@ class SchedulerService:
         self._events, self._dirty = [], set()
         self._consumed, self._consumed_now = {}, set()
         self._applied_seq = {}
-        self._state = initial_state(max_concurrent_runs=self._state.max_concurrent_runs)
+        self._state = initial_state(max_concurrent_runs=self._capacity)
         recovery = await self._recover()
         # Run reports that arrived during the recovery are newer than it.
         self._events = [*recovery, *pending, *self._events]

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from core.errors import StoreUnavailable
+from core.errors import InvalidInput, StoreUnavailable
 from shell.durable import FailWrites, set_fault_injector
 
 from .conftest import CONSTANT_PLAN, START, Harness
@@ -155,3 +155,39 @@ async def test_a_stop_that_cannot_publish_the_history_index_still_releases_the_s
     await harness.at(START.replace(hour=11, minute=0))
     assert await harness.statuses("hourly") == [("10:00", "completed"), ("11:00", "completed")]
     await harness.shutdown()
+
+
+@pytest.mark.expected_errors
+async def test_a_capacity_change_outlives_a_round_that_failed_before_deciding(
+    harness: Harness,
+) -> None:
+    # The round that takes the change first makes the new schedule's first
+    # runtime record durable, and the disk is full: the round fails before
+    # `decide` saw the change, and the state is rebuilt from the stores.
+    service = await harness.boot(max_concurrent_runs=3)
+    await harness.deploy("report.default", CONSTANT_PLAN)
+    full = FailWrites(points={"before:append:commit.journal", "before:commit"})
+    previous = set_fault_injector(full)
+    try:
+        await harness.schedules.create_schedule(
+            schedule_id="hourly", deployment_id="report.default", trigger=HOURLY, inputs=WHEN
+        )
+        service.set_capacity(1)
+        with pytest.raises(RuntimeError, match="did not settle"):
+            await service.settle(max_rounds=3)
+        assert full.failed
+    finally:
+        set_fault_injector(previous)
+    await service.settle()
+    assert service.state.max_concurrent_runs == 1
+    await harness.clock.set(START.replace(hour=10, minute=0))
+    await service.settle()
+    assert await harness.statuses("hourly") == [("10:00", "completed")]
+
+
+async def test_set_capacity_refuses_a_bound_below_one(harness: Harness) -> None:
+    service = await harness.boot(max_concurrent_runs=3)
+    with pytest.raises(InvalidInput, match="max_concurrent_runs"):
+        service.set_capacity(0)
+    await service.settle()
+    assert service.state.max_concurrent_runs == 3
