@@ -272,6 +272,9 @@ EVENTS: Final[Mapping[tuple[str, str], Named]] = {
     ("shell.journal", "could not cut %s back after a failed write: %s"): Named(
         "store.journal_cut_failed"
     ),
+    ("shell.durable", "could not cut %s back after a failed append: %s"): Named(
+        "store.append_cut_failed"
+    ),
     ("shell.durable", "commit journal checkpoint failed (retried later): %s"): Named(
         "store.journal_checkpoint_failed"
     ),

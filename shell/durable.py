@@ -533,6 +533,21 @@ def _open_append(path: str, disk: Disk) -> tuple[DiskFile, bool]:
         return disk.open(path, append=True), False
 
 
+def _cut_back(file: DiskFile, size: int, target: str) -> None:
+    """After an append that failed: the file back to its `size` before it,
+    flushed. A write cut short leaves a torn line; an fsync that failed
+    leaves the whole record readable from the page cache while nothing says
+    it reached the disk, and a reader that took it (the scheduler consuming a
+    lifecycle change the caller was told failed) would build on what a power
+    cut may take away. Shrinking needs no space; if it fails all the same,
+    the caller's error is still the one raised, and a load drops a torn tail."""
+    try:
+        file.truncate(size)
+        file.fsync()
+    except OSError as exc:
+        _log.error("could not cut %s back after a failed append: %s", target, exc)
+
+
 def append_records(
     path: str | os.PathLike[str],
     records: Sequence[Mapping[str, Any]],
@@ -575,9 +590,13 @@ def append_data(
         file, created = disk.open(target, append=True), False
     try:
         offset = file.size()
-        file.append(data)
-        if sync:
-            file.fsync()
+        try:
+            file.append(data)
+            if sync:
+                file.fsync()
+        except OSError:
+            _cut_back(file, offset, target)
+            raise
     finally:
         file.close()
     if sync and created:

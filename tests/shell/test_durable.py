@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import gc
 import json
 import os
@@ -23,6 +24,8 @@ from shell.durable import (
     sync_paths,
 )
 from shell.journal import CommitJournal
+from shell.sim.disk import DiskFault, SimFileSystem
+from shell.store_format import read_file
 
 
 def _names(directory: Path) -> list[str]:
@@ -65,6 +68,42 @@ def test_append_records_writes_lines_and_returns_start_offset(tmp_path: Path) ->
     assert first == 0
     assert second == len(b'{"b":"x","seq":0}\n{"seq":1}\n')
     assert data.split(b"\n") == [b'{"b":"x","seq":0}', b'{"seq":1}', b'{"seq":2}', b""]
+
+
+def _failing_disk(op: str, code: int, written: int = 0) -> tuple[SimFileSystem, dict[str, bool]]:
+    """A simulated disk holding `/log/a.jsonl` (one record, flushed) whose
+    next `op` on it fails with `code` while `failing["on"]`."""
+    failing = {"on": False}
+
+    def faults(fault_op: str, path: str, size: int) -> DiskFault | None:
+        if failing["on"] and fault_op == op and path.endswith("a.jsonl"):
+            return DiskFault(code, written)
+        return None
+
+    sim = SimFileSystem(faults=faults)
+    sim.make_directory("/log", parents=True)
+    append_records("/log/a.jsonl", [{"seq": 1}], disk=sim)
+    failing["on"] = True
+    return sim, failing
+
+
+@pytest.mark.parametrize(
+    ("op", "code", "written"),
+    [("fsync", errno.EIO, 0), ("write", errno.ENOSPC, 5)],
+    ids=["fsync-failed", "write-cut-short"],
+)
+def test_an_append_that_failed_is_taken_back_off_the_file(op: str, code: int, written: int) -> None:
+    # An fsync that failed leaves the record readable from the page cache with
+    # nothing saying it reached the disk; a write cut short leaves a torn line.
+    # Neither may be read as a record.
+    sim, failing = _failing_disk(op, code, written)
+    with pytest.raises(OSError) as raised:
+        append_records("/log/a.jsonl", [{"seq": 2}], disk=sim)
+    assert raised.value.errno == code
+    assert read_file("/log/a.jsonl", disk=sim) == b'{"seq":1}\n'
+    failing["on"] = False
+    assert append_records("/log/a.jsonl", [{"seq": 2}], disk=sim) == len(b'{"seq":1}\n')
+    assert read_file("/log/a.jsonl", disk=sim) == b'{"seq":1}\n{"seq":2}\n'
 
 
 def test_append_records_escapes_non_ascii_so_lines_stay_lines(tmp_path: Path) -> None:
