@@ -50,6 +50,8 @@ DEFAULT_SEEDS = 10
 # Seeds past the default range that once found a defect (docs/reliability-sim.md,
 # "What it found"), run with them.
 REGRESSION_SEEDS = (157, 284, 376)
+# Seeds that once found a defect at ten times the default fault rate.
+REGRESSION_SEEDS_AT_TEN_TIMES = (50, 71)
 DETERMINISM_SEED = 7
 REPLAY = os.environ.get("WF_SIM_SEED")
 _RANGE = list(range(1, int(os.environ.get("WF_SIM_SEEDS", DEFAULT_SEEDS)) + 1))
@@ -66,11 +68,20 @@ async def _simulate(seed: int, **options: Any) -> SimulationReport:
     try:
         return await simulate_service(seed, **options)
     except SimulationFailure as failure:
-        pytest.fail(
-            f"{failure}\nreplay: WF_SIM_SEED={seed} uv run pytest"
-            " tests/reliability/test_deterministic_sim.py",
-            pytrace=False,
+        rate = options.get("fault_rate")
+        replay = (
+            f"uv run python -m shell.sim {seed} --fault-rate {rate}"
+            if rate is not None
+            else f"WF_SIM_SEED={seed} uv run pytest tests/reliability/test_deterministic_sim.py"
         )
+        pytest.fail(f"{failure}\nreplay: {replay}", pytrace=False)
+
+
+@pytest.mark.skipif(bool(REPLAY), reason="replaying one seed")
+@pytest.mark.parametrize("seed", REGRESSION_SEEDS_AT_TEN_TIMES)
+async def test_every_invariant_holds_at_ten_times_the_fault_rate(seed: int) -> None:
+    report = await _simulate(seed, fault_rate=0.03)
+    assert report.crashes > 0 and report.admissions > 0
 
 
 @pytest.mark.parametrize("seed", SEEDS)
