@@ -90,9 +90,20 @@ def test_a_full_disk_tears_the_write_it_refuses() -> None:
     disk = _disk()
     disk.faults = lambda op, path, size: DiskFault(errno.ENOSPC, 3) if op == "write" else None
     with pytest.raises(OSError) as failed:
-        append_records(f"{ROOT}/log.jsonl", [{"a": 1}], disk=disk)
+        _write(disk, f"{ROOT}/log.jsonl", b'{"a":1}\n', sync=True)
     assert failed.value.errno == errno.ENOSPC and SIMULATED in str(failed.value)
     assert disk.read(f"{ROOT}/log.jsonl") == b'{"a'
+
+
+def test_an_append_the_full_disk_tore_is_cut_back_off_the_file() -> None:
+    disk = _disk()
+    append_records(f"{ROOT}/log.jsonl", [{"a": 0}], disk=disk)
+    disk.faults = lambda op, path, size: DiskFault(errno.ENOSPC, 3) if op == "write" else None
+    with pytest.raises(OSError, match="simulated"):
+        append_records(f"{ROOT}/log.jsonl", [{"a": 1}], disk=disk)
+    assert disk.read(f"{ROOT}/log.jsonl") == b'{"a":0}\n'
+    disk.power_cut(random.Random(1), "all")
+    assert disk.read(f"{ROOT}/log.jsonl") == b'{"a":0}\n'
 
 
 def test_an_io_error_of_fsync_leaves_the_write_unsynced() -> None:
