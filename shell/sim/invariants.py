@@ -17,7 +17,8 @@ Checked as rows become durable:
   the admission, the instant is a trigger instant of the definition in force
   then, and the snapshot is that definition's (deployment, resolved inputs,
   max steps). When the whole batch is durable: the schedule's open
-  occurrences are within its active-run limit (of the admitted revision) and
+  occurrences decided up to each admission are within the active-run limit
+  of the revision it was admitted at, and
   the occurrences holding an execution slot (admitted or running, never
   interrupted) are within `max_concurrent_runs`;
 - *truth*: a terminal row says what the run store says (status and message),
@@ -306,7 +307,9 @@ class InvariantChecker:
             if payload is None:
                 continue
             limit = self._definition(payload).active_run_limit
-            active = len(self._tracks[schedule_id].open)
+            # As of its admission: a batch may admit newer instants after it
+            # under an update that raised the limit.
+            active = sum(seq <= occurrence.seq for seq in self._tracks[schedule_id].open)
             if active > limit:
                 self._fail(
                     f"{schedule_id}: {active} open occurrences after admitting"
