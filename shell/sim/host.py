@@ -49,6 +49,7 @@ __all__ = [
     "RunPlan",
     "SimHost",
     "format_run_id",
+    "run_number",
 ]
 
 ABANDONED: Final = (
@@ -73,6 +74,12 @@ _OUTCOME_MESSAGES: Final[dict[str, str]] = {
 
 def format_run_id(number: int) -> str:
     return f"run-{number:07d}"
+
+
+def run_number(run_id: str) -> int:
+    """The number `format_run_id` made `run_id` of: ids are reserved in the
+    order occurrences are admitted."""
+    return int(run_id.removeprefix("run-"))
 
 
 @dataclass(frozen=True, slots=True)

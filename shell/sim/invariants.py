@@ -55,6 +55,7 @@ from core.definitions import ScheduleDefinition, parse_definition
 from core.occurrences import TERMINAL_RUN_STATUSES, TERMINAL_STATUSES
 from core.state import SchedulerState, schedule_view
 from shell.sim.disk import SimDisk
+from shell.sim.host import run_number
 from shell.store_format import format_instant, parse_instant
 
 __all__ = ["COULD_NOT_CREATE", "InvariantChecker"]
@@ -359,7 +360,7 @@ class InvariantChecker:
             limit = self._definition(payload).active_run_limit
             active = 1 + sum(
                 self._runs[r]["origin"]["schedule_id"] == schedule_id
-                and _run_number(r) < _run_number(run_id)
+                and run_number(r) < run_number(run_id)
                 for r in self._active_runs
             )
             if active > limit:
@@ -500,9 +501,3 @@ class InvariantChecker:
             self._fail(f"{schedule_id}: still active at the end of the simulation")
             return None
         return expected
-
-
-def _run_number(run_id: str) -> int:
-    """The number of a run id (`run-000014`): run ids are reserved in the
-    order occurrences are admitted."""
-    return int(run_id.rpartition("-")[2])
