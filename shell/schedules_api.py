@@ -199,7 +199,14 @@ class SchedulesApi:
         host: HostApi,
         clock: Clock | None = None,
         store_health: StoreHealth | None = None,
+        answer_wait_s: float = TRIGGER_WAIT_S,
     ) -> None:
+        if not answer_wait_s >= 0:
+            raise ValueError(f"answer_wait_s must be 0 or more, got {answer_wait_s!r}")
+        # How long a trigger waits for its decision, and a cancel for the
+        # backfill it stops to be started. The simulation sets 0: its calls
+        # must not wait on the wall clock, and it checks the decision itself.
+        self.answer_wait_s = answer_wait_s
         # Shared with the host API and the scheduler service of the same store.
         self.store_health = store_health if store_health is not None else StoreHealth()
         # The stores (files or a database), their batches and ownership: the
@@ -435,7 +442,7 @@ class SchedulesApi:
         definition at this instant, recorded with origin "trigger". The
         schedule's overlap policy applies unless `overlap="allow"`; a paused
         schedule can be triggered, a deleted or blocked one cannot. Waits up
-        to `TRIGGER_WAIT_S` for the scheduler's decision and answers the
+        to `answer_wait_s` (`TRIGGER_WAIT_S`) for the scheduler's decision and answers the
         occurrence (`status` "requested" when it has not decided yet).
         Raises `InvalidInput` (overlap), `NotFound`, and `InvalidState` when
         the schedule cannot be triggered or its overlap policy refuses (then
@@ -468,7 +475,9 @@ class SchedulesApi:
         instant = predicted_trigger_instant(definition, now, taken, after)
         row = None
         if self._service is not None:
-            row = await wait_for_trigger(self.history.occurrence_at, schedule_id, instant)
+            row = await wait_for_trigger(
+                self.history.occurrence_at, schedule_id, instant, budget_s=self.answer_wait_s
+            )
         if row is not None and row["status"] in ("skipped-overlap", "skipped-misfire"):
             raise InvalidState(
                 f"schedule {schedule_id!r} refused the trigger: {row['reason']}",
@@ -557,7 +566,7 @@ class SchedulesApi:
     async def cancel_backfill(self, *, schedule_id: str) -> dict[str, Any]:
         """Stop the schedule's running backfill: nothing more is admitted; its
         runs already admitted go on. A backfill requested that the scheduler
-        has not started yet is waited for (up to `TRIGGER_WAIT_S`), so the
+        has not started yet is waited for (up to `answer_wait_s`), so the
         answer shows its plan. Raises `NotFound`, and `InvalidState` when no
         backfill is running (a cancel already written counts), the schedule
         is deleted, or the requested one was not started within the wait."""
@@ -587,7 +596,7 @@ class SchedulesApi:
             if waited:
                 raise InvalidState(
                     f"schedule {schedule_id!r} has a backfill requested that the scheduler"
-                    f" did not start within {TRIGGER_WAIT_S:g} s; cancel again once it has",
+                    f" did not start within {self.answer_wait_s:g} s; cancel again once it has",
                     data={"schedule_id": schedule_id},
                 )
             await self._applied_through(schedule_id, in_force.newest_seq)
@@ -617,10 +626,10 @@ class SchedulesApi:
         )
 
     async def _applied_through(self, schedule_id: str, seq: int) -> None:
-        """Wait (up to `TRIGGER_WAIT_S`) until the scheduler applied the
+        """Wait (up to `answer_wait_s`) until the scheduler applied the
         schedule's lifecycle records through `seq`."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + TRIGGER_WAIT_S
+        deadline = loop.time() + self.answer_wait_s
         while loop.time() < deadline:
             live = self._live_view(schedule_id)
             record = None if live is not None else (await self.runtime.load(schedule_id)).record

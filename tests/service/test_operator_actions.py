@@ -9,6 +9,8 @@ from datetime import datetime
 import pytest
 
 from core.errors import InvalidInput, InvalidState, NotFound
+from shell.operator_requests import TRIGGER_WAIT_S
+from shell.schedules_api import SchedulesApi
 
 from .conftest import CONSTANT_PLAN, GATE_PLAN, START, Harness
 
@@ -118,6 +120,14 @@ async def test_a_paused_schedule_can_be_triggered_a_deleted_one_cannot(harness: 
         await harness.schedules.trigger_schedule(schedule_id="nope")
     with pytest.raises(InvalidInput, match="overlap"):
         await harness.schedules.trigger_schedule(schedule_id="hourly", overlap="parallel")
+
+
+async def test_the_wait_for_an_answer_is_zero_seconds_or_more(harness: Harness) -> None:
+    await harness.boot()
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="answer_wait_s must be 0 or more"):
+            SchedulesApi(backend=harness.schedules.backend, host=harness.api, answer_wait_s=bad)
+    assert harness.schedules.answer_wait_s == TRIGGER_WAIT_S
 
 
 async def test_a_backfill_admits_what_never_ran_oldest_first_one_at_a_time(
