@@ -1,5 +1,5 @@
 """Replay one simulation: `python -m shell.sim SEED [--schedules N]
-[--minutes M] [--fault-rate R]`. Prints the report (or the failure)."""
+[--minutes M] [--fault-rate R] [--no-operator-actions]`. Prints the report (or the failure)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--schedules", type=int, default=8)
     parser.add_argument("--minutes", type=int, default=240)
     parser.add_argument("--fault-rate", type=float, default=0.003)
+    parser.add_argument(
+        "--no-operator-actions",
+        action="store_true",
+        help="no triggers, backfills or cancels (the workload before they were simulated)",
+    )
     args = parser.parse_args(argv)
     try:
         report = asyncio.run(
@@ -24,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
                 schedules=args.schedules,
                 minutes=args.minutes,
                 fault_rate=args.fault_rate,
+                operator_actions=not args.no_operator_actions,
             )
         )
     except SimulationFailure as failure:

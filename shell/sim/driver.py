@@ -71,6 +71,9 @@ SIM_START: Final = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)  # a Monday
 _LOOP_TASK: Final = "wf-scheduler-loop"
 _TRACE: Final = 40
 _SECOND: Final = timedelta(seconds=1)
+# A backfill reaches back to an hour before the simulation (before every
+# schedule existed), no further.
+_EARLIEST_BACKFILL: Final = SIM_START - timedelta(hours=1)
 
 
 class SimulationFailure(AssertionError):
@@ -93,6 +96,8 @@ class SimulationReport:
     api_calls: int
     api_rejections: int
     admissions: int
+    trigger_rows: int
+    backfill_admissions: int
     history_rows: int
     runs: int
     run_outcomes: dict[str, int]
@@ -114,7 +119,8 @@ class SimulationReport:
         return (
             f"seed {self.seed}: {self.steps} steps over {self.virtual_minutes} virtual min,"
             f" {self.schedules} schedules, {self.api_calls} API calls"
-            f" ({self.api_rejections} rejected), {self.admissions} admissions,"
+            f" ({self.api_rejections} rejected), {self.admissions} admissions"
+            f" ({self.backfill_admissions} by backfills), {self.trigger_rows} triggers decided,"
             f" {self.runs} runs, {self.history_rows} history rows; faults: {self.crashes}"
             f" crashes, {self.write_errors} write errors, {self.preflight_failures} preflight"
             f" failures, {self.admission_refusals} refused admissions over"
@@ -163,11 +169,18 @@ class _Simulation:
         minutes: int,
         fault_rate: float,
         rates: FaultRates | None,
+        operator_actions: bool,
     ) -> None:
         self.seed = seed
         self.schedules = schedules
         self.minutes = minutes
-        self.workload = plan_workload(seed, schedules=schedules, minutes=minutes, start=SIM_START)
+        self.workload = plan_workload(
+            seed,
+            schedules=schedules,
+            minutes=minutes,
+            start=SIM_START,
+            operator_actions=operator_actions,
+        )
         self.actions: deque[Action] = deque(self.workload.actions)
         self.rng = random.Random(f"wf-sim/driver/{seed}")
         self.disk = SimDisk(deployments=DEPLOYMENTS)
@@ -238,7 +251,10 @@ class _Simulation:
                 # Checkpoints age on the virtual clock, so a seed replays exactly.
                 journal=CommitJournal(SIM_STORE_ROOT, disk=self.disk, monotonic=self._monotonic),
             )
-            api = SchedulesApi(backend=backend, host=host, clock=self.clock)
+            # Answers at once: a call must not wait on the wall clock (the
+            # service decides when the step settles), and the checker reads
+            # what was decided from the disk.
+            api = SchedulesApi(backend=backend, host=host, clock=self.clock, answer_wait_s=0)
             service = SchedulerService(
                 host=host,
                 schedules=api,
@@ -339,6 +355,9 @@ class _Simulation:
             return
         if action.slot not in self.created:
             return
+        if action.kind in ("trigger", "backfill", "cancel-backfill"):
+            await self.request(process.api, action)
+            return
         await self.change(process.api, action)
 
     async def create(self, api: SchedulesApi, action: Action) -> None:
@@ -406,6 +425,40 @@ class _Simulation:
         if stale or (deleted and action.kind != "delete"):
             raise self.fail(f"{action.kind} {schedule_id} was accepted (stale {stale})")
         self.note(f"{action.kind} {schedule_id}")
+
+    async def request(self, api: SchedulesApi, action: Action) -> None:
+        """An operator's request: run now, backfill a past range, cancel it.
+        Refusals the state explains (the overlap policy, a backfill already
+        running or none to cancel, a deleted or blocked schedule) are normal;
+        what the scheduler then decides is the checker's to judge."""
+        schedule_id = self.ids[action.slot]
+        overlap = action.args.get("overlap")
+        self.api_calls += 1
+        try:
+            if action.kind == "trigger":
+                answer = await api.trigger_schedule(schedule_id=schedule_id, overlap=overlap)
+                self.note(f"trigger {schedule_id} ({overlap}): {answer['status']}")
+            elif action.kind == "backfill":
+                now = self.clock.now()
+                end = now - timedelta(minutes=action.args["short"])
+                start = max(end - timedelta(minutes=action.args["reach"]), _EARLIEST_BACKFILL)
+                answer = await api.backfill_schedule(
+                    schedule_id=schedule_id, start=start, end=end, overlap=overlap
+                )
+                plan = answer["backfill"]
+                self.note(
+                    f"backfill {schedule_id} {format_instant(start)}..{format_instant(end)}"
+                    f" ({overlap}): {plan['planned']} planned"
+                )
+            else:
+                await api.cancel_backfill(schedule_id=schedule_id)
+                self.note(f"cancel-backfill {schedule_id}")
+        except InvalidState as exc:
+            self.api_rejections += 1
+            self.note(f"{action.kind} {schedule_id} refused: {exc}")
+        except StoreUnavailable as exc:
+            self.api_rejections += 1
+            self.note(f"{action.kind} {schedule_id} failed: {exc}")
 
     # --- the steps ------------------------------------------------------------------------
 
@@ -559,6 +612,8 @@ class _Simulation:
             api_calls=self.api_calls,
             api_rejections=self.api_rejections,
             admissions=self.checker.admissions,
+            trigger_rows=self.checker.trigger_rows,
+            backfill_admissions=self.checker.backfill_admissions,
             history_rows=self.checker.rows,
             runs=len(self.disk.runs),
             run_outcomes=dict(sorted(outcomes.items())),
@@ -580,6 +635,7 @@ async def simulate_service(
     minutes: int = 240,
     fault_rate: float = 0.003,
     rates: FaultRates | None = None,
+    operator_actions: bool = True,
 ) -> SimulationReport:
     """Run the real scheduler service fully simulated from `seed`.
 
@@ -587,12 +643,19 @@ async def simulate_service(
     `shell.sim.workload`); `fault_rate` is the chance that any one durable
     write faults (see `FaultRates.from_rate`; `rates` overrides it). Checks
     every invariant of `shell.sim.invariants` after every step and at the end.
+    `operator_actions=False` leaves out triggers, backfills and their cancels
+    (the workload of the seeds found before they were simulated).
 
     Returns the report (its `dump` is identical for two runs of one seed).
     Raises `SimulationFailure` (an `AssertionError` naming the seed to replay)
     at the first broken invariant or unexpected error.
     """
     simulation = _Simulation(
-        seed, schedules=schedules, minutes=minutes, fault_rate=fault_rate, rates=rates
+        seed,
+        schedules=schedules,
+        minutes=minutes,
+        fault_rate=fault_rate,
+        rates=rates,
+        operator_actions=operator_actions,
     )
     return await simulation.run()

@@ -44,7 +44,7 @@ lost, none invented); every run is referenced by its occurrence.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -65,6 +65,9 @@ COULD_NOT_CREATE: Final = "the run could not be created"
 
 _ACTIVE: Final = frozenset({"admitted", "running", "interrupted"})
 _TICK: Final = timedelta(microseconds=1)
+# How far past its request a trigger's instant may be moved (by a microsecond
+# per instant it would collide with: far fewer than a thousand).
+_TRIGGER_DRIFT: Final = timedelta(milliseconds=1)
 
 
 @dataclass(slots=True)
@@ -76,6 +79,11 @@ class _Occurrence:
     run_id: str | None
     terminal_rows: int = 0
     interrupted: bool = False
+    # "trigger" or "backfill" for an operator's occurrence, None for the calendar's.
+    origin: str | None = None
+    # The overlap override of the request that opened it ("allow" or None),
+    # once its admission was checked.
+    override: str | None = None
 
 
 @dataclass(slots=True)
@@ -86,6 +94,7 @@ class _Track:
     open: dict[int, _Occurrence] = field(default_factory=dict)
     admitted: dict[datetime, _Occurrence] = field(default_factory=dict)
     last_decided: datetime | None = None
+    last_trigger: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +104,8 @@ class _Record:
     at: datetime
     revision: int
     definition: dict[str, Any] | None
+    # An operator request's arguments (`triggered`, `backfill`).
+    action: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -122,6 +133,9 @@ class InvariantChecker:
         self._definitions: dict[str, ScheduleDefinition] = {}
         self.rows = 0
         self.admissions = 0
+        # Decision rows an operator's trigger opened; backfill admissions.
+        self.trigger_rows = 0
+        self.backfill_admissions = 0
 
     def _fail(self, message: str) -> None:
         self.violations.append(message)
@@ -140,16 +154,25 @@ class InvariantChecker:
                     parse_instant(raw["at"]),
                     raw["revision"],
                     raw.get("definition"),
+                    raw.get("action"),
                 )
             )
         return records
 
+    @classmethod
+    def _fold_before(cls, records: Sequence[_Record], instant: datetime) -> _Fold | None:
+        return cls._fold(record for record in records if record.at < instant)
+
+    @classmethod
+    def _fold_before_seq(cls, records: Sequence[_Record], seq: int) -> _Fold | None:
+        """The lifecycle as the records before `seq` leave it: what `decide`
+        knows when it applies record `seq` (it applies them in log order)."""
+        return cls._fold(record for record in records if record.seq < seq)
+
     @staticmethod
-    def _fold_before(records: Sequence[_Record], instant: datetime) -> _Fold | None:
+    def _fold(records: Iterable[_Record]) -> _Fold | None:
         fold: _Fold | None = None
         for record in records:
-            if record.at >= instant:
-                break
             if record.kind == "created" and record.definition is not None:
                 fold = _Fold(record.definition, record.revision)
             elif fold is None:
@@ -212,18 +235,38 @@ class InvariantChecker:
                 self._fail(f"{where}: decision row out of sequence ({len(track.occurrences)})")
                 return
             instant = parse_instant(row["instant"])
+            origin = row.get("origin")
             first = parse_instant(row["first_instant"]) if row.get("count", 1) > 1 else instant
-            if track.last_decided is not None and first <= track.last_decided:
-                self._fail(
-                    f"{where}: decided again or out of order: not after"
-                    f" {format_instant(track.last_decided)}"
-                )
-            track.last_decided = instant
-            occurrence = _Occurrence(seq, row, instant, row["status"], row.get("run_id"))
+            if origin is None:
+                if track.last_decided is not None and first <= track.last_decided:
+                    self._fail(
+                        f"{where}: decided again or out of order: not after"
+                        f" {format_instant(track.last_decided)}"
+                    )
+                track.last_decided = instant
+            elif origin == "trigger":
+                self.trigger_rows += 1
+                # A trigger's instant is its own, after the previous trigger's.
+                if track.last_trigger is not None and instant <= track.last_trigger:
+                    self._fail(
+                        f"{where}: a trigger not after the previous one"
+                        f" ({format_instant(track.last_trigger)})"
+                    )
+                track.last_trigger = instant
+            occurrence = _Occurrence(
+                seq, row, instant, row["status"], row.get("run_id"), origin=origin
+            )
             track.occurrences.append(occurrence)
             if row["status"] == "admitted":
+                earlier = track.admitted.get(instant)
+                if earlier is not None:
+                    self._fail(
+                        f"{where}: admitted again ({origin or 'calendar'}); seq {earlier.seq}"
+                        f" ({earlier.origin or 'calendar'}) admitted it already"
+                    )
                 track.open[seq] = occurrence
                 track.admitted[instant] = occurrence
+                self.backfill_admissions += origin == "backfill"
                 admitted.append((schedule_id, occurrence))
                 self.admissions += 1
             else:
@@ -263,10 +306,22 @@ class InvariantChecker:
 
     def _check_admission(self, schedule_id: str, occurrence: _Occurrence) -> None:
         row = occurrence.decision
+        where = f"{schedule_id} seq {occurrence.seq} ({row['instant']}, {row.get('origin')})"
+        records = self._lifecycle(schedule_id)
+        if occurrence.origin == "trigger":
+            self._check_trigger_admission(where, records, occurrence)
+        elif occurrence.origin == "backfill":
+            self._check_backfill_admission(where, records, occurrence)
+        else:
+            self._check_calendar_admission(where, records, occurrence)
+        self._check_snapshot(where, records, occurrence)
+
+    def _check_calendar_admission(
+        self, where: str, records: Sequence[_Record], occurrence: _Occurrence
+    ) -> None:
+        row = occurrence.decision
         instant = occurrence.instant
         recorded = parse_instant(row["recorded_at"])
-        where = f"{schedule_id} seq {occurrence.seq} ({row['instant']})"
-        records = self._lifecycle(schedule_id)
         fold = self._fold_before(records, instant)
         if fold is None:
             self._fail(f"{where}: admitted an instant before the schedule was created")
@@ -283,6 +338,94 @@ class InvariantChecker:
                 )
         if self._trigger(fold.definition).next_after(instant - _TICK) != instant:
             self._fail(f"{where}: not an instant of the trigger in force then")
+
+    def _check_trigger_admission(
+        self, where: str, records: Sequence[_Record], occurrence: _Occurrence
+    ) -> None:
+        """Rule P: one run of the definition in force at the request, at the
+        request's moment (moved on by microseconds only, never onto a
+        calendar instant), never run later than the allowance, never for a
+        deleted schedule."""
+        row = occurrence.decision
+        instant = occurrence.instant
+        recorded = parse_instant(row["recorded_at"])
+        request = next(
+            (r for r in records if r.seq == row.get("request") and r.kind == "triggered"), None
+        )
+        if request is None:
+            self._fail(f"{where}: names no trigger request (request {row.get('request')})")
+            return
+        occurrence.override = (request.action or {}).get("overlap")
+        if not request.at <= instant < request.at + _TRIGGER_DRIFT:
+            self._fail(f"{where}: not at its request's moment {format_instant(request.at)}")
+        fold = self._fold_before_seq(records, request.seq)
+        if fold is None or fold.deleted:
+            self._fail(f"{where}: a trigger of a schedule that was deleted or not created")
+            return
+        if row.get("revision") != fold.revision:
+            self._fail(
+                f"{where}: admitted at revision {row.get('revision')}; the request was made"
+                f" at revision {fold.revision}"
+            )
+        definition = self._definition(fold.definition)
+        late = (recorded - request.at).total_seconds()
+        if late > definition.lateness_allowance_s:
+            self._fail(
+                f"{where}: run {late:g} s after its request, past the allowance"
+                f" {definition.lateness_allowance_s:g} s"
+            )
+        if self._trigger(fold.definition).next_after(instant - _TICK) == instant:
+            self._fail(f"{where}: a trigger took the place of a calendar instant")
+
+    def _check_backfill_admission(
+        self, where: str, records: Sequence[_Record], occurrence: _Occurrence
+    ) -> None:
+        """Rule Q: an instant of the newest backfill request's range, of the
+        calendar in force at the request and before it, admitted while that
+        backfill was neither cancelled (nor the schedule deleted) nor paused."""
+        row = occurrence.decision
+        instant = occurrence.instant
+        recorded = parse_instant(row["recorded_at"])
+        request = None
+        for record in records:
+            if record.kind == "backfill" and record.at <= recorded:
+                request = record
+        if request is None or request.action is None:
+            self._fail(f"{where}: a backfill admission with no backfill request before it")
+            return
+        occurrence.override = request.action.get("overlap")
+        start, end = parse_instant(request.action["start"]), parse_instant(request.action["end"])
+        if not (start <= instant < end and instant < request.at):
+            self._fail(
+                f"{where}: outside the requested range {request.action['start']}"
+                f"..{request.action['end']} (requested at {format_instant(request.at)})"
+            )
+        fold = self._fold_before_seq(records, request.seq)
+        if fold is None:
+            self._fail(f"{where}: a backfill of a schedule not created")
+            return
+        if self._trigger(fold.definition).next_after(instant - _TICK) != instant:
+            self._fail(f"{where}: not an instant of the calendar in force at the request")
+        for record in records:
+            if (
+                record.seq > request.seq
+                and record.kind in ("backfill-cancelled", "deleted")
+                and record.at < recorded
+            ):
+                self._fail(
+                    f"{where}: admitted at {row['recorded_at']} after the backfill ended"
+                    f" ({record.kind} at {format_instant(record.at)})"
+                )
+        state = self._fold_before(records, recorded)
+        resumed_then = any(r.kind == "resumed" and r.at == recorded for r in records)
+        if state is not None and state.paused and not resumed_then:
+            self._fail(f"{where}: admitted at {row['recorded_at']} while the schedule was paused")
+
+    def _check_snapshot(
+        self, where: str, records: Sequence[_Record], occurrence: _Occurrence
+    ) -> None:
+        row = occurrence.decision
+        instant = occurrence.instant
         payload = self._revision(records, row.get("revision") or 0)
         snapshot = row["snapshot"]
         if payload is None:
@@ -308,16 +451,31 @@ class InvariantChecker:
             if payload is None:
                 continue
             limit = self._definition(payload).active_run_limit
+            allowed = occurrence.override == "allow"
+            if allowed and occurrence.origin == "trigger":
+                continue  # rule P: the request overrode the overlap policy
             # As of its admission: a batch may admit newer instants after it
-            # under an update that raised the limit.
-            active = sum(seq <= occurrence.seq for seq in self._tracks[schedule_id].open)
+            # under an update that raised the limit. A backfill that overrides
+            # the policy counts its own runs only (rule Q).
+            active = sum(
+                seq <= occurrence.seq and (not allowed or other.origin == "backfill")
+                for seq, other in self._tracks[schedule_id].open.items()
+            )
             if active > limit:
                 self._fail(
                     f"{schedule_id}: {active} open occurrences after admitting"
                     f" {occurrence.decision['instant']}; the limit is {limit}"
                 )
+        # A trigger takes a slot without waiting for one (rule P): a batch that
+        # admits only triggers is not held to the bound (the slots may be
+        # over it since the bound was lowered), and one that also admits
+        # others is held to it without its own triggers, which may have come
+        # after them.
+        triggers = [occurrence for _, occurrence in admitted if occurrence.origin == "trigger"]
+        if len(triggers) == len(admitted):
+            return
         holding = sum(
-            not occurrence.interrupted
+            not occurrence.interrupted and all(occurrence is not t for t in triggers)
             for track in self._tracks.values()
             for occurrence in track.open.values()
         )
@@ -352,8 +510,12 @@ class InvariantChecker:
         occurrence = track.admitted.get(instant) if track is not None else None
         if occurrence is None or occurrence.decision.get("run_id") != run_id:
             self._fail(f"{where}: created before its admitted row (with this run id) was durable")
+        action = origin.get("action")
+        if occurrence is not None and occurrence.origin != action:
+            self._fail(f"{where}: a run of origin {action} for a {occurrence.origin} occurrence")
+        allowed = occurrence is not None and occurrence.override == "allow"
         payload = self._revision(self._lifecycle(schedule_id), origin.get("revision") or 0)
-        if payload is not None:
+        if payload is not None and not (allowed and action == "trigger"):
             # Judged as of its admission: a run a start creates for an
             # admitted row of before a crash may find runs its schedule
             # admitted since, under a later revision and its own limit.
@@ -361,13 +523,21 @@ class InvariantChecker:
             active = 1 + sum(
                 self._runs[r]["origin"]["schedule_id"] == schedule_id
                 and run_number(r) < run_number(run_id)
+                and (not allowed or self._runs[r]["origin"].get("action") == "backfill")
                 for r in self._active_runs
             )
             if active > limit:
                 self._fail(f"{where}: {active} active runs; the limit is {limit}")
+        if action == "trigger":
+            return  # rule P: a trigger does not wait for a slot
+        # The triggers' runs may hold slots above the bound (rule P); the others
+        # stay within it.
         holding = 1 + sum(
-            self._runs[r]["status"] == "admitted"
-            or (self._runs[r]["status"] == "running" and self._runs[r]["attempt"] == 1)
+            (
+                self._runs[r]["status"] == "admitted"
+                or (self._runs[r]["status"] == "running" and self._runs[r]["attempt"] == 1)
+            )
+            and self._runs[r]["origin"].get("action") != "trigger"
             for r in self._active_runs
         )
         if holding > self.capacity:
@@ -431,6 +601,7 @@ class InvariantChecker:
                         f" {occurrence.status})"
                     )
             self._check_coverage(schedule_id, track)
+            self._check_requests(schedule_id, track)
         for run_id in sorted(self._runs):
             run = self._runs[run_id]
             origin = run["origin"]
@@ -449,6 +620,8 @@ class InvariantChecker:
             return
         covered: dict[datetime, int] = {}
         for occurrence in track.occurrences:
+            if occurrence.origin is not None:
+                continue  # an operator's occurrence, not the calendar's decision
             row = occurrence.decision
             count = row.get("count", 1)
             if count == 1:
@@ -473,6 +646,26 @@ class InvariantChecker:
         if invented:
             listed = ", ".join(format_instant(t) for t in sorted(invented)[:5])
             self._fail(f"{schedule_id}: rows for instants of no active span: {listed}")
+
+    def _check_requests(self, schedule_id: str, track: _Track) -> None:
+        """Every trigger request durable in the lifecycle log was decided once
+        (admitted or skipped), and no trigger row names another request."""
+        requests = {r.seq for r in self._lifecycle(schedule_id) if r.kind == "triggered"}
+        decided: dict[int, int] = {}
+        for occurrence in track.occurrences:
+            if occurrence.origin == "trigger":
+                request = int(occurrence.decision.get("request", -1))
+                decided[request] = decided.get(request, 0) + 1
+        lost = sorted(requests - set(decided))
+        twice = sorted(seq for seq, n in decided.items() if n > 1)
+        invented = sorted(seq for seq in decided if seq not in requests)
+        for what, seqs in (
+            ("never decided", lost),
+            ("decided twice", twice),
+            ("decided with no such request", invented),
+        ):
+            if seqs:
+                self._fail(f"{schedule_id}: trigger request(s) {what}: {seqs[:5]}")
 
     def _expected_instants(self, schedule_id: str) -> set[datetime] | None:
         """Trigger instants of every span in which the schedule was active; None

@@ -6,9 +6,13 @@ zone; overlap skip or parallel with a limit of 1-3; misfire skip or latest;
 lateness allowances from 0 to 5 minutes) and a timeline of operator actions:
 creates, edits (trigger, policy, allowance, inputs, deployment; some with a
 stale revision), pauses and resumes, a few deletes, changes of the execution
-capacity, a deployment taken away for a while, and clean restarts. Actions
-happen at whole seconds that are never on a minute, so no action ever
-coincides with a trigger instant.
+capacity, a deployment taken away for a while, and clean restarts. With
+`operator_actions`, also operator requests drawn from a stream of their own
+(so a workload without them is the same as before they existed): runs
+started now (`trigger`, some overriding the overlap policy), backfills of a
+past range (some overriding it too) and cancels of them. Actions happen at
+whole seconds that are never on a minute, so no action ever coincides with
+a trigger instant (a trigger request lands between two calendar instants).
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ ActionKind = Literal[
     "deployment-off",
     "deployment-on",
     "restart",
+    "trigger",
+    "backfill",
+    "cancel-backfill",
 ]
 
 _CRONS: Final = (
@@ -78,6 +85,11 @@ def _policy(rng: random.Random) -> dict[str, Any]:
     return policy
 
 
+def _override(rng: random.Random) -> str | None:
+    """`overlap` of an operator request: mostly the schedule's own policy."""
+    return "allow" if rng.random() < 0.3 else None
+
+
 def _inputs(rng: random.Random, schedule_id: str) -> dict[str, Any]:
     inputs: dict[str, Any] = {"when": {"$bind": "occurrence.instant"}, "tag": schedule_id}
     if rng.random() < 0.5:
@@ -111,7 +123,9 @@ def random_patch(rng: random.Random, schedule_id: str) -> dict[str, Any]:
     return {"deployment_id": rng.choice(DEPLOYMENTS)}
 
 
-def plan_workload(seed: int, *, schedules: int, minutes: int, start: datetime) -> Workload:
+def plan_workload(
+    seed: int, *, schedules: int, minutes: int, start: datetime, operator_actions: bool = True
+) -> Workload:
     """The actions of one simulation, sorted by time (see the module docstring)."""
     rng = random.Random(f"wf-sim/workload/{seed}")
     end = start + timedelta(minutes=minutes)
@@ -151,6 +165,27 @@ def plan_workload(seed: int, *, schedules: int, minutes: int, start: datetime) -
         add(off + rng.uniform(120, 1800), "deployment-on", deployment="dep-c")
     for _ in range(rng.randint(0, 2)):
         add(rng.uniform(span * 0.1, span), "restart")
+    if operator_actions:
+        # Its own stream: the actions above stay what they were without it.
+        rng = random.Random(f"wf-sim/operator/{seed}")
+        for slot in range(schedules):
+            for _ in range(rng.randint(0, 3)):
+                add(rng.uniform(0, span), "trigger", slot, overlap=_override(rng))
+            if rng.random() < 0.45:
+                requested = rng.uniform(span * 0.1, span)
+                # The range is placed at the request: it ends `short`
+                # minutes back and reaches `reach` minutes before that
+                # (before the schedule existed, sometimes).
+                add(
+                    requested,
+                    "backfill",
+                    slot,
+                    reach=rng.randint(5, 150),
+                    short=rng.choice((0, 0, 1, 5, 20)),
+                    overlap=_override(rng),
+                )
+                if rng.random() < 0.35:
+                    add(requested + rng.uniform(30, 900), "cancel-backfill", slot)
     return Workload(
         start=start,
         end=end,
