@@ -9,26 +9,40 @@ logged by the service's loop); the driver stops at the first one.
 
 Checked as rows become durable:
 
-- *once*: decision instants strictly increase (a row for several missed
-  instants counts from its first), seqs are dense, and an occurrence gets at
+- *once*: calendar decision instants strictly increase (a row for several
+  missed instants counts from its first), and so do triggers' among
+  themselves; seqs are dense; an instant is admitted at most once, whoever
+  admits it (the calendar, a backfill, a trigger); an occurrence gets at
   most one terminal row;
 - *admissions* (`admitted` rows): the schedule existed and was neither paused
   nor deleted at the instant, no pause or delete came between the instant and
   the admission, the instant is a trigger instant of the definition in force
   then, and the snapshot is that definition's (deployment, resolved inputs,
-  max steps). When the whole batch is durable: the schedule's open
+  max steps). A trigger's row (rule P) names a durable request, is at the
+  request's moment (moved on by microseconds, never onto a calendar
+  instant), at the revision in force then, for a schedule not deleted, and
+  admitted within the allowance after the request; one not admitted was
+  read past the allowance, raced the overlap policy the request did not
+  override, or was refused by its preflight. A backfill's admission (rule
+  Q) is an instant of the newest request's range, before it, of the
+  calendar in force at it, neither after a cancel or delete nor while
+  paused. When the whole batch is durable: the schedule's open
   occurrences decided up to each admission are within the active-run limit
-  of the revision it was admitted at, and
+  of the revision it was admitted at (a trigger overriding the policy is
+  not held to it; a backfill overriding it counts backfill runs only), and
   the occurrences holding an execution slot (admitted or running, never
-  interrupted) are within `max_concurrent_runs`;
+  interrupted) are within `max_concurrent_runs` (a trigger takes its slot
+  without waiting: a batch of triggers only is not held to the bound, and
+  one with others is held to it without its own triggers);
 - *truth*: a terminal row says what the run store says (status and message),
   or that the run could not be created (and no such run exists).
 
 Checked as runs are written: one run per occurrence, ever; a run is created
-only after its `admitted` row is durable, with that row's run id; the run
-store's own active runs stay within the limit (those admitted before the
-new run, under its admitted revision's limit) and its slot-holding runs
-within `max_concurrent_runs`.
+only after its `admitted` row is durable, with that row's run id and
+origin; the run store's own active runs stay within the limit (those
+admitted before the new run, under its admitted revision's limit, with the
+overrides above) and its slot-holding runs, triggers' aside, within
+`max_concurrent_runs`.
 
 Checked once the service has settled with no fault in the step
 (`check_settled`): every open occurrence has its run and says the run's
@@ -37,8 +51,9 @@ the service's active runs are exactly the open occurrences.
 
 Checked at the end (`check_final`), when every run has ended: every
 occurrence has exactly one terminal row; every trigger instant of every
-active span of every schedule is covered by exactly one decision row (none
-lost, none invented); every run is referenced by its occurrence.
+active span of every schedule is covered by exactly one calendar decision
+row (none lost, none invented); every trigger request is decided exactly
+once; every run is referenced by its occurrence.
 """
 
 from __future__ import annotations
@@ -215,7 +230,13 @@ class InvariantChecker:
             track = self._tracks.setdefault(schedule_id, _Track())
             for line in lines:
                 self.rows += 1
-                self._row(schedule_id, track, json.loads(line), admitted)
+                occurrence = self._row(schedule_id, track, json.loads(line), admitted)
+                if (
+                    occurrence is not None
+                    and occurrence.origin == "trigger"
+                    and occurrence.status != "admitted"
+                ):
+                    self._check_trigger_skip(schedule_id, occurrence)
         for schedule_id, occurrence in admitted:
             self._check_admission(schedule_id, occurrence)
         if complete and admitted:
@@ -227,13 +248,15 @@ class InvariantChecker:
         track: _Track,
         row: dict[str, Any],
         admitted: list[tuple[str, _Occurrence]],
-    ) -> None:
+    ) -> _Occurrence | None:
+        """Take one durable row into the model; the occurrence a decision row
+        opens."""
         seq = row["seq"]
         where = f"{schedule_id} seq {seq} ({row.get('instant')})"
         if "update" not in row:
             if seq != len(track.occurrences):
                 self._fail(f"{where}: decision row out of sequence ({len(track.occurrences)})")
-                return
+                return None
             instant = parse_instant(row["instant"])
             origin = row.get("origin")
             first = parse_instant(row["first_instant"]) if row.get("count", 1) > 1 else instant
@@ -271,15 +294,15 @@ class InvariantChecker:
                 self.admissions += 1
             else:
                 occurrence.terminal_rows = 1
-            return
+            return occurrence
         if seq >= len(track.occurrences):
             self._fail(f"{where}: transition for an undecided seq")
-            return
+            return None
         occurrence = track.occurrences[seq]
         status = row["status"]
         if occurrence.terminal_rows:
             self._fail(f"{where}: {status} row after the terminal {occurrence.status} row")
-            return
+            return None
         occurrence.status = status
         occurrence.run_id = row.get("run_id") or occurrence.run_id
         if status == "interrupted":
@@ -288,6 +311,7 @@ class InvariantChecker:
             occurrence.terminal_rows = 1
             del track.open[seq]
             self._check_terminal(where, occurrence, row)
+        return None
 
     def _check_terminal(self, where: str, occurrence: _Occurrence, row: Mapping[str, Any]) -> None:
         run = self._runs.get(occurrence.run_id or "")
@@ -339,6 +363,43 @@ class InvariantChecker:
         if self._trigger(fold.definition).next_after(instant - _TICK) != instant:
             self._fail(f"{where}: not an instant of the trigger in force then")
 
+    def _trigger_request(
+        self, where: str, records: Sequence[_Record], occurrence: _Occurrence
+    ) -> _Record | None:
+        """The trigger request a trigger's row names (None: a violation)."""
+        seq = occurrence.decision.get("request")
+        request = next((r for r in records if r.seq == seq and r.kind == "triggered"), None)
+        if request is None:
+            self._fail(f"{where}: names no trigger request (request {seq})")
+        return request
+
+    def _check_trigger_skip(self, schedule_id: str, occurrence: _Occurrence) -> None:
+        """Rule P: a trigger is recorded missed only when it was read past the
+        allowance after it was made, and refused by the overlap policy only
+        when the request did not override it (or its preflight refused it)."""
+        row = occurrence.decision
+        where = f"{schedule_id} seq {occurrence.seq} ({row['instant']}, trigger)"
+        records = self._lifecycle(schedule_id)
+        request = self._trigger_request(where, records, occurrence)
+        if request is None:
+            return
+        fold = self._fold_before_seq(records, request.seq)
+        if fold is None:
+            self._fail(f"{where}: a trigger of a schedule not created")
+            return
+        allowance = self._definition(fold.definition).lateness_allowance_s
+        late = (parse_instant(row["recorded_at"]) - request.at).total_seconds()
+        if row["status"] == "skipped-misfire" and late <= allowance:
+            self._fail(
+                f"{where}: recorded missed {late:g} s after its request (allowance {allowance:g} s)"
+            )
+        elif (
+            row["status"] == "skipped-overlap" and (request.action or {}).get("overlap") == "allow"
+        ):
+            self._fail(f"{where}: refused by the overlap policy its request overrode")
+        elif row["status"] not in ("skipped-misfire", "skipped-overlap", "preflight-rejected"):
+            self._fail(f"{where}: a trigger decided {row['status']}")
+
     def _check_trigger_admission(
         self, where: str, records: Sequence[_Record], occurrence: _Occurrence
     ) -> None:
@@ -349,11 +410,8 @@ class InvariantChecker:
         row = occurrence.decision
         instant = occurrence.instant
         recorded = parse_instant(row["recorded_at"])
-        request = next(
-            (r for r in records if r.seq == row.get("request") and r.kind == "triggered"), None
-        )
+        request = self._trigger_request(where, records, occurrence)
         if request is None:
-            self._fail(f"{where}: names no trigger request (request {row.get('request')})")
             return
         occurrence.override = (request.action or {}).get("overlap")
         if not request.at <= instant < request.at + _TRIGGER_DRIFT:
