@@ -797,7 +797,7 @@ class _Decider:
         draft.last_trigger_request = event.last_trigger_request
         if event.backfill is not None:
             # rule M for rule Q: what the history shows decided is not admitted again.
-            draft.backfill = event.backfill.without(event.backfill_decided)
+            draft.backfill = event.backfill.without(event.backfill_decided, self.now)
             if draft.backfill.state == "running" and not draft.deleted:
                 self.backfilling.add(schedule_id)
             elif draft.deleted:

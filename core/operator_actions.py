@@ -121,19 +121,23 @@ class Backfill:
     def cancelled(self, at: datetime) -> Backfill:
         return replace(self, state="cancelled", ended_at=at)
 
-    def without(self, decided: Collection[datetime]) -> Backfill:
+    def without(self, decided: Collection[datetime], found_at: datetime) -> Backfill:
         """This backfill without the remaining instants `decided` already
-        names (a crash repair: their rows are durable, this record was not)."""
+        names (a crash repair: their rows are durable, this record was not).
+        When that leaves none, it ended at `found_at`, the moment the repair
+        found it done: the record of the last admission's moment was lost,
+        and the moment of the request, before any admission, would be false."""
         remaining = tuple(instant for instant in self.remaining if instant not in decided)
         if len(remaining) == len(self.remaining):
             return self
         done = len(self.remaining) - len(remaining)
+        finished = not remaining and self.state == "running"
         return replace(
             self,
             remaining=remaining,
             admitted=self.admitted + done,
-            state=self.state if remaining or self.state != "running" else "done",
-            ended_at=self.ended_at if remaining or self.state != "running" else self.requested_at,
+            state="done" if finished else self.state,
+            ended_at=found_at if finished else self.ended_at,
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -25,6 +26,7 @@ from core.events import (
     ScheduleRecovered,
     ScheduleUpdated,
 )
+from core.operator_actions import Backfill
 from core.state import initial_state, schedule_view, slots_in_use
 from tests.property.builders import at, cron, kinds, rows
 
@@ -448,3 +450,28 @@ def test_a_late_pause_decides_the_waiting_instants_before_the_newer_ones() -> No
     ]
     view = schedule_view(state, "w")
     assert view.paused and view.waiting == () and view.watermark >= at(10, 4)
+
+
+def test_a_backfill_the_history_shows_finished_ends_when_the_restart_found_it() -> None:
+    # Its last instant's admitted row is durable; the runtime record saying
+    # so was lost in the crash (rule Q with rule M). It ended at some moment
+    # before the restart found it: not at its request, before any admission.
+    running = Backfill(
+        start=at(7),
+        end=at(10),
+        overlap=None,
+        requested_at=at(10, 5),
+        state="running",
+        planned=2,
+        admitted=1,
+        remaining=(at(9),),
+    )
+    state, commands = decide(
+        initial_state(max_concurrent_runs=2),
+        at(10, 40),
+        [recovered(backfill=running, backfill_decided=frozenset({at(9)}))],
+    )
+    assert schedule_view(state, "r").backfill == replace(
+        running, state="done", admitted=2, remaining=(), ended_at=at(10, 40)
+    )
+    assert "AdmitOccurrence" not in kinds(commands)
