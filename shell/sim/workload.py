@@ -165,8 +165,10 @@ def plan_workload(
         add(off + rng.uniform(120, 1800), "deployment-on", deployment="dep-c")
     for _ in range(rng.randint(0, 2)):
         add(rng.uniform(span * 0.1, span), "restart")
+    capacity = rng.randint(2, 4)
     if operator_actions:
-        # Its own stream: the actions above stay what they were without it.
+        # A stream of its own (`at` draws from it too from here on): what was
+        # drawn above is the same with or without these requests.
         rng = random.Random(f"wf-sim/operator/{seed}")
         for slot in range(schedules):
             for _ in range(rng.randint(0, 3)):
@@ -189,6 +191,6 @@ def plan_workload(
     return Workload(
         start=start,
         end=end,
-        capacity=rng.randint(2, 4),
+        capacity=capacity,
         actions=tuple(sorted(actions)),
     )
