@@ -47,7 +47,11 @@ overrides above) and its slot-holding runs, triggers' aside, within
 Checked once the service has settled with no fault in the step
 (`check_settled`): every open occurrence has its run and says the run's
 status; every active run has its open occurrence; no run waits unlaunched;
-the service's active runs are exactly the open occurrences.
+the service's active runs are exactly the open occurrences; a backfill's
+progress says what the history shows (as many admitted as it decided rows
+since its request, admitted and remaining adding up to its plan, no
+remaining instant decided already, and a done one ended no earlier than its
+last row).
 
 Checked at the end (`check_final`), when every run has ended: every
 occurrence has exactly one terminal row; every trigger instant of every
@@ -644,6 +648,50 @@ class InvariantChecker:
             if extra:
                 listed = ", ".join(format_instant(t) for t in sorted(extra))
                 self._fail(f"{schedule_id}: the service tracks runs no history row opens: {listed}")
+            if known:
+                self._check_backfill_progress(schedule_id, track, state)
+
+    def _check_backfill_progress(
+        self, schedule_id: str, track: _Track, state: SchedulerState
+    ) -> None:
+        """A backfill's progress (rule Q) says what the history shows: as
+        many instants admitted as it decided rows since its request, none of
+        its remaining instants decided, and a done one ended no earlier than
+        its last row."""
+        backfill = schedule_view(state, schedule_id).backfill
+        if backfill is None:
+            return
+        where = f"{schedule_id}: backfill requested at {format_instant(backfill.requested_at)}"
+        if backfill.admitted + len(backfill.remaining) != backfill.planned:
+            self._fail(
+                f"{where}: {backfill.admitted} admitted and {len(backfill.remaining)} remaining"
+                f" of {backfill.planned} planned"
+            )
+        rows = [
+            occurrence.decision
+            for occurrence in track.occurrences
+            if occurrence.origin == "backfill"
+            and backfill.start <= occurrence.instant < backfill.end
+            and parse_instant(occurrence.decision["recorded_at"]) >= backfill.requested_at
+        ]
+        # A row of an earlier backfill may share its moment with this request
+        # (a cancel and a new request in one step): it is counted at most.
+        after = sum(parse_instant(r["recorded_at"]) > backfill.requested_at for r in rows)
+        if not after <= backfill.admitted <= len(rows):
+            self._fail(f"{where}: says {backfill.admitted} admitted; the history shows {len(rows)}")
+        decided = {parse_instant(r["instant"]) for r in rows} | {
+            o.instant for o in track.occurrences if o.status == "admitted" or o.run_id
+        }
+        again = [t for t in backfill.remaining if t in decided]
+        if again:
+            self._fail(f"{where}: {format_instant(again[0])} remains, and was decided already")
+        if backfill.state == "done" and rows:
+            last = max(parse_instant(r["recorded_at"]) for r in rows)
+            if backfill.ended_at is None or backfill.ended_at < last:
+                self._fail(
+                    f"{where}: done, ended at {backfill.ended_at}, before its last admission"
+                    f" at {format_instant(last)}"
+                )
 
     # --- at the end -------------------------------------------------------------------------
 

@@ -15,12 +15,14 @@ from __future__ import annotations
 import importlib
 import json
 import os
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 import pytest
 
 from core.errors import StoreUnavailable
-from core.operator_actions import plan_backfill
+from core.operator_actions import Backfill, plan_backfill
 from shell.clock import ManualClock
 from shell.config import SchedulerServiceConfig
 from shell.durable import set_fault_injector
@@ -200,7 +202,7 @@ async def test_a_backfill_that_admits_an_admitted_instant_again_is_caught(
         return plan_backfill(instants, **{**known, "admitted": ()})
 
     monkeypatch.setattr(importlib.import_module("core.decide"), "plan_backfill", careless)
-    with pytest.raises(SimulationFailure, match="admitted again"):
+    with pytest.raises(SimulationFailure, match=r"admitted again|remains, and was decided already"):
         await simulate_service(6, rates=FaultRates())
 
 
@@ -213,6 +215,19 @@ async def test_a_trigger_past_the_overlap_policy_is_caught(monkeypatch: pytest.M
     )
     with pytest.raises(SimulationFailure, match="the limit is"):
         await simulate_service(4, rates=FaultRates())
+
+
+async def test_a_backfill_that_miscounts_its_progress_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Its admissions go on, but `get_schedule` would show none of them.
+    def forgetful(self: Backfill, now: datetime) -> Backfill:
+        return replace(original(self, now), admitted=self.admitted)
+
+    original = Backfill.admitting
+    monkeypatch.setattr(Backfill, "admitting", forgetful)
+    with pytest.raises(SimulationFailure, match=r"admitted and .* remaining of .* planned"):
+        await simulate_service(5, rates=FaultRates())
 
 
 def _no_refusal(*_: Any) -> None:
