@@ -27,7 +27,6 @@ from shell.clock import ManualClock
 from shell.config import SchedulerServiceConfig
 from shell.durable import set_fault_injector
 from shell.file_backend import FileBackend
-from shell.history_store import HistoryStore
 from shell.journal import CommitJournal
 from shell.schedules_api import SchedulesApi
 from shell.service import SchedulerService
@@ -47,6 +46,7 @@ from shell.sim import (
 )
 
 from .figures import record
+from .planted import drop_completed_rows
 
 pytestmark = pytest.mark.expected_errors  # injected faults make the service log errors
 
@@ -181,14 +181,7 @@ async def test_a_scheduler_that_misses_pauses_is_caught(monkeypatch: pytest.Monk
 async def test_a_history_that_drops_terminal_rows_is_caught(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    original = HistoryStore.append_transition
-
-    def lossy(self: HistoryStore, schedule_id: str, **row: Any) -> int:
-        if row["status"] == "completed":
-            return 0
-        return original(self, schedule_id, **row)
-
-    monkeypatch.setattr(HistoryStore, "append_transition", lossy)
+    drop_completed_rows(monkeypatch)
     with pytest.raises(SimulationFailure, match="completed"):
         await simulate_service(3, rates=FaultRates())
 

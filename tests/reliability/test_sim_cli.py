@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from shell.history_store import HistoryStore
 from shell.sim.__main__ import main
+
+from .planted import drop_completed_rows
 
 pytestmark = pytest.mark.expected_errors  # injected faults make the service log errors
 
@@ -25,15 +24,7 @@ def test_a_range_of_seeds_reports_each_seed_and_the_count(
 def test_a_failing_seed_stops_the_range_unless_told_to_keep_going(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # A history that drops `completed` rows: every seed fails.
-    original = HistoryStore.append_transition
-
-    def lossy(self: HistoryStore, schedule_id: str, **row: Any) -> int:
-        if row["status"] == "completed":
-            return 0
-        return original(self, schedule_id, **row)
-
-    monkeypatch.setattr(HistoryStore, "append_transition", lossy)
+    drop_completed_rows(monkeypatch)
     assert main(["3-4", "--fault-rate", "0"]) == 1
     captured = capsys.readouterr()
     assert "replay: WF_SIM_SEED=3" in captured.err and "WF_SIM_SEED=4" not in captured.err
