@@ -919,22 +919,28 @@ class SchedulesApi:
             parsed: ScheduleDefinition | None = parse_definition(definition)
         except InvalidDefinition:
             parsed = None
-        next_instant: str | None = None
-        if not snapshot["paused"] and not snapshot["deleted"] and parsed is not None:
-            try:
-                upcoming = compile_trigger(parsed.trigger).next_after(now)
-            except InvalidDefinition:
-                upcoming = None
-            next_instant = format_instant(upcoming) if upcoming is not None else None
         backfill: Backfill | None = None
+        watermark: datetime | None
         if live is not None:
-            pending, backfill = live.pending, live.backfill
+            pending, backfill, watermark = live.pending, live.backfill, live.watermark
         else:
-            # One read of the runtime record for both (a listing does this
-            # for every schedule on a server that does not lead).
+            # One read of the runtime record for all three (a listing does
+            # this for every schedule on a server that does not lead).
             loaded = await self.runtime.load(schedule_id)
             pending = _pending_in(loaded.record)
             backfill = stored_backfill(loaded.record)
+            watermark = _instant_or_none((loaded.record or {}).get("watermark"))
+        next_instant: str | None = None
+        if not snapshot["paused"] and not snapshot["deleted"] and parsed is not None:
+            # After the instants decided too: with the clock stepped back,
+            # the next one after now may be one decided already, which is
+            # never replayed (rule L).
+            after = now if watermark is None else max(now, watermark)
+            try:
+                upcoming = compile_trigger(parsed.trigger).next_after(after)
+            except InvalidDefinition:
+                upcoming = None
+            next_instant = format_instant(upcoming) if upcoming is not None else None
         blocked = snapshot.get("blocked")
         if blocked is None and live is not None and live.blocked is not None:
             blocked = {"file": None, "record": None, "reason": live.blocked, "at": None}

@@ -107,6 +107,34 @@ async def test_a_step_back_replays_nothing_and_is_logged_once(
     assert set((await runs_per_occurrence(world)).values()) == {1}
 
 
+async def test_with_the_clock_behind_the_next_instant_is_not_one_decided_already(
+    world: World,
+) -> None:
+    await world.at(at(10))
+    await world.at(at(11, 0, 30))
+    await world.at(at(10, 30))  # NTP steps the clock back 30 minutes
+    # 11:00 was decided (it ran): the next after now would name it again.
+    for schedule_id in ("skip", "latest"):
+        shown = await world.schedules.get_schedule(schedule_id=schedule_id)
+        assert shown["next_instant"] == "2026-03-02T12:00:00Z"
+    # A resume while behind lands after the decided instants too.
+    await world.schedules.pause_schedule(schedule_id="skip")
+    await world.schedules.resume_schedule(schedule_id="skip")
+    await world.settle()
+    shown = await world.schedules.get_schedule(schedule_id="skip")
+    assert shown["next_instant"] == "2026-03-02T12:00:00Z"
+    # Across a restart, from what the stores say.
+    await world.shutdown()
+    await world.boot()
+    await world.at(at(10, 40))
+    for schedule_id in ("skip", "latest"):
+        shown = await world.schedules.get_schedule(schedule_id=schedule_id)
+        assert shown["next_instant"] == "2026-03-02T12:00:00Z"
+    await world.at(at(12))
+    assert (await history(world))["skip"][-1] == ("12:00", "completed", 1)
+    assert set((await runs_per_occurrence(world)).values()) == {1}
+
+
 async def test_a_restart_with_the_clock_behind_replays_nothing(world: World) -> None:
     await world.at(at(10))
     await world.at(at(11))
