@@ -308,6 +308,7 @@ def _superseded_running_reports(events: Sequence[Event]) -> frozenset[int]:
 
 
 _ONE_MICROSECOND: Final = timedelta(microseconds=1)
+_NO_TIME: Final = timedelta(0)
 # Queued after every candidate (rule Q: a backfill takes a slot only when no
 # scheduled instant waits for one); "" names no schedule.
 _AFTER_EVERY_INSTANT: Final = datetime.max.replace(tzinfo=UTC)
@@ -356,6 +357,9 @@ class _Decider:
         self.missed_held: dict[str, datetime] = {}
         self.commands: list[Command] = []
         self.clock_behind = False
+        # The wall clock's reading, stepped back or not: how long ago a
+        # request was made is measured on the clock that stamped it.
+        self.wall_now = now
         last = state.last_now
         # rule L: deciding as of an older `now` would replay decided instants.
         if last is not None and now < last:
@@ -518,7 +522,10 @@ class _Decider:
         if request is not None:
             draft.last_trigger_request = request
         schedule_id = draft.schedule_id
-        late = self.now - at
+        # rule P with rule L: on the wall clock, not as of the newest time seen
+        # (a request made while the clock is stepped back was not made late);
+        # one stamped before a step back is as old as the clock says: no age.
+        late = max(self.wall_now - at, _NO_TIME)
         refusal = overlap_refusal(len(draft.active), draft.limit, overlap)
         if late > draft.allowance:
             # rule P with rule K: a request read after the schedule's allowance

@@ -135,6 +135,23 @@ async def test_with_the_clock_behind_the_next_instant_is_not_one_decided_already
     assert set((await runs_per_occurrence(world)).values()) == {1}
 
 
+async def test_a_trigger_made_while_the_clock_is_behind_runs(world: World) -> None:
+    await world.at(at(10))
+    await world.at(at(11, 0, 30))
+    await world.at(at(10, 30))  # NTP steps the clock back 30 minutes
+    # Made a moment ago on the wall clock, not 30 minutes before the newest
+    # time seen: it is not refused as read late (rules P and L).
+    answer = await world.schedules.trigger_schedule(schedule_id="skip")
+    assert answer["instant"] == "2026-03-02T10:30:00Z"
+    await world.settle()
+    rows = await world.decided("skip")
+    assert [(r["instant"][11:16], r["origin"], r["status"]) for r in rows] == [
+        ("10:00", "schedule", "completed"),
+        ("11:00", "schedule", "completed"),
+        ("10:30", "trigger", "completed"),
+    ]
+
+
 async def test_a_restart_with_the_clock_behind_replays_nothing(world: World) -> None:
     await world.at(at(10))
     await world.at(at(11))
