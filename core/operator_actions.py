@@ -119,7 +119,9 @@ class Backfill:
         )
 
     def cancelled(self, at: datetime) -> Backfill:
-        return replace(self, state="cancelled", ended_at=at)
+        """This backfill ended by a cancel or a delete made at `at`; never
+        before its request (a clock stepped back since may stamp one so)."""
+        return replace(self, state="cancelled", ended_at=max(at, self.requested_at))
 
     def without(self, decided: Collection[datetime], found_at: datetime) -> Backfill:
         """This backfill without the remaining instants `decided` already

@@ -169,7 +169,9 @@ def backfill_view(backfill: Backfill | None) -> dict[str, Any] | None:
     payload = backfill_to_payload(backfill)
     remaining = payload.pop("remaining")
     payload["remaining"] = len(remaining)
-    payload["next"] = remaining[0] if remaining else None
+    # A cancelled backfill keeps the instants it never admitted, and admits
+    # none of them.
+    payload["next"] = remaining[0] if remaining and backfill.state == "running" else None
     return payload
 
 

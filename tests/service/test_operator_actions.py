@@ -220,6 +220,8 @@ async def test_a_backfill_survives_a_restart_and_can_be_cancelled(harness: Harne
     await harness.service.settle()  # type: ignore[union-attr]
     backfill = (await harness.schedules.get_schedule(schedule_id="hourly"))["backfill"]
     assert backfill["state"] == "cancelled" and backfill["admitted"] == 1
+    # The two it never admitted are counted; it admits no next one.
+    assert (backfill["remaining"], backfill["next"]) == (2, None)
     with pytest.raises(InvalidState, match="no backfill running"):
         await harness.schedules.cancel_backfill(schedule_id="hourly")
     rows = _by_origin(await harness.occurrences("hourly"))
