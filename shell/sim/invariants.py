@@ -127,6 +127,17 @@ class _Record:
     action: dict[str, Any] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """A trigger request, the lifecycle before it, and how long after it its
+    row was recorded, against the allowance in force then."""
+
+    record: _Record
+    fold: _Fold
+    late_s: float
+    allowance_s: float
+
+
 @dataclass(slots=True)
 class _Fold:
     """A schedule's lifecycle folded over the records before some instant."""
@@ -369,13 +380,21 @@ class InvariantChecker:
 
     def _trigger_request(
         self, where: str, records: Sequence[_Record], occurrence: _Occurrence
-    ) -> _Record | None:
-        """The trigger request a trigger's row names (None: a violation)."""
+    ) -> _Request | None:
+        """The trigger request a trigger's row names and the lifecycle as
+        `decide` found it there (None: a violation, reported)."""
         seq = occurrence.decision.get("request")
         request = next((r for r in records if r.seq == seq and r.kind == "triggered"), None)
         if request is None:
             self._fail(f"{where}: names no trigger request (request {seq})")
-        return request
+            return None
+        fold = self._fold_before_seq(records, request.seq)
+        if fold is None or fold.deleted:
+            self._fail(f"{where}: a trigger of a schedule that was deleted or not created")
+            return None
+        late = parse_instant(occurrence.decision["recorded_at"]) - request.at
+        allowance = self._definition(fold.definition).lateness_allowance_s
+        return _Request(request, fold, late.total_seconds(), allowance)
 
     def _check_trigger_skip(self, schedule_id: str, occurrence: _Occurrence) -> None:
         """Rule P: a trigger is recorded missed only when it was read past the
@@ -383,16 +402,10 @@ class InvariantChecker:
         when the request did not override it (or its preflight refused it)."""
         row = occurrence.decision
         where = f"{schedule_id} seq {occurrence.seq} ({row['instant']}, trigger)"
-        records = self._lifecycle(schedule_id)
-        request = self._trigger_request(where, records, occurrence)
-        if request is None:
+        found = self._trigger_request(where, self._lifecycle(schedule_id), occurrence)
+        if found is None:
             return
-        fold = self._fold_before_seq(records, request.seq)
-        if fold is None:
-            self._fail(f"{where}: a trigger of a schedule not created")
-            return
-        allowance = self._definition(fold.definition).lateness_allowance_s
-        late = (parse_instant(row["recorded_at"]) - request.at).total_seconds()
+        request, late, allowance = found.record, found.late_s, found.allowance_s
         if row["status"] == "skipped-misfire" and late <= allowance:
             self._fail(
                 f"{where}: recorded missed {late:g} s after its request (allowance {allowance:g} s)"
@@ -413,28 +426,22 @@ class InvariantChecker:
         deleted schedule."""
         row = occurrence.decision
         instant = occurrence.instant
-        recorded = parse_instant(row["recorded_at"])
-        request = self._trigger_request(where, records, occurrence)
-        if request is None:
+        found = self._trigger_request(where, records, occurrence)
+        if found is None:
             return
+        request, fold = found.record, found.fold
         occurrence.override = (request.action or {}).get("overlap")
         if not request.at <= instant < request.at + _TRIGGER_DRIFT:
             self._fail(f"{where}: not at its request's moment {format_instant(request.at)}")
-        fold = self._fold_before_seq(records, request.seq)
-        if fold is None or fold.deleted:
-            self._fail(f"{where}: a trigger of a schedule that was deleted or not created")
-            return
         if row.get("revision") != fold.revision:
             self._fail(
                 f"{where}: admitted at revision {row.get('revision')}; the request was made"
                 f" at revision {fold.revision}"
             )
-        definition = self._definition(fold.definition)
-        late = (recorded - request.at).total_seconds()
-        if late > definition.lateness_allowance_s:
+        if found.late_s > found.allowance_s:
             self._fail(
-                f"{where}: run {late:g} s after its request, past the allowance"
-                f" {definition.lateness_allowance_s:g} s"
+                f"{where}: run {found.late_s:g} s after its request, past the allowance"
+                f" {found.allowance_s:g} s"
             )
         if self._trigger(fold.definition).next_after(instant - _TICK) == instant:
             self._fail(f"{where}: a trigger took the place of a calendar instant")
