@@ -36,7 +36,7 @@ class NumberTable:
 
     @classmethod
     def from_columns(
-        cls, typecodes: str, present: bytearray, columns: Sequence[bytes]
+        cls, typecodes: str, present: bytearray, columns: Sequence[bytes | memoryview]
     ) -> NumberTable:
         """A table with no far numbers from its arrays' bytes (`export`): a
         start takes a million rows in a few copies, not a million calls.
@@ -75,12 +75,23 @@ class NumberTable:
                 return True
         return any(row[index] == value for row in self._far.values())
 
+    def reserve(self, size: int) -> None:
+        """Grow the arrays to hold every number below `size` (a table begun
+        empty beside one of that many rows keeps no number apart)."""
+        if size > len(self._present):
+            self._extend_to(size - 1, anyway=True)
+
     def column_bytes(self, index: int) -> bytes:
         """Column `index` of the arrays' rows, by number (0 where no row)."""
         return self._columns[index].tobytes()
 
     def __len__(self) -> int:
         return self._count
+
+    @property
+    def reach(self) -> int:
+        """How many numbers the arrays hold (rows or not)."""
+        return len(self._present)
 
     def __contains__(self, number: object) -> bool:
         if type(number) is not int or number < 0:
@@ -149,11 +160,11 @@ class NumberTable:
             number = present.find(1, number + 1)
         yield from self._far.items()
 
-    def _extend_to(self, number: int) -> bool:
+    def _extend_to(self, number: int, *, anyway: bool = False) -> bool:
         """Grow the arrays to hold `number` (doubling); False when it is too
-        far past their end."""
+        far past their end (unless `anyway`)."""
         size = len(self._present)
-        if number >= size + _DENSE_REACH + size:
+        if number >= size + _DENSE_REACH + size and not anyway:
             return False
         grown = max(number + 1, 2 * size, 1024)
         extra = grown - size

@@ -188,10 +188,12 @@ class RunPersistence(Protocol):
         can be): its JSON (`raw`), or `error` saying why it is unreadable."""
         ...
 
-    def reread_payloads(self, numbers: Sequence[int]) -> list[bytes | None]:
-        """`reread` for many runs at once, keeping only what a listing needs:
-        each run's record JSON, or None for one unreadable now (`reread`
-        says why). A start with no checkpoint to go by lists every run kept."""
+    def reread_origins(self, numbers: Sequence[int]) -> list[Any]:
+        """For runs `rereads` answers yes for, keeping only what a listing of
+        claims needs: each run's origin as its record holds it, or
+        `run_claims.UNKNOWN_ORIGIN` where it is not at hand (a record
+        unreadable now, which `reread` says why). A start with no checkpoint
+        to go by lists every run kept."""
         ...
 
     def close(self) -> None:

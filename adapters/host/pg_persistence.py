@@ -325,7 +325,7 @@ class PgRuns:
     def reread(self, number: int) -> Stored[int | None]:
         raise RuntimeError("rows of wf_runs are not read again synchronously (see `rereads`)")
 
-    def reread_payloads(self, numbers: Sequence[int]) -> list[bytes | None]:
+    def reread_origins(self, numbers: Sequence[int]) -> list[Any]:
         raise RuntimeError("rows of wf_runs are not read again synchronously (see `rereads`)")
 
     def finished_codes(self) -> bytes:

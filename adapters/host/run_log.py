@@ -49,7 +49,9 @@ status its record begins with (`records.finished_status`), unparsed.
 write after a long scan, the log writes where each run's last frame lies
 (`run_log_index.py`); a start takes that and scans only what was written
 since. A start's claims check asks which runs were written after a
-position (`position`, `written_since`).
+position (`position`, `written_since`), or, with no checkpoint to go by,
+every run's origin (`reread_origins`): the log keeps each run's origin
+once it wrote or read a record of it (`run_claims.py`), in the index too.
 
 **Compaction.** A segment other than the active one whose frames are mostly
 superseded (`COMPACT_DEAD_RATIO`) has its live frames copied, checked, to the
@@ -88,6 +90,7 @@ from .identifiers import format_run_id, parse_run_id
 from .number_table import NumberTable
 from .persistence import Stored
 from .records import FINISHED_CODE, RunRecord, finished_status, record_json
+from .run_claims import UNKNOWN_ORIGIN, ClaimTable, origin_in_json
 from .run_log_index import INDEX_COLUMNS, INDEX_FILE, RunLogIndex, read_index, write_index
 from .storage import is_temp_file, read_json
 
@@ -278,6 +281,11 @@ class FileRunLog:
         self.legacy_dir = root / LEGACY_DIR
         # run number -> (segment, offset, frame size, finished code) of its last frame
         self._latest = NumberTable(INDEX_COLUMNS)
+        # run number -> its origin, once a record of it was written or read
+        self._claims = ClaimTable()
+        # (run number, origin) of the runs created since the claims were
+        # last brought up to date (`_claims_now`).
+        self._unclaimed: list[tuple[int, Any]] = []
         self._live: dict[int, int] = {}  # segment -> bytes of last frames
         self._size: dict[int, int] = {}  # segment -> bytes
         self._damaged_segments: set[int] = set()
@@ -377,6 +385,8 @@ class FileRunLog:
         last, contents, findings = self._scan(index.sizes if index is not None else {})
         if index is None:
             self._latest = NumberTable(INDEX_COLUMNS)
+            self._claims = ClaimTable()
+            self._unclaimed = []
             self._live = {}
         else:
             for segment, covered in index.sizes.items():
@@ -389,6 +399,9 @@ class FileRunLog:
                     _unmap(contents)
                     return None
             self._latest = index.places
+            self._claims = index.claims
+            self._claims.reserve(index.places.reach)
+            self._unclaimed = []
             self._live = {s: live for s, live in index.live.items() if s in self._size}
         # Every run placed before the first is yielded: the store writes as
         # it takes them (recovery fails an abandoned run), and a write
@@ -563,20 +576,34 @@ class FileRunLog:
             ),
         )
 
-    def reread_payloads(self, numbers: Sequence[int]) -> list[bytes | None]:
-        """`reread` for many runs, each frame checked as there, without the
-        `Stored` and the location text each of its answers builds: a start
-        with no checkpoint lists every run kept, and paid for those."""
-        found: list[bytes | None] = []
+    def reread_origins(self, numbers: Sequence[int]) -> list[Any]:
+        """Each run's origin: the one the log keeps (`run_claims.py`), else
+        its last frame's, read again and checked as `reread` checks it (and
+        then kept); `UNKNOWN_ORIGIN` for a frame unreadable now or holding
+        an origin not where a record's JSON puts it. A start with no
+        checkpoint lists every run kept."""
+        claims = self._claims_now()
+        found: list[Any] = []
         for number in numbers:
-            segment, offset, size, _ = self._place_of(number)
-            try:
-                data = self._read_at(segment, offset, size)
-            except OSError:
-                found.append(None)
-                continue
-            found.append(_intact_payload(data, number, size))
+            origin = claims.origin(number)
+            if origin is UNKNOWN_ORIGIN:
+                origin = self._origin_read(number)
+            found.append(origin)
         return found
+
+    def _origin_read(self, number: int) -> Any:
+        segment, offset, size, _ = self._place_of(number)
+        try:
+            data = self._read_at(segment, offset, size)
+        except OSError:
+            return UNKNOWN_ORIGIN
+        payload = _intact_payload(data, number, size)
+        if payload is None:
+            return UNKNOWN_ORIGIN
+        origin = origin_in_json(payload)
+        if origin is not UNKNOWN_ORIGIN:
+            self._claims.learn(number, origin)
+        return origin
 
     def _place_of(self, number: int) -> tuple[int, ...]:
         place = self._latest.get(number)
@@ -618,12 +645,12 @@ class FileRunLog:
         return numbers
 
     async def write(self, record: RunRecord, *, created: bool) -> bytes | None:
-        return self.append([record])[0]
+        return self.append([record], created={record.run_id} if created else frozenset())[0]
 
     async def write_many(
         self, records: Sequence[RunRecord], *, created: AbstractSet[str]
     ) -> Sequence[bytes] | None:
-        return self.append(records)
+        return self.append(records, created=created)
 
     def stages_into(self, batch: object) -> bool:
         # Only a journaled batch of this very store, on the disk the log is
@@ -674,6 +701,7 @@ class FileRunLog:
             self._staged = False
             self._end = self._placed(frames, segment, start)
             self._size[segment] = self._end
+            self._learn(frames, records)
             written()
 
         def aborted() -> None:
@@ -768,16 +796,47 @@ class FileRunLog:
         self._size[segment] = self._end
         return start
 
-    def append(self, records: Sequence[RunRecord]) -> list[bytes]:
+    def append(
+        self, records: Sequence[RunRecord], *, created: AbstractSet[str] = frozenset()
+    ) -> list[bytes]:
         """Append the records' frames with one write and one flush; then they
-        are the runs' records. Answers their JSON, in order."""
+        are the runs' records (`created`: the ids of those that are a run's
+        first, whose origins the log keeps). Answers their JSON, in order."""
         payloads = [record_json(record) for record in records]
         frames = [
             _frame_of(record, payload) for record, payload in zip(records, payloads, strict=True)
         ]
         self._placed_in_active(frames, self._write(b"".join(frame for _, frame, _ in frames)))
+        if created:
+            self._learn(frames, records, created)
         self.compact()
         return payloads
+
+    def _learn(
+        self,
+        frames: Sequence[_Written],
+        records: Sequence[RunRecord],
+        created: AbstractSet[str] | None = None,
+    ) -> None:
+        """Keep the origins of the runs whose first frames these are (all of
+        them without `created`): an origin never changes, so one look per
+        run, not one per frame. Set aside, and taken into the table when it
+        is read or written (`_claims_now`): a run's creation is on the
+        scheduler's path, and the table is read at a start's listing only."""
+        self._unclaimed += [
+            (number, record.origin)
+            for (number, _, _), record in zip(frames, records, strict=True)
+            if created is None or record.run_id in created
+        ]
+
+    def _claims_now(self) -> ClaimTable:
+        """The claims, with those of the runs created since taken in."""
+        claims = self._claims
+        if self._unclaimed:
+            for number, origin in self._unclaimed:
+                claims.learn(number, origin)
+            self._unclaimed = []
+        return claims
 
     def _placed_in_active(self, frames: Sequence[_Written], start: int) -> None:
         assert self._active is not None
@@ -865,11 +924,14 @@ class FileRunLog:
         was found (the next start then scans, and reports it again); a
         failure costs the next start a scan, nothing else."""
         self._unindexed = 0
+        # Taken in even when no index is written: what waits is bounded by
+        # the segment's roll, which comes here.
+        claims = self._claims_now()
         if self._damaged_segments or not self._size:
             return
         try:
             check_fence(self.root / INDEX_FILE)
-            write_index(self.root, self._latest, self._size, self._live, disk=self._disk)
+            write_index(self.root, self._latest, claims, self._size, self._live, disk=self._disk)
         except StoreFenced:
             return  # a fenced process writes nothing: the next start scans
         except OSError as exc:

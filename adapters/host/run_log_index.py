@@ -9,8 +9,10 @@ segment, and at the first write after a load that scanned a segment's
 worth (so that a store whose every start follows a crash gets one too;
 never at a load, which may be a reader's): per run number, the place of
 its last frame (segment, offset, size) and its finished status's code (0:
-not finished), as the arrays the log keeps them in, and the size of every
-segment it covered. A start takes the
+not finished), as the arrays the log keeps them in, the runs' claims the
+log knows (`run_claims.py`: a start with no checkpoint lists them without
+reading every record again), and the size of every segment it covered. A
+start takes the
 arrays as they are, and scans only what was written since: the bytes past
 each covered segment's size, and every segment not covered.
 
@@ -36,8 +38,11 @@ again.
 
 The file: a header line of JSON (format, the body's checksum, the row
 count, each array's item size, the covered segments' sizes and live bytes,
-the unfinished runs' numbers), then the presence bytes and each column's
-bytes. Written atomically; never trusted unchecked.
+the unfinished runs' numbers, the claims' row count and schedule ids), then
+the presence bytes and each column's bytes of the places, then the same of
+the claims. Written atomically; never trusted unchecked. An index of the
+first format (no claims) is read as one that knows no claim: the listing
+reads those runs' records, and learns their claims for the next index.
 """
 
 from __future__ import annotations
@@ -52,14 +57,16 @@ from typing import Any, Final
 
 from shell.disk import OS_DISK, Disk
 from shell.durable import atomic_write_bytes
-from shell.store_format import read_file
 
 from .number_table import NumberTable
+from .run_claims import CLAIM_COLUMNS, ClaimTable
 
 __all__ = ["INDEX_COLUMNS", "INDEX_FILE", "RunLogIndex", "read_index", "write_index"]
 
 INDEX_FILE: Final = "run-log.index"
-_FORMAT: Final = "wf-run-log-index/1"
+_FORMAT: Final = "wf-run-log-index/2"
+# The first format: the same without the claims.
+_FORMAT_1: Final = "wf-run-log-index/1"
 # Segment, offset and size of a run's last frame, and its finished code.
 INDEX_COLUMNS: Final = "IQIB"
 # The codes a finished column may hold (`records.FINISHED_CODES`).
@@ -71,10 +78,11 @@ _IS_ZERO: Final = bytes([1] + [0] * 255)
 @dataclass(frozen=True, slots=True)
 class RunLogIndex:
     """What the log wrote: the places by run number, the bytes each covered
-    segment had and how many of them were live frames, and the runs not
-    finished."""
+    segment had and how many of them were live frames, the runs not
+    finished, and the claims it knew."""
 
     places: NumberTable
+    claims: ClaimTable
     sizes: dict[int, int]
     live: dict[int, int]
     unfinished: tuple[int, ...]
@@ -83,23 +91,26 @@ class RunLogIndex:
 def write_index(
     store_root: str | os.PathLike[str],
     places: NumberTable,
+    claims: ClaimTable,
     sizes: dict[int, int],
     live: dict[int, int],
     *,
     disk: Disk = OS_DISK,
 ) -> bool:
-    """Write the index of `places` (a table of `INDEX_COLUMNS`) atomically;
-    False when the table cannot be exported (a number kept apart)."""
+    """Write the index of `places` (a table of `INDEX_COLUMNS`) and `claims`
+    atomically; False when the places cannot be exported (a number kept
+    apart)."""
     exported = places.export()
     if exported is None:
         return False
     present, columns = exported
+    claimed = claims.export() or (b"", tuple(b"" for _ in CLAIM_COLUMNS), [])
     # Present with a code of 0, by bytes: a pass in C, not a step per run.
     unset = columns[3].translate(_IS_ZERO)
     rows = len(present)
     both = int.from_bytes(present, "little") & int.from_bytes(unset, "little")
     unfinished = list(itertools.compress(range(rows), both.to_bytes(rows, "little")))
-    body = present + b"".join(columns)
+    body = b"".join((present, *columns, claimed[0], *claimed[1]))
     header = {
         "format": _FORMAT,
         "crc32": zlib.crc32(body),
@@ -108,6 +119,11 @@ def write_index(
         "sizes": {str(segment): size for segment, size in sorted(sizes.items())},
         "live": {str(segment): size for segment, size in sorted(live.items())},
         "unfinished": unfinished,
+        "claims": {
+            "rows": len(claimed[0]),
+            "item_sizes": [array(code).itemsize for code in CLAIM_COLUMNS],
+            "schedule_ids": claimed[2],
+        },
     }
     data = json.dumps(header, separators=(",", ":")).encode() + b"\n" + body
     atomic_write_bytes(os.path.join(store_root, INDEX_FILE), data, disk=disk)
@@ -119,9 +135,15 @@ def read_index(
 ) -> RunLogIndex | str | None:
     """The index left by the last clean close; None when there is none, and
     the reason when it cannot be trusted."""
-    data = read_file(os.path.join(store_root, INDEX_FILE), disk=disk)
-    if data is None:
+    try:
+        file = disk.open(os.path.join(store_root, INDEX_FILE))
+    except FileNotFoundError:
         return None
+    try:
+        # One read of the whole file: tens of megabytes at a million runs.
+        data = file.read_at(file.size(), 0)
+    finally:
+        file.close()
     try:
         return _parse(data)
     except (ValueError, TypeError, KeyError) as exc:
@@ -129,38 +151,66 @@ def read_index(
 
 
 def _parse(data: bytes) -> RunLogIndex:
-    header_line, newline, body = data.partition(b"\n")
-    if not newline:
+    end_of_header = data.find(b"\n")
+    if end_of_header < 0:
         raise ValueError("no header line")
-    header: dict[str, Any] = json.loads(header_line)
-    if header.get("format") != _FORMAT:
-        raise ValueError(f"unknown format (this version reads {_FORMAT})")
+    header: dict[str, Any] = json.loads(data[:end_of_header])
+    # Views, not copies: the columns are copied once, into their arrays.
+    body = memoryview(data)[end_of_header + 1 :]
+    format_ = header.get("format")
+    if format_ not in (_FORMAT, _FORMAT_1):
+        raise ValueError(f"unknown format (this version reads {_FORMAT} and {_FORMAT_1})")
     if zlib.crc32(body) != header["crc32"]:
         raise ValueError("its body fails its checksum")
     rows = header["rows"]
     item_sizes = [array(code).itemsize for code in INDEX_COLUMNS]
     if type(rows) is not int or rows < 0 or header["item_sizes"] != item_sizes:
         raise ValueError("its arrays are not this machine's")
-    if len(body) != rows * (1 + sum(item_sizes)):
+    claims_rows, claim_sizes, schedule_ids = 0, [], []
+    if format_ == _FORMAT:
+        claims_header = header["claims"]
+        claims_rows = claims_header["rows"]
+        claim_sizes = [array(code).itemsize for code in CLAIM_COLUMNS]
+        schedule_ids = claims_header["schedule_ids"]
+        if type(claims_rows) is not int or claims_rows < 0:
+            raise ValueError("its claims have no row count")
+        if claims_header["item_sizes"] != claim_sizes:
+            raise ValueError("its claims' arrays are not this machine's")
+    expected = rows * (1 + sum(item_sizes)) + claims_rows * (1 + sum(claim_sizes))
+    if len(body) != expected:
         raise ValueError("its body is not as long as its rows")
-    present = bytearray(body[:rows])
-    columns: list[bytes] = []
-    start = rows
-    for size in item_sizes:
-        columns.append(body[start : start + rows * size])
-        start += rows * size
-    if columns[3].strip(_CODES):
+    present, columns, start = _columns(body, 0, rows, item_sizes)
+    if bytes(columns[3]).strip(_CODES):
         raise ValueError("a finished code is not one")
     places = NumberTable.from_columns(INDEX_COLUMNS, present, columns)
+    claims = ClaimTable()
+    if format_ == _FORMAT:
+        claimed, claim_columns, _ = _columns(body, start, claims_rows, claim_sizes)
+        claims = ClaimTable.from_columns(claimed, claim_columns, schedule_ids)
     unfinished = tuple(header["unfinished"])
     if not all(type(n) is int and 0 <= n < rows and present[n] for n in unfinished):
         raise ValueError("an unfinished run is not in the table")
     return RunLogIndex(
         places=places,
+        claims=claims,
         sizes=_segment_sizes(header["sizes"]),
         live=_segment_sizes(header["live"]),
         unfinished=unfinished,
     )
+
+
+def _columns(
+    body: memoryview, start: int, rows: int, item_sizes: list[int]
+) -> tuple[bytearray, list[memoryview], int]:
+    """The presence bytes and each column's bytes of a table of `rows` at
+    `start` in `body`, and where the table ends."""
+    present = bytearray(body[start : start + rows])
+    columns: list[memoryview] = []
+    start += rows
+    for size in item_sizes:
+        columns.append(body[start : start + rows * size])
+        start += rows * size
+    return present, columns, start
 
 
 def _segment_sizes(value: Any) -> dict[int, int]:

@@ -50,6 +50,7 @@ from .persistence import (
 from .records import STOP_STATUSES, RunRecord, check_consistency, schedule_id_of
 from .recovery import recover_record
 from .run_cache import RunCache
+from .run_claims import UNKNOWN_ORIGIN
 
 __all__ = ["MAX_PAGE", "NEWEST_SCAN", "RunStore", "check_run_id"]
 
@@ -326,10 +327,11 @@ class RunStore:
     ) -> tuple[list[tuple[str, str, Any]], str | None]:
         """The page `fetch_page(None, cursor, limit)` gives, each run as its id,
         status and origin. A finished run the persistence reads again
-        (`rereads`) is taken from its frame (checksum checked) by its origin
-        alone, not parsed and checked whole: a start without a checkpoint to
-        go by lists every run kept, and its record is checked when it is
-        read. Anything but the record's usual beginning is read whole."""
+        (`rereads`) is taken by its origin alone (`reread_origins`: the one
+        the run log keeps, else its frame's), not parsed and checked whole:
+        a start without a checkpoint to go by lists every run kept, and its
+        record is checked when it is read. An origin not at hand so (a
+        record unreadable now) is read whole."""
         if self._shared is not None:
             records, next_cursor = await self.fetch_page(None, cursor, limit, False)
             return [(r.run_id, r.status, r.origin) for r in records], next_cursor
@@ -341,10 +343,9 @@ class RunStore:
         reread_status = self._records.reread_status
         finished = {number: status for number in chosen if (status := reread_status(number))}
         taken: dict[int, tuple[str, str, Any]] = {}
-        payloads = self._persistence.reread_payloads(list(finished))
-        for (number, status), raw in zip(finished.items(), payloads, strict=True):
-            origin = _UNKNOWN if raw is None else _origin_in(raw)
-            if origin is not _UNKNOWN:
+        origins = self._persistence.reread_origins(list(finished))
+        for (number, status), origin in zip(finished.items(), origins, strict=True):
+            if origin is not UNKNOWN_ORIGIN:
                 taken[number] = (format_run_id(number), status, origin)
         claims: list[tuple[str, str, Any]] = []
         for number in chosen:
@@ -745,34 +746,6 @@ class RunStore:
 
     def broken(self) -> list[dict[str, Any]]:
         return [dict(self._broken[n]) for n in sorted(self._broken)]
-
-
-# An origin `_origin_in` could not take from a frame's beginning.
-_UNKNOWN: Final = object()
-_DECODE: Final = json.JSONDecoder().raw_decode
-
-
-def _origin_in(raw: bytes) -> Any:
-    """The origin a run record's JSON holds, taken from where `record_json`
-    puts it (after the format, id and status, before the snapshot), or
-    `_UNKNOWN`. The text between `"origin":` and the first `,"snapshot":`
-    after it is the origin only when it parses as one JSON value: a key of
-    that name inside the origin leaves an object unclosed there."""
-    start = raw.find(b',"origin":')
-    end = raw.find(b',"snapshot":', start)
-    if start < 0 or end < 0:
-        return _UNKNOWN
-    try:
-        text = raw[start + len(b',"origin":') : end].decode()
-        # The decoder itself: `json.loads` would guess the bytes' encoding
-        # and look for whitespace around the value, which `record_json`
-        # never writes (any there leaves the text unread: `_UNKNOWN`).
-        origin, used = _DECODE(text)
-    except ValueError:
-        return _UNKNOWN
-    if used != len(text):
-        return _UNKNOWN
-    return origin if origin is None or isinstance(origin, dict) else _UNKNOWN
 
 
 def _parse(stored: Stored[int | None]) -> RunRecord:
