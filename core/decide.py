@@ -15,7 +15,8 @@ names the letter where it applies a rule (`# rule C: ...`).
 
 One call runs five phases, in order:
 
-1. Clock. `now` is clamped to the newest `now` seen before (rule L).
+1. Clock. A `now` older than the last call's is a step back, logged once
+   (rule L); the call decides as of it, on the wall clock.
 2. Events, in order. A lifecycle event (created, updated, paused, resumed,
    deleted) carries `at`: the schedule is first settled up to
    `min(at, now)` (lateness still measured against `now`), then the change
@@ -92,7 +93,11 @@ K. Lifecycle changes land where they were made. An update moves the
    delete applied after the moment it was made (replayed at startup)
    decides the instants before it as missed, never as admitted.
 L. Clock. A step backwards is logged once (`LogWarning`) and never replays
-   anything.
+   anything: each schedule decides only instants after its watermark, on the
+   wall clock. An instant already decided is never decided again; one the
+   clock passes again for the first time (a schedule created, updated or
+   resumed while behind) is decided when the wall clock reaches it, as a
+   restart on a clock behind always did.
 M. Crash repair. `PersistRuntime` follows the rows it depends on, so at
    recovery the effective watermark is the newest of the persisted one, the
    newest decision row, creation, last update and last resume, and a held
@@ -338,7 +343,7 @@ class _Decider:
     the methods below come in that order.
     """
 
-    # --- phase 1: start the call, clamp the clock (rule L) --------------------
+    # --- phase 1: start the call, note a step back (rule L) -------------------
 
     def __init__(self, state: SchedulerState, now: datetime) -> None:
         self.given_state = state
@@ -356,24 +361,20 @@ class _Decider:
         # Held candidates that were themselves missed during this call.
         self.missed_held: dict[str, datetime] = {}
         self.commands: list[Command] = []
-        self.clock_behind = False
-        # The wall clock's reading, stepped back or not: how long ago a
-        # request was made is measured on the clock that stamped it.
-        self.wall_now = now
         last = state.last_now
-        # rule L: deciding as of an older `now` would replay decided instants.
+        # rule L: the watermarks alone keep a step back from replaying
+        # anything. Deciding as of the newest time seen instead (as this call
+        # once did) decided the instants of a schedule created while behind
+        # as missed, before the wall clock reached them.
         if last is not None and now < last:
-            if not state.clock_behind:
-                self.commands.append(
-                    LogWarning(
-                        message=(
-                            f"clock stepped back from {_iso(last)} to {_iso(now)}; "
-                            f"deciding as of {_iso(last)} until it catches up"
-                        )
+            self.commands.append(
+                LogWarning(
+                    message=(
+                        f"clock stepped back from {_iso(last)} to {_iso(now)}; instants"
+                        " decided already are not decided again"
                     )
                 )
-            self.clock_behind = True
-            now = last
+            )
         self.now = now
         # Schedule -> position among this call's events of its last late pause
         # or delete, and the position of the event being applied.
@@ -522,10 +523,9 @@ class _Decider:
         if request is not None:
             draft.last_trigger_request = request
         schedule_id = draft.schedule_id
-        # rule P with rule L: on the wall clock, not as of the newest time seen
-        # (a request made while the clock is stepped back was not made late);
-        # one stamped before a step back is as old as the clock says: no age.
-        late = max(self.wall_now - at, _NO_TIME)
+        # rule P with rule L: a request stamped before a step back is as old
+        # as the clock says: no age.
+        late = max(self.now - at, _NO_TIME)
         refusal = overlap_refusal(len(draft.active), draft.limit, overlap)
         if late > draft.allowance:
             # rule P with rule K: a request read after the schedule's allowance
@@ -1177,7 +1177,6 @@ class _Decider:
             schedules=schedules,
             slots_in_use=self.slots_in_use,
             last_now=self.now,
-            clock_behind=self.clock_behind,
             due_index=self.due_index.freeze(),
             due_live=self.due_live,
             slot_queue=self.slot_queue.freeze(),

@@ -92,7 +92,8 @@ class Backfill:
     how many the plan held, `admitted` how many of them were admitted.
     `already_admitted` and `left_to_calendar` count the instants of the range
     the plan left out (see the module docstring). `ended_at` is when the last
-    planned instant was admitted or the backfill was cancelled.
+    planned instant was admitted or the backfill was cancelled, never before
+    its request: a clock stepped back since the request may read earlier.
     """
 
     start: datetime
@@ -115,12 +116,11 @@ class Backfill:
             remaining=remaining,
             admitted=self.admitted + 1,
             state="running" if remaining else "done",
-            ended_at=None if remaining else now,
+            ended_at=None if remaining else max(now, self.requested_at),
         )
 
     def cancelled(self, at: datetime) -> Backfill:
-        """This backfill ended by a cancel or a delete made at `at`; never
-        before its request (a clock stepped back since may stamp one so)."""
+        """This backfill ended by a cancel or a delete made at `at`."""
         return replace(self, state="cancelled", ended_at=max(at, self.requested_at))
 
     def without(self, decided: Collection[datetime], found_at: datetime) -> Backfill:
@@ -139,7 +139,7 @@ class Backfill:
             remaining=remaining,
             admitted=self.admitted + done,
             state="done" if finished else self.state,
-            ended_at=found_at if finished else self.ended_at,
+            ended_at=max(found_at, self.requested_at) if finished else self.ended_at,
         )
 
 

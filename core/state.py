@@ -2,8 +2,8 @@
 
 A `SchedulerState` holds one `ScheduleState` per schedule ever created (deleted
 ones included: their runs are tracked to the end and their ids are never
-reused), the execution-slot bound and count, the last `now` seen (for the
-clock clamp), and two persistent indexes that keep `decide` from scanning
+reused), the execution-slot bound and count, the last `now` seen (a step
+back is one older than it), and two persistent indexes that keep `decide` from scanning
 every schedule:
 
 - the due index: `(due instant, schedule_id)` for every schedule that will
@@ -201,10 +201,8 @@ class SchedulerState:
     schedules: PMap[str, ScheduleState]
     # Scheduled runs that hold an execution slot (admitted or running, first run).
     slots_in_use: int
-    # The newest `now` decide has used; an older `now` is clamped to it.
+    # The `now` of the last `decide` call (an older one is a step back).
     last_now: datetime | None
-    # True while the clock is behind `last_now` (one warning per step back).
-    clock_behind: bool
     due_index: KeyHeap
     due_live: int
     slot_queue: KeyHeap
@@ -250,7 +248,6 @@ def initial_state(*, max_concurrent_runs: int) -> SchedulerState:
         schedules=pmap(),
         slots_in_use=0,
         last_now=None,
-        clock_behind=False,
         due_index=KeyHeap(),
         due_live=0,
         slot_queue=KeyHeap(),

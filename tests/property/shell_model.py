@@ -168,6 +168,10 @@ class ShellModel:
     admissions: list[tuple[str, datetime]] = field(default_factory=list)
     # The last seq given to a trigger request (the lifecycle log numbers them).
     request_seq: int = 0
+    # By `id` of a lifecycle event: its schedule's watermark when decide last
+    # took it. A clock stepped back stamps a change before instants decided
+    # already, and a change lands after them (rule L).
+    watermarks_before: dict[int, datetime] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.state = initial_state(max_concurrent_runs=self.capacity)
@@ -244,6 +248,16 @@ class ShellModel:
     def _decide(self, now: datetime, events: Sequence[Event]) -> tuple[Command, ...]:
         if self.observer is not None:
             self.observer(self.state, now, events)
+        for event in events:
+            if isinstance(event, SchedulePaused | ScheduleDeleted | ScheduleUpdated):
+                sid = (
+                    event.definition.schedule_id
+                    if isinstance(event, ScheduleUpdated)
+                    else event.schedule_id
+                )
+                known = self.state.schedules.get(sid)
+                if known is not None:
+                    self.watermarks_before[id(event)] = known.watermark
         self.state, commands = decide(self.state, now, events)
         return commands
 

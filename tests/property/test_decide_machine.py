@@ -14,6 +14,10 @@ preflight failures, crashes and restarts, and checks after every step:
   consistent, everything due settled);
 - decide never mutates its inputs and the same inputs give the same outputs.
 
+Every event is stamped by the machine's clock, stepped back or not, as the
+shell stamps it with its own: a schedule created, edited or resumed while the
+clock is behind (rule L).
+
 Operators trigger schedules and backfill past ranges (cancelling some) in
 between: no instant of a schedule is ever admitted twice, whatever opened
 it; a backfill only admits calendar instants; every trigger and backfill
@@ -25,7 +29,7 @@ overlap limit.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -72,8 +76,13 @@ class Span:
         return self.start < instant and (self.end is None or instant <= self.end)
 
 
-def spans(delivered: Sequence[Event]) -> dict[str, list[Span]]:
-    """The live spans of every schedule, from the lifecycle decide has seen."""
+def spans(
+    delivered: Sequence[Event], watermarks_before: Mapping[int, datetime]
+) -> dict[str, list[Span]]:
+    """The live spans of every schedule, from the lifecycle decide has seen.
+    A span ends where its change landed: at the change, or after the
+    instants decided before it when a clock stepped back stamped the change
+    earlier (`ShellModel.watermarks_before`)."""
     result: dict[str, list[Span]] = {}
     triggers: dict[str, CompiledTrigger] = {}
     paused: set[str] = set()
@@ -91,15 +100,16 @@ def spans(delivered: Sequence[Event]) -> dict[str, list[Span]]:
         )  # type: ignore[attr-defined]
         live = result[sid]
         is_open = live and live[-1].end is None
+        landed = max(event.at, watermarks_before.get(id(event), event.at))  # type: ignore[attr-defined]
         if isinstance(event, ScheduleUpdated):
             triggers[sid] = compile_trigger(event.definition.trigger)
             if is_open:
-                live[-1].end = max(event.at, live[-1].start)
+                live[-1].end = max(landed, live[-1].start)
                 live.append(Span(live[-1].end, None, triggers[sid]))
         elif isinstance(event, SchedulePaused) and sid not in paused:
             paused.add(sid)
             if is_open:
-                live[-1].end = max(event.at, live[-1].start)
+                live[-1].end = max(landed, live[-1].start)
         elif isinstance(event, ScheduleResumed) and sid in paused:
             paused.discard(sid)
             if sid not in deleted:
@@ -107,7 +117,7 @@ def spans(delivered: Sequence[Event]) -> dict[str, list[Span]]:
         elif isinstance(event, ScheduleDeleted) and sid not in deleted:
             deleted.add(sid)
             if is_open:
-                live[-1].end = max(event.at, live[-1].start)
+                live[-1].end = max(landed, live[-1].start)
     return result
 
 
@@ -130,7 +140,7 @@ class HistoryChecker:
         self.open: set[tuple[str, datetime]] = set()
 
     def check(self) -> None:
-        live = spans(self.model.delivered)
+        live = spans(self.model.delivered, self.model.watermarks_before)
         for sid, sid_spans in live.items():
             self.triggers[sid] = [span.trigger for span in sid_spans]
         rows = self.model.rows
@@ -228,7 +238,6 @@ class DecideMachine(RuleBasedStateMachine):
         super().__init__()
         self.model = ShellModel(capacity=2, observer=self.observe)
         self.clock = BASE
-        self.high = BASE
         self.checker = HistoryChecker(self.model)
         self.counter = 0
         # Schedules an operator's request with overlap="allow" was sent to.
@@ -265,16 +274,22 @@ class DecideMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def create(self, data: st.DataObject) -> None:
         self.counter += 1
-        definition = data.draw(definitions(f"s{self.counter}", self.high))
-        self.step([ScheduleCreated(definition=definition, at=self.high)])
+        definition = data.draw(definitions(f"s{self.counter}", self.clock))
+        self.step([ScheduleCreated(definition=definition, at=self.clock)])
 
     @rule(delta=clock_steps)
     def advance(self, delta: timedelta) -> None:
         self.clock += delta
-        self.high = max(self.high, self.clock)
         self.step()
 
-    @rule(delta=st.sampled_from([timedelta(seconds=5), timedelta(minutes=3)]))
+    # A few seconds of drift, and NTP correcting a clock that ran fast by
+    # most of an hour or more: instants the clock passes again, and (for a
+    # schedule created, edited or resumed then) instants it reaches first.
+    @rule(
+        delta=st.sampled_from(
+            [timedelta(seconds=5), timedelta(minutes=3), timedelta(minutes=40), timedelta(hours=2)]
+        )
+    )
     def clock_steps_back(self, delta: timedelta) -> None:
         self.clock -= delta
         self.step()
@@ -301,17 +316,17 @@ class DecideMachine(RuleBasedStateMachine):
         sid = data.draw(st.sampled_from(ids))
         event: Event
         if kind == "pause":
-            event = SchedulePaused(schedule_id=sid, at=self.high)
+            event = SchedulePaused(schedule_id=sid, at=self.clock)
         elif kind == "resume":
-            event = ScheduleResumed(schedule_id=sid, at=self.high)
+            event = ScheduleResumed(schedule_id=sid, at=self.clock)
         elif kind == "delete":
-            event = ScheduleDeleted(schedule_id=sid, at=self.high)
+            event = ScheduleDeleted(schedule_id=sid, at=self.clock)
         else:
             stored = self.model.schedules[sid]
             event = ScheduleUpdated(
-                definition=data.draw(definitions(sid, self.high)),
+                definition=data.draw(definitions(sid, self.clock)),
                 revision=stored.revision + 1,
-                at=self.high,
+                at=self.clock,
             )
         self.step([event])
 
@@ -324,7 +339,7 @@ class DecideMachine(RuleBasedStateMachine):
         if allow:
             self.allowed.add(sid)
         self.step(
-            [ScheduleTriggered(schedule_id=sid, at=self.high, overlap="allow" if allow else None)]
+            [ScheduleTriggered(schedule_id=sid, at=self.clock, overlap="allow" if allow else None)]
         )
 
     @rule(
@@ -342,14 +357,14 @@ class DecideMachine(RuleBasedStateMachine):
             return  # the API refuses a second one
         if allow:
             self.allowed.add(sid)
-        start = self.high - back - timedelta(hours=2)
+        start = self.clock - back - timedelta(hours=2)
         self.step(
             [
                 BackfillRequested(
                     schedule_id=sid,
-                    at=self.high,
+                    at=self.clock,
                     start=start,
-                    end=self.high,
+                    end=self.clock,
                     overlap="allow" if allow else None,
                 )
             ]
@@ -360,7 +375,7 @@ class DecideMachine(RuleBasedStateMachine):
         ids = self.live_ids()
         if ids:
             sid = data.draw(st.sampled_from(ids))
-            self.step([BackfillCancelled(schedule_id=sid, at=self.high)])
+            self.step([BackfillCancelled(schedule_id=sid, at=self.clock)])
 
     @rule(capacity=st.integers(1, 3))
     def capacity(self, capacity: int) -> None:
@@ -394,15 +409,13 @@ class DecideMachine(RuleBasedStateMachine):
         if crash_after is not None:
             # The process dies while carrying out a step's commands.
             self.clock += delta
-            self.high = max(self.high, self.clock)
             events: list[Event] = []
             if pause_first and ids:
                 events.append(
-                    SchedulePaused(schedule_id=data.draw(st.sampled_from(ids)), at=self.high)
+                    SchedulePaused(schedule_id=data.draw(st.sampled_from(ids)), at=self.clock)
                 )
             self.model.step(self.clock, events, crash_after=crash_after, partial=partial)  # type: ignore[arg-type]
         self.clock += timedelta(minutes=2)
-        self.high = max(self.high, self.clock)
         contradicted = {}
         if corrupt and ids:
             contradicted[data.draw(st.sampled_from(ids))] = ("history.jsonl", "line 9", "backwards")

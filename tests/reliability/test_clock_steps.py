@@ -1,8 +1,8 @@
 """Clock steps: the wall clock jumps backwards and forwards under a running
 service (an NTP step), and across a restart. Nothing is replayed; instants a
 forward step skips over are decided by each schedule's misfire policy, as a
-downtime would be; a backward step is logged once and decided as of the
-newest time seen until the clock catches up."""
+downtime would be; a backward step is logged once, and each schedule decides
+only instants after its watermark, on the wall clock."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ async def test_a_step_back_replays_nothing_and_is_logged_once(
     assert await history(world) == decided
     stepped = [m for m in warnings(caplog) if STEPPED_BACK in m]
     assert len(stepped) == 1, stepped
-    assert "deciding as of 2026-03-02T11:00:30Z" in stepped[0]
+    assert "from 2026-03-02T11:00:30Z to 2026-03-02T09:30:00Z" in stepped[0]
 
     # Once the clock is past the newest time seen, scheduling goes on.
     await world.at(at(12))
@@ -213,16 +213,12 @@ async def test_small_steps_around_an_instant_admit_it_once(world: World) -> None
     assert (await runs_per_occurrence(world))[("skip", "10:00")] == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limitation (docs/reliability.md): while the clock is behind, decide works"
-    " as of the newest time seen, so a schedule created in that window has its instants"
-    " up to that time decided at once (a one-shot in the wall clock's future is recorded"
-    " skipped-misfire); fixing it means changing the clamp rule of core/decide.py",
-)
 async def test_a_schedule_created_while_the_clock_is_behind_fires_at_its_wall_time(
     world: World,
 ) -> None:
+    """Before 2026-12-07 the scheduler decided as of the newest time it had
+    seen until the clock caught up: this one-shot, 40 minutes ahead on the
+    wall clock, was recorded `skipped-misfire` at its creation."""
     await world.at(at(11, 0, 30))
     await world.at(at(9, 50))
     await world.schedules.create_schedule(
@@ -233,5 +229,84 @@ async def test_a_schedule_created_while_the_clock_is_behind_fires_at_its_wall_ti
     )
     await world.settle()
     assert await world.decided("later") == []
+    shown = await world.schedules.get_schedule(schedule_id="later")
+    assert shown["next_instant"] == "2026-03-02T10:30:00Z"
+    await world.at(at(10, 29, 59))
+    assert await world.decided("later") == []
     await world.at(at(10, 30))
     assert [r["status"] for r in await world.decided("later")] == ["completed"]
+    # The schedules decided before the step replay nothing meanwhile.
+    await world.at(at(11, 30))
+    assert set((await runs_per_occurrence(world)).values()) == {1}
+    assert [row[0] for row in (await history(world))["skip"]] == ["10:00", "11:00"]
+
+
+async def test_a_schedule_resumed_while_behind_fires_what_the_wall_clock_reaches_first(
+    world: World,
+) -> None:
+    """Paused before the step: an instant the clock reached while it was
+    paused is not decided again; the first one the wall clock reaches after
+    the resume that no decision covers runs on time, not as missed."""
+    await world.at(at(10, 0, 30))
+    await world.schedules.pause_schedule(schedule_id="skip")
+    await world.at(at(11, 0, 30))  # 11:00 passes while paused
+    await world.at(at(10, 20))  # NTP steps the clock back 40 minutes
+    await world.schedules.resume_schedule(schedule_id="skip")
+    await world.settle()
+    shown = await world.schedules.get_schedule(schedule_id="skip")
+    assert shown["next_instant"] == "2026-03-02T11:00:00Z"
+    await world.at(at(11))
+    await world.at(at(12))
+    rows = (await history(world))["skip"]
+    assert rows == [("10:00", "completed", 1), ("11:00", "completed", 1), ("12:00", "completed", 1)]
+    assert set((await runs_per_occurrence(world)).values()) == {1}
+
+
+async def test_a_schedule_edited_while_behind_fires_its_new_calendar_on_the_wall_clock(
+    world: World,
+) -> None:
+    """An edit lands after the instants decided already: the new calendar's
+    first instant after them runs when the wall clock reaches it, and none
+    decided before the step is decided again."""
+    await world.at(at(10))
+    await world.at(at(11, 0, 30))
+    await world.at(at(10, 10))  # NTP steps the clock back 50 minutes
+    current = await world.schedules.get_schedule(schedule_id="skip")
+    await world.schedules.update_schedule(
+        schedule_id="skip",
+        expected_revision=current["revision"],
+        trigger={"kind": "cron", "expression": "*/20 * * * *"},
+    )
+    await world.settle()
+    shown = await world.schedules.get_schedule(schedule_id="skip")
+    assert shown["next_instant"] == "2026-03-02T11:20:00Z"
+    for moment in (at(10, 20), at(10, 40), at(11), at(11, 20)):
+        await world.at(moment)
+    rows = (await history(world))["skip"]
+    assert rows == [("10:00", "completed", 1), ("11:00", "completed", 1), ("11:20", "completed", 1)]
+    assert set((await runs_per_occurrence(world)).values()) == {1}
+
+
+async def test_a_one_shot_created_while_behind_survives_a_restart_still_behind(
+    world: World,
+) -> None:
+    """What the stores say after a restart still behind: the one-shot made
+    on the stepped-back clock is still to come, and runs once at its time."""
+    await world.at(at(11, 0, 30))
+    await world.at(at(9, 50))
+    await world.schedules.create_schedule(
+        schedule_id="later",
+        deployment_id="report.default",
+        trigger={"kind": "oneshot", "at": at(10, 30).isoformat()},
+        inputs={"when": "later"},
+    )
+    await world.settle()
+    await world.shutdown()
+    await world.clock.set(at(10))
+    await world.boot()
+    await world.settle()
+    assert await world.decided("later") == []
+    await world.at(at(10, 30))
+    await world.at(at(11, 30))
+    assert [r["status"] for r in await world.decided("later")] == ["completed"]
+    assert set((await runs_per_occurrence(world)).values()) == {1}
