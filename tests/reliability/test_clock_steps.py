@@ -213,12 +213,9 @@ async def test_small_steps_around_an_instant_admit_it_once(world: World) -> None
     assert (await runs_per_occurrence(world))[("skip", "10:00")] == 1
 
 
-async def test_a_schedule_created_while_the_clock_is_behind_fires_at_its_wall_time(
-    world: World,
-) -> None:
-    """Before 2026-12-07 the scheduler decided as of the newest time it had
-    seen until the clock caught up: this one-shot, 40 minutes ahead on the
-    wall clock, was recorded `skipped-misfire` at its creation."""
+async def create_a_one_shot_while_behind(world: World) -> None:
+    """The clock at 11:00:30, then stepped back 70 minutes; on it, a one-shot
+    for 10:30, 40 minutes ahead on the wall clock."""
     await world.at(at(11, 0, 30))
     await world.at(at(9, 50))
     await world.schedules.create_schedule(
@@ -228,6 +225,15 @@ async def test_a_schedule_created_while_the_clock_is_behind_fires_at_its_wall_ti
         inputs={"when": "later"},
     )
     await world.settle()
+
+
+async def test_a_schedule_created_while_the_clock_is_behind_fires_at_its_wall_time(
+    world: World,
+) -> None:
+    """Before 2026-12-07 the scheduler decided as of the newest time it had
+    seen until the clock caught up: this one-shot, 40 minutes ahead on the
+    wall clock, was recorded `skipped-misfire` at its creation."""
+    await create_a_one_shot_while_behind(world)
     assert await world.decided("later") == []
     shown = await world.schedules.get_schedule(schedule_id="later")
     assert shown["next_instant"] == "2026-03-02T10:30:00Z"
@@ -292,15 +298,7 @@ async def test_a_one_shot_created_while_behind_survives_a_restart_still_behind(
 ) -> None:
     """What the stores say after a restart still behind: the one-shot made
     on the stepped-back clock is still to come, and runs once at its time."""
-    await world.at(at(11, 0, 30))
-    await world.at(at(9, 50))
-    await world.schedules.create_schedule(
-        schedule_id="later",
-        deployment_id="report.default",
-        trigger={"kind": "oneshot", "at": at(10, 30).isoformat()},
-        inputs={"when": "later"},
-    )
-    await world.settle()
+    await create_a_one_shot_while_behind(world)
     await world.shutdown()
     await world.clock.set(at(10))
     await world.boot()
