@@ -146,7 +146,7 @@ def read_index(
         file.close()
     try:
         return _parse(data)
-    except (ValueError, TypeError, KeyError) as exc:
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
         return str(exc) or type(exc).__name__
 
 

@@ -117,7 +117,9 @@ async def test_a_segment_compacted_after_the_index_is_found_in_its_copies(
     assert again.get("run-000001") == _failed(_record(1))
 
 
-@pytest.mark.parametrize("damage", ["garbage", "checksum", "shorter segment", "segment gone"])
+@pytest.mark.parametrize(
+    "damage", ["garbage", "no object", "checksum", "shorter segment", "segment gone"]
+)
 async def test_an_index_that_cannot_be_trusted_is_ignored_and_every_segment_scanned(
     tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -126,6 +128,8 @@ async def test_an_index_that_cannot_be_trusted_is_ignored_and_every_segment_scan
     [segment] = run_log_files.segment_paths(tmp_path)
     if damage == "garbage":
         index.write_bytes(b"not an index\n")
+    elif damage == "no object":
+        index.write_bytes(b'["a header that is no object"]\n')
     elif damage == "checksum":
         data = bytearray(index.read_bytes())
         data[-1] ^= 0xFF
@@ -139,7 +143,7 @@ async def test_an_index_that_cannot_be_trusted_is_ignored_and_every_segment_scan
     store, findings = _open(tmp_path)
     warnings = [r.getMessage() for r in caplog.records if "run log's index" in r.getMessage()]
     assert warnings and "scanning every segment" in warnings[0], warnings
-    if damage in ("garbage", "checksum"):
+    if damage in ("garbage", "no object", "checksum"):
         assert findings == [] and _state(store) == before
     elif damage == "shorter segment":
         # The scan reports the cut frame as a full scan does.
