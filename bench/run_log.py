@@ -29,6 +29,11 @@ those of every run it writes.
 
     uv run --frozen --group bench python bench/run_log.py
     uv run --frozen --group bench python bench/run_log.py --runs 100000
+    uv run --frozen --group bench python bench/run_log.py --runs 200000 --scheduled
+
+`--scheduled` gives each run the origin of a run one of a thousand
+every-minute schedules admitted (the claims a scheduler's start checks),
+instead of the trivial run's manual one.
 
 Not a test: it prints figures and asserts nothing. Target (issue 21):
 inspect and list p99 <= 5 ms at 1,000,000 runs.
@@ -42,6 +47,7 @@ import json
 import random
 import tempfile
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -53,8 +59,10 @@ from adapters.host.identifiers import format_run_id
 from adapters.host.run_log import LOG_DIR, encode_frame
 from adapters.host.runs import _encode_cursor
 from adapters.process_limits import raise_open_file_limit
+from shell.store_format import format_instant
 
 _PER_SEGMENT = 30_000
+_FIRST_INSTANT = datetime(2026, 1, 5, tzinfo=UTC)
 
 
 async def _template(root: Path) -> dict[str, Any]:
@@ -68,7 +76,22 @@ async def _template(root: Path) -> dict[str, Any]:
     return record
 
 
-def _generate(root: Path, template: dict[str, Any], runs: int) -> float:
+def _origin(number: int, scheduled: bool) -> dict[str, Any] | None:
+    """Run `number`'s origin: none (the template's, manual), or with
+    `scheduled` that of a run one of a thousand every-minute schedules
+    admitted, minute after minute, as the scheduler writes it."""
+    if not scheduled:
+        return None
+    instant = _FIRST_INSTANT + timedelta(minutes=number // 1000)
+    return {
+        "instant": format_instant(instant),
+        "kind": "schedule",
+        "revision": 1,
+        "schedule_id": f"s-{number % 1000:05d}",
+    }
+
+
+def _generate(root: Path, template: dict[str, Any], runs: int, scheduled: bool) -> float:
     began = time.perf_counter()
     log = root / LOG_DIR
     log.mkdir(exist_ok=True)
@@ -87,10 +110,14 @@ def _generate(root: Path, template: dict[str, Any], runs: int) -> float:
     chunk: list[bytes] = []
     for number in range(1, runs + 1):
         run_id = format_run_id(number)
+        own: dict[str, Any] = {"run_id": run_id}
+        origin = _origin(number, scheduled)
+        if origin is not None:
+            own["origin"] = origin
         if number % 4 == 0:
-            payload = json.dumps({**admitted, "run_id": run_id}, separators=(",", ":"))
+            payload = json.dumps({**admitted, **own}, separators=(",", ":"))
             chunk.append(encode_frame(number, payload.encode()))
-        payload = json.dumps({**template, "run_id": run_id}, separators=(",", ":"))
+        payload = json.dumps({**template, **own}, separators=(",", ":"))
         chunk.append(encode_frame(number, payload.encode()))
         if number % _PER_SEGMENT == 0 or number == runs:
             (log / f"{segment:08d}.seg").write_bytes(b"".join(chunk))
@@ -112,9 +139,9 @@ def _figures(samples: list[float]) -> dict[str, float]:
     }
 
 
-async def measure(runs: int, samples: int, root: Path) -> dict[str, Any]:
+async def measure(runs: int, samples: int, root: Path, scheduled: bool = False) -> dict[str, Any]:
     template = await _template(root)
-    generated_s = _generate(root, template, runs)
+    generated_s = _generate(root, template, runs, scheduled)
     rss = harness.current_rss_mib()
     began = time.perf_counter()
     server = build_local_static_workflow_server(root)
@@ -206,10 +233,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1_000_000)
     parser.add_argument("--samples", type=int, default=2000)
+    parser.add_argument(
+        "--scheduled",
+        action="store_true",
+        help="runs of a thousand every-minute schedules (schedule origins), not manual runs",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="wf-bench-run-log-") as tmp:
-        result = asyncio.run(measure(args.runs, args.samples, Path(tmp) / "store"))
+        result = asyncio.run(
+            measure(args.runs, args.samples, Path(tmp) / "store", scheduled=args.scheduled)
+        )
     if args.json:
         print(json.dumps(result))
         return
