@@ -99,8 +99,8 @@ class ClaimTable:
 
     def learn(self, number: int, origin: Any) -> bool:
         """Keep run `number`'s origin, when the table can give it back as it
-        is; whether it did. (One body, no helper: a run's creation pays for
-        it, on the scheduler's path.)"""
+        is; whether it did. (One body, no helper: a start's listing may
+        take in a million.)"""
         if type(origin) is not dict:
             return False
         size = len(origin)
