@@ -116,12 +116,12 @@ class Backfill:
             remaining=remaining,
             admitted=self.admitted + 1,
             state="running" if remaining else "done",
-            ended_at=None if remaining else max(now, self.requested_at),
+            ended_at=None if remaining else self._ended(now),
         )
 
     def cancelled(self, at: datetime) -> Backfill:
         """This backfill ended by a cancel or a delete made at `at`."""
-        return replace(self, state="cancelled", ended_at=max(at, self.requested_at))
+        return replace(self, state="cancelled", ended_at=self._ended(at))
 
     def without(self, decided: Collection[datetime], found_at: datetime) -> Backfill:
         """This backfill without the remaining instants `decided` already
@@ -139,8 +139,13 @@ class Backfill:
             remaining=remaining,
             admitted=self.admitted + done,
             state="done" if finished else self.state,
-            ended_at=max(found_at, self.requested_at) if finished else self.ended_at,
+            ended_at=self._ended(found_at) if finished else self.ended_at,
         )
+
+    def _ended(self, at: datetime) -> datetime:
+        """When a backfill that ends at `at` on the clock ended: never before
+        its request (a clock stepped back since may read earlier)."""
+        return max(at, self.requested_at)
 
 
 @dataclass(frozen=True, slots=True)
