@@ -18,6 +18,7 @@ import struct
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from core.occurrences import TERMINAL_STATUSES
@@ -64,7 +65,15 @@ _CODE_OF: Final = {status: code for code, status in enumerate(_STATUS_CODES, sta
 
 _MAGIC: Final = b"WFHIDX\x00\x00"
 _INDEX_VERSION: Final = 1
-_HEADER: Final = struct.Struct("<8sHHIQQQQ12xI")
+# The u32 after the entry size holds flags (zero in headers written before
+# any), the i64 after the low water the newest trigger's instant.
+_HEADER: Final = struct.Struct("<8sHHIQQQQq4xI")
+# The header records the newest trigger row (rule P) of the rows it covers.
+_KNOWS_TRIGGER: Final = 1
+# ... and there is one: its instant, in microseconds since the epoch.
+_HAS_TRIGGER: Final = 2
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND: Final = timedelta(microseconds=1)
 _ENTRY: Final = struct.Struct("<QIQIB3xI")
 HEADER_SIZE: Final = _HEADER.size
 ENTRY_SIZE: Final = _ENTRY.size
@@ -97,23 +106,36 @@ def unpack_entry(data: bytes) -> Entry | None:
 @dataclass(frozen=True, slots=True)
 class Checkpoint:
     """The index header: every entry describing `log[0:size]` was flushed
-    before it was written."""
+    before it was written. `last_trigger` is the instant of the newest
+    trigger row among them (triggers strictly increase, rule P), which a
+    load does not otherwise know without reading every row: a trigger
+    requested while the clock is set back behind it is placed after it.
+    `knows_trigger` is False for a header written before headers held it."""
 
     size: int
     count: int
     lines: int
     low_water: int
+    last_trigger: datetime | None = None
+    knows_trigger: bool = True
 
     def pack(self) -> bytes:
+        trigger = self.last_trigger
+        flags = _KNOWS_TRIGGER if self.knows_trigger else 0
+        micros = 0
+        if trigger is not None:
+            flags |= _HAS_TRIGGER
+            micros = (trigger - _EPOCH) // _MICROSECOND
         body = _HEADER.pack(
             _MAGIC,
             _INDEX_VERSION,
             ENTRY_SIZE,
-            0,
+            flags,
             self.size,
             self.count,
             self.lines,
             self.low_water,
+            micros,
             0,
         )[:-4]
         return body + struct.pack("<I", zlib.crc32(body))
@@ -123,8 +145,8 @@ class Checkpoint:
         """The checkpoint, or why the header cannot be trusted."""
         if len(data) != HEADER_SIZE:
             return "header is short"
-        magic, version, entry_size, _reserved, size, count, lines, low_water, crc = _HEADER.unpack(
-            data
+        magic, version, entry_size, flags, size, count, lines, low_water, micros, crc = (
+            _HEADER.unpack(data)
         )
         if magic != _MAGIC:
             return "not a history index (bad magic)"
@@ -134,7 +156,17 @@ class Checkpoint:
             return f"unknown index version {version} / entry size {entry_size}"
         if lines < count or low_water > count:
             return "header counts are inconsistent"
-        return Checkpoint(size, count, lines, low_water)
+        if flags & ~(_KNOWS_TRIGGER | _HAS_TRIGGER) or (
+            flags & _HAS_TRIGGER and not flags & _KNOWS_TRIGGER
+        ):
+            return f"unknown header flags {flags:#x}"
+        try:
+            trigger = _EPOCH + micros * _MICROSECOND if flags & _HAS_TRIGGER else None
+        except OverflowError:
+            return "header's newest trigger is out of range"
+        return Checkpoint(
+            size, count, lines, low_water, trigger, knows_trigger=bool(flags & _KNOWS_TRIGGER)
+        )
 
 
 EMPTY_CHECKPOINT: Final = Checkpoint(0, 0, 0, 0)
@@ -143,7 +175,7 @@ EMPTY_CHECKPOINT: Final = Checkpoint(0, 0, 0, 0)
 def checkpoint_of(state: State) -> Checkpoint:
     """The checkpoint describing `state`: open occurrences start at the low water."""
     low_water = min(state.open) if state.open else state.count
-    return Checkpoint(state.size, state.count, state.lines, low_water)
+    return Checkpoint(state.size, state.count, state.lines, low_water, state.last_trigger)
 
 
 # --- reading during a load --------------------------------------------------------------
@@ -153,10 +185,17 @@ class _IndexDamaged(Exception):
     """The index does not match the log; rebuild it from the log."""
 
     def __init__(
-        self, reason: str, *, missing: bool = False, durable_size: int | None = None
+        self,
+        reason: str,
+        *,
+        missing: bool = False,
+        outdated: bool = False,
+        durable_size: int | None = None,
     ) -> None:
         super().__init__(reason)
         self.missing = missing
+        # Written by an older version: nothing is wrong with it.
+        self.outdated = outdated
         # Set when the log is shorter than the size the index saw durable:
         # committed rows are gone, which no crash can do (damage, not a repair).
         self.durable_size = durable_size
@@ -345,7 +384,8 @@ class HistoryIndex:
                         # Only the owner repairs; a missing index is what a
                         # crash right after a schedule's first row leaves.
                         durable_size = damage.durable_size
-                        level = logging.WARNING if repair and not damage.missing else logging.INFO
+                        quiet = damage.missing or damage.outdated
+                        level = logging.WARNING if repair and not quiet else logging.INFO
                         if size:
                             _log.log(
                                 level if repair else logging.DEBUG,
@@ -393,6 +433,11 @@ class HistoryIndex:
         checkpoint = Checkpoint.unpack(idx_fd.read_at(HEADER_SIZE, 0))
         if isinstance(checkpoint, str):
             raise _IndexDamaged(checkpoint)
+        if not checkpoint.knows_trigger:
+            # Its rows' newest trigger is known only by reading them all.
+            raise _IndexDamaged(
+                "written before index headers held the newest trigger", outdated=True
+            )
         entries_in_file = max(0, (idx_size - HEADER_SIZE) // ENTRY_SIZE)
         if checkpoint.size > size:
             raise _IndexDamaged(
@@ -410,7 +455,12 @@ class HistoryIndex:
         ):
             raise _IndexDamaged("checkpoint does not end a record")
         reader = _Reader(log_fd, idx_fd, entries_in_file)
-        state = State(size=checkpoint.size, count=checkpoint.count, lines=checkpoint.lines)
+        state = State(
+            size=checkpoint.size,
+            count=checkpoint.count,
+            lines=checkpoint.lines,
+            last_trigger=checkpoint.last_trigger,
+        )
         if checkpoint.count:
             last_seq = checkpoint.count - 1
             last = reader.entry(last_seq)

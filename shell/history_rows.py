@@ -129,9 +129,10 @@ class State:
     increase among themselves. A backfill's row (rule Q) is keyed by the
     calendar instant it makes up for, which has its calendar row already:
     it follows no order, and no instant is open twice. A load through the
-    index knows `last_trigger` only from the rows it replays (the rows of
+    index knows `last_trigger` from the index header and the rows it
+    replays, and `last_trigger_request` from those rows only (the rows of
     the newest commit and after, the only ones a runtime record can lag
-    behind); a full scan knows it exactly."""
+    behind); a full scan knows both exactly."""
 
     size: int = 0
     count: int = 0

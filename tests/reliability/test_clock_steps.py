@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from shell import ManualClock
+from shell.startup_checkpoint import CHECKPOINT_FILE
 from tests.service.conftest import CONSTANT_PLAN, START
 
 from .world import World
@@ -308,3 +309,37 @@ async def test_a_one_shot_created_while_behind_survives_a_restart_still_behind(
     await world.at(at(11, 30))
     assert [r["status"] for r in await world.decided("later")] == ["completed"]
     assert set((await runs_per_occurrence(world)).values()) == {1}
+
+
+async def test_a_trigger_made_behind_the_previous_trigger_comes_after_it_across_a_restart(
+    world: World, store_root: Path
+) -> None:
+    """Triggers strictly increase (rule P): one requested while the clock is
+    set back behind the previous trigger is placed just after it, also
+    when the process that decides it read the history through its index
+    alone (the newest trigger is in the index header), and the history
+    stays valid row by row."""
+    await world.at(at(10, 20))
+    first = await world.schedules.trigger_schedule(schedule_id="skip")
+    assert first["instant"] == "2026-03-02T10:20:00Z"
+    await world.at(at(10, 40))
+    await world.shutdown()
+    # No startup checkpoint: the next start reads every history through its index.
+    (store_root / CHECKPOINT_FILE).unlink()
+    await world.clock.set(at(10, 5))  # and the clock was set back meanwhile
+    await world.boot()
+    second = await world.schedules.trigger_schedule(schedule_id="skip")
+    assert second["instant"] == "2026-03-02T10:20:00.000001Z"
+    await world.at(at(10, 10))
+    rows = [(r["instant"][11:], r["origin"]) for r in await world.decided("skip")]
+    assert rows == [
+        ("10:00:00Z", "schedule"),
+        ("10:20:00Z", "trigger"),
+        ("10:20:00.000001Z", "trigger"),
+    ]
+    # A start that reads every row (no index) finds nothing out of order.
+    await world.shutdown()
+    for index in store_root.glob("schedules/*/history.idx"):
+        index.unlink()
+    await world.boot()
+    assert (await world.schedules.get_schedule(schedule_id="skip"))["blocked"] is None

@@ -1029,3 +1029,57 @@ def test_overlapping_runs_still_move_the_header_on(history: HistoryStore, store_
     recovered = _restart(store_root).recover("s1")
     assert recovered.tail_rows <= 4
     assert recovered.occurrences == 6
+
+
+# --- the newest trigger in the index header ---------------------------------------------
+
+
+def test_the_index_header_holds_the_newest_trigger() -> None:
+    with_one = Checkpoint(640, 5, 7, 3, minute(4))
+    assert Checkpoint.unpack(with_one.pack()) == with_one
+    none_yet = Checkpoint(640, 5, 7, 3)
+    assert Checkpoint.unpack(none_yet.pack()) == none_yet
+    older = Checkpoint.unpack(Checkpoint(640, 5, 7, 3, knows_trigger=False).pack())
+    assert isinstance(older, Checkpoint) and not older.knows_trigger
+
+
+def _history_with_a_trigger_covered_by_the_header(history: HistoryStore, root: Path) -> None:
+    decide(history, "s1", 0)
+    decide(history, "s1", 5, origin="trigger")
+    decide(history, "s1", 6)
+    history.close()  # a clean close publishes every header: nothing is replayed
+    assert _index_header(root).last_trigger == minute(5)
+
+
+def test_a_load_through_the_index_knows_the_newest_trigger_from_its_header(
+    history: HistoryStore, store_root: Path
+) -> None:
+    _history_with_a_trigger_covered_by_the_header(history, store_root)
+    recovered = _restart(store_root).recover("s1")
+    assert not recovered.index_rebuilt
+    assert recovered.last_trigger_instant == "2024-01-01T00:05:00Z"
+    # So a trigger out of order is refused, as a full scan would refuse it.
+    with pytest.raises(InvalidState, match="not after the previous trigger"):
+        decide(_restart(store_root), "s1", 4, origin="trigger")
+
+
+def test_an_index_written_before_headers_held_the_newest_trigger_is_rebuilt_quietly(
+    history: HistoryStore, store_root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    _history_with_a_trigger_covered_by_the_header(history, store_root)
+    index = _files(store_root).history_index
+    older = _index_header(store_root)
+    data = index.read_bytes()
+    index.write_bytes(
+        Checkpoint(
+            older.size, older.count, older.lines, older.low_water, knows_trigger=False
+        ).pack()
+        + data[HEADER_SIZE:]
+    )
+    with caplog.at_level(logging.INFO):
+        recovered = _restart(store_root).recover("s1")
+    assert recovered.index_rebuilt
+    assert recovered.problems == ()
+    assert recovered.last_trigger_instant == "2024-01-01T00:05:00Z"
+    assert "written before index headers held the newest trigger" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
