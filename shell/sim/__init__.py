@@ -5,8 +5,8 @@ service).
 The service's real loop and the real file stores and commit journal run over
 a simulated disk (`SimDisk`: power cuts, torn writes, I/O errors), with an
 in-memory lock, a simulated run API on a virtual clock, and seeded faults
-(crashes, write errors, refused preflights), while invariants are checked
-after every step. Same seed, same run, byte for byte. See
+(crashes, write errors, refused preflights) and steps back of the clock,
+while invariants are checked after every step. Same seed, same run, byte for byte. See
 `docs/reliability-sim.md`.
 """
 
@@ -16,6 +16,7 @@ from shell.sim.faults import FaultCounts, FaultRates, InjectedWriteError, SimFau
 from shell.sim.host import RunBehaviour, RunPlan, SimHost
 from shell.sim.invariants import InvariantChecker
 from shell.sim.lock import MemoryLock
+from shell.sim.timeline import Timeline
 
 __all__ = [
     "SIM_START",
@@ -33,5 +34,6 @@ __all__ = [
     "SimScheduleFiles",
     "SimulationFailure",
     "SimulationReport",
+    "Timeline",
     "simulate_service",
 ]

@@ -1,6 +1,6 @@
 """Replay one simulation, or run a range of seeds one after another:
 `python -m shell.sim SEED|FIRST-LAST [--schedules N] [--minutes M]
-[--fault-rate R] [--no-operator-actions] [--keep-going]`. Prints each
+[--fault-rate R] [--no-operator-actions] [--no-clock-steps] [--keep-going]`. Prints each
 seed's report (or its failure) and, for a range, a last line with the
 count of seeds that passed; exits 1 when any failed."""
 
@@ -36,6 +36,11 @@ def main(argv: list[str] | None = None) -> int:
         help="no triggers, backfills or cancels (the workload before they were simulated)",
     )
     parser.add_argument(
+        "--no-clock-steps",
+        action="store_true",
+        help="never set the clock back (the workload before clock steps were simulated)",
+    )
+    parser.add_argument(
         "--keep-going",
         action="store_true",
         help="run the rest of the range after a seed fails",
@@ -53,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
                     minutes=args.minutes,
                     fault_rate=args.fault_rate,
                     operator_actions=not args.no_operator_actions,
+                    clock_steps=not args.no_clock_steps,
                 )
             )
         except SimulationFailure as failure:

@@ -13,7 +13,12 @@ step until the virtual time is up:
    little or a lot later: a slow or stalled process makes instants late);
 2. carry out the run transitions due, the operator actions due (through the
    real API), and let the service settle;
-3. check the invariants (`shell.sim.invariants`).
+3. check the invariants (`shell.sim.invariants`);
+4. when the workload says so, after a step with no fault that left the
+   service settled, set the clock back (`Workload.clock_steps`, as
+   `ManualClock.step`: the service is told, as on Linux) and take a step
+   there. The checker orders what happened by the moment, not the readings
+   (`shell.sim.timeline`).
 
 Faults (`shell.sim.faults`) are drawn at every durable write. A crash kills
 the process: its loop task is cancelled, its lock released, every object but
@@ -62,6 +67,7 @@ from shell.sim.faults import SIMULATED, FaultRates, InjectedWriteError, SimFault
 from shell.sim.host import RunBehaviour, SimHost
 from shell.sim.invariants import InvariantChecker
 from shell.sim.lock import MemoryLock
+from shell.sim.timeline import Timeline
 from shell.sim.workload import DEPLOYMENTS, Action, plan_workload, random_patch
 from shell.store_format import format_instant
 
@@ -107,6 +113,7 @@ class SimulationReport:
     preflight_failures: int
     admission_refusals: int
     clean_restarts: int
+    clock_steps: int
     crash_points: dict[str, int]
     dump: bytes = field(repr=False)
 
@@ -124,7 +131,8 @@ class SimulationReport:
             f" {self.runs} runs, {self.history_rows} history rows; faults: {self.crashes}"
             f" crashes, {self.write_errors} write errors, {self.preflight_failures} preflight"
             f" failures, {self.admission_refusals} refused admissions over"
-            f" {self.fault_points} fault points; {self.clean_restarts} clean restarts"
+            f" {self.fault_points} fault points; {self.clean_restarts} clean restarts,"
+            f" {self.clock_steps} clock steps back"
         )
 
 
@@ -170,6 +178,7 @@ class _Simulation:
         fault_rate: float,
         rates: FaultRates | None,
         operator_actions: bool,
+        clock_steps: bool,
     ) -> None:
         self.seed = seed
         self.schedules = schedules
@@ -180,16 +189,19 @@ class _Simulation:
             minutes=minutes,
             start=SIM_START,
             operator_actions=operator_actions,
+            clock_steps=clock_steps,
         )
         self.actions: deque[Action] = deque(self.workload.actions)
+        self.clock_steps = deque(self.workload.clock_steps)
         self.rng = random.Random(f"wf-sim/driver/{seed}")
         self.disk = SimDisk(deployments=DEPLOYMENTS)
         self.faults = SimFaults(seed, rates or FaultRates.from_rate(fault_rate), self.disk)
         self.capacity = self.workload.capacity
-        self.checker = InvariantChecker(self.disk, capacity=self.capacity)
+        self.timeline = Timeline(self.workload.start)
+        self.checker = InvariantChecker(self.disk, capacity=self.capacity, timeline=self.timeline)
         self.disk.observers.append(self.checker)
         self.behaviour = RunBehaviour(seed)
-        self.clock = ManualClock(self.workload.start)
+        self.clock = ManualClock(self.workload.start, tells_steps=True)
         self.process: _Process | None = None
         self.generation = 0
         self.restart_at = self.workload.start
@@ -200,13 +212,21 @@ class _Simulation:
         self.api_calls = 0
         self.api_rejections = 0
         self.clean_restarts = 0
+        # The last step had no fault and left the service settled.
+        self.clean = False
         self.trace: deque[str] = deque(maxlen=_TRACE)
         self.watch = _ErrorWatch()
 
     # --- bookkeeping ------------------------------------------------------------------
 
     def note(self, text: str) -> None:
-        self.trace.append(f"{format_instant(self.clock.now())} {text}")
+        reading = self.clock.now()
+        moment = self.timeline.now
+        # After a step back the reading and the moment differ: both are shown.
+        when = format_instant(reading) + (
+            f" (moment {format_instant(moment)})" if moment != reading else ""
+        )
+        self.trace.append(f"{when} {text}")
 
     def fail(self, message: str) -> SimulationFailure:
         recent = "\n  ".join(self.trace)
@@ -217,7 +237,25 @@ class _Simulation:
         )
 
     def _monotonic(self) -> float:
-        return self.clock.now().timestamp()
+        return self.timeline.now.timestamp()
+
+    def reading_at(self, moment: datetime) -> datetime:
+        """What the clock will show at `moment` if it is not set back again.
+        The workload's times are moments: after a step back, what operators
+        do next happens while the clock is behind."""
+        return moment + (self.clock.now() - self.timeline.now)
+
+    async def move_clock(self, wanted: datetime) -> None:
+        """Time passes up to `wanted` (see `Timeline.show`)."""
+        await self.clock.set(self.timeline.show(wanted))
+
+    async def step_clock_back(self) -> None:
+        """Set the host's clock back, then take a step at the new reading."""
+        back = self.clock_steps.popleft().back
+        reading = self.timeline.show(self.clock.now() - back)
+        self.note(f"clock set back by {back.total_seconds():g} s")
+        await self.clock.step(reading)
+        await self.step()
 
     def verify(self, *, settled: bool) -> None:
         self.disk.report_history(complete=False)
@@ -378,7 +416,7 @@ class _Simulation:
         except (InvalidDefinition, StoreUnavailable, AlreadyExists) as exc:
             self.api_rejections += 1
             self.note(f"create {schedule_id} failed: {exc}")
-            retry = self.clock.now() + timedelta(seconds=self.rng.randint(60, 300))
+            retry = self.timeline.now + timedelta(seconds=self.rng.randint(60, 300))
             self.actions.appendleft(Action(retry, action.order, "create", slot, action.args))
             self.actions = deque(sorted(self.actions))
             return
@@ -468,7 +506,7 @@ class _Simulation:
             moments.append(self.restart_at)
         else:
             if self.actions:
-                moments.append(self.actions[0].at)
+                moments.append(self.reading_at(self.actions[0].at))
             due = self.process.host.next_due()
             if due is not None:
                 moments.append(due)
@@ -491,6 +529,7 @@ class _Simulation:
 
     async def step(self) -> None:
         errors = self.faults.counts.write_errors
+        crashes = self.faults.counts.crashes
         if self.process is None:
             if self.clock.now() >= self.restart_at:
                 await self.boot()
@@ -498,7 +537,7 @@ class _Simulation:
             try:
                 self.process.host.fire_due(self.clock.now())
                 while self.process is not None and self.actions:
-                    if self.actions[0].at > self.clock.now():
+                    if self.actions[0].at > self.timeline.now:
                         break
                     await self.perform(self.actions.popleft())
                 if self.process is not None:
@@ -506,7 +545,9 @@ class _Simulation:
             except (SimulatedCrash, _Died):
                 await self.died()
         self.steps += 1
-        self.verify(settled=self.faults.counts.write_errors == errors)
+        settled = self.faults.counts.write_errors == errors
+        self.clean = settled and self.faults.counts.crashes == crashes and self.process is not None
+        self.verify(settled=settled)
 
     async def run(self) -> SimulationReport:
         logger = logging.getLogger("shell")
@@ -520,8 +561,15 @@ class _Simulation:
             await self.boot()
             self.verify(settled=True)
             while self.clock.now() < self.workload.end:
-                await self.clock.set(self.next_moment(self.clock.now()))
+                await self.move_clock(self.next_moment(self.clock.now()))
                 await self.step()
+                # Only from a settled service: a round that failed before a
+                # step back is decided on the clock after it, which the
+                # checker's spans do not model.
+                while self.clean and self.clock_steps:
+                    if self.clock_steps[0].at > self.timeline.now:
+                        break
+                    await self.step_clock_back()
             await self.finish()
             return self.report()
         except SimulationFailure:
@@ -539,7 +587,7 @@ class _Simulation:
         self.faults.armed = False
         self.note("end of the workload")
         while self.process is None:
-            await self.clock.set(max(self.clock.now(), self.restart_at))
+            await self.move_clock(max(self.clock.now(), self.restart_at))
             await self.boot()
         process = self.process
         # Every schedule on the disk: a create that failed with an I/O error may
@@ -555,7 +603,7 @@ class _Simulation:
         await self.settle()
         self.verify(settled=True)
         while (due := process.host.next_due()) is not None:
-            await self.clock.set(max(due, self.clock.now()))
+            await self.move_clock(max(due, self.clock.now()))
             process.host.fire_due(self.clock.now())
             await self.settle()
             self.steps += 1
@@ -623,6 +671,7 @@ class _Simulation:
             preflight_failures=counts.preflight_failures,
             admission_refusals=counts.admission_refusals,
             clean_restarts=self.clean_restarts,
+            clock_steps=self.timeline.steps_back,
             crash_points=dict(sorted(counts.crash_points.items())),
             dump=self.disk.dump(),
         )
@@ -636,6 +685,7 @@ async def simulate_service(
     fault_rate: float = 0.003,
     rates: FaultRates | None = None,
     operator_actions: bool = True,
+    clock_steps: bool = True,
 ) -> SimulationReport:
     """Run the real scheduler service fully simulated from `seed`.
 
@@ -644,7 +694,8 @@ async def simulate_service(
     write faults (see `FaultRates.from_rate`; `rates` overrides it). Checks
     every invariant of `shell.sim.invariants` after every step and at the end.
     `operator_actions=False` leaves out triggers, backfills and their cancels
-    (the workload of the seeds found before they were simulated).
+    (the workload of the seeds found before they were simulated);
+    `clock_steps=False` never sets the clock back (likewise).
 
     Returns the report (its `dump` is identical for two runs of one seed).
     Raises `SimulationFailure` (an `AssertionError` naming the seed to replay)
@@ -657,5 +708,6 @@ async def simulate_service(
         fault_rate=fault_rate,
         rates=rates,
         operator_actions=operator_actions,
+        clock_steps=clock_steps,
     )
     return await simulation.run()

@@ -7,6 +7,10 @@ compare (`check_settled`). A broken rule is appended to `violations` (the
 hooks run inside the service's own calls, so raising there would only be
 logged by the service's loop); the driver stops at the first one.
 
+What happened is ordered by the *moment* (`shell.sim.timeline`), the
+simulation's own time: after the clock is set back its readings, the
+stamps of the records, no longer say what came first.
+
 Checked as rows become durable:
 
 - *once*: calendar decision instants strictly increase (a row for several
@@ -14,14 +18,18 @@ Checked as rows become durable:
   themselves; seqs are dense; an instant is admitted at most once, whoever
   admits it (the calendar, a backfill, a trigger); an occurrence gets at
   most one terminal row;
-- *admissions* (`admitted` rows): the schedule existed and was neither paused
-  nor deleted at the instant, no pause or delete came between the instant and
-  the admission, the instant is a trigger instant of the definition in force
-  then, and the snapshot is that definition's (deployment, resolved inputs,
-  max steps). A trigger's row (rule P) names a durable request, is at the
-  request's moment (moved on by microseconds, never onto a calendar
-  instant), at the revision in force then, for a schedule not deleted, and
-  admitted within the allowance after the request; one not admitted was
+- *never ahead of the clock*: a calendar row is decided once the clock came
+  to its instant, and not before the moment the checker's calendar
+  (`_Calendar`) took it;
+- *admissions* (`admitted` rows): the calendar took the instant (the clock
+  came to it while the schedule existed and was neither paused nor
+  deleted, under a trigger in force then, past its watermark), no pause or
+  delete came between then and the admission, and the snapshot is that
+  revision's (deployment, resolved inputs, max steps). A trigger's row
+  (rule P) names a durable request, is at the request's moment or just
+  after the previous trigger (moved on by microseconds, never onto a
+  calendar instant), at the revision in force then, for a schedule not
+  deleted, and admitted within the allowance after the request; one not admitted was
   read past the allowance, raced the overlap policy the request did not
   override, or was refused by its preflight. A backfill's admission (rule
   Q) is an instant of the newest request's range, before it, of the
@@ -54,16 +62,16 @@ remaining instant decided already, and a done one ended no earlier than its
 last row).
 
 Checked at the end (`check_final`), when every run has ended: every
-occurrence has exactly one terminal row; every trigger instant of every
-active span of every schedule is covered by exactly one calendar decision
-row (none lost, none invented); every trigger request is decided exactly
+occurrence has exactly one terminal row; every instant the calendar took
+is covered by exactly one calendar decision row (none lost, none
+invented); every trigger request is decided exactly
 once; every run is referenced by its occurrence.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final
@@ -75,6 +83,7 @@ from core.occurrences import TERMINAL_RUN_STATUSES, TERMINAL_STATUSES
 from core.state import SchedulerState, schedule_view
 from shell.sim.disk import SimDisk
 from shell.sim.host import run_number
+from shell.sim.timeline import Timeline
 from shell.store_format import format_instant, parse_instant
 
 __all__ = ["COULD_NOT_CREATE", "InvariantChecker"]
@@ -103,6 +112,9 @@ class _Occurrence:
     # The overlap override of the request that opened it ("allow" or None),
     # once its admission was checked.
     override: str | None = None
+    # The moment it was decided (`Timeline.decided_at`), None if the clock
+    # never reached its stamp.
+    decided: datetime | None = None
 
 
 @dataclass(slots=True)
@@ -121,6 +133,8 @@ class _Record:
     seq: int
     kind: str
     at: datetime
+    # When it was written: the moment its stamp `at` was the clock's reading.
+    moment: datetime
     revision: int
     definition: dict[str, Any] | None
     # An operator request's arguments (`triggered`, `backfill`).
@@ -148,11 +162,101 @@ class _Fold:
     deleted: bool = False
 
 
+class _Calendar:
+    """The calendar instants `decide` takes for one schedule, each with the
+    moment it took it and the definition in force: the clock's readings and
+    the lifecycle records in moment order (a reading before the records of
+    its moment), with the watermark as `decide` keeps it. Created at the
+    creation's reading; moved on to each instant the clock comes to while
+    the schedule is active; by an update, and by a pause, a resume or a
+    delete that changes the state, to its reading when that is newer (rules
+    A, J, K and L). So after a step back no instant is taken twice, and one
+    the clock passed while the schedule was paused is taken when the clock
+    comes to it again after a resume.
+
+    Taken forward as readings and records come (`advance`); started again if
+    the log lost a record it had taken in (a crash before its flush)."""
+
+    def __init__(self) -> None:
+        self.taken: dict[datetime, tuple[datetime, dict[str, Any]]] = {}
+        self.definition: dict[str, Any] | None = None
+        self.paused = False
+        self.deleted = False
+        self._watermark: datetime | None = None
+        self._readings = 0
+        self._records: list[tuple[int, str, datetime]] = []
+
+    def advance(
+        self,
+        readings: Sequence[tuple[datetime, datetime]],
+        records: Sequence[_Record],
+        trigger_of: Callable[[dict[str, Any]], CompiledTrigger],
+        *,
+        final: bool = False,
+    ) -> _Calendar:
+        """Take in `readings` (every one so far) and `records` (the whole log);
+        the records of the last reading's moment wait for the next reading,
+        unless `final`. Returns the model to use (self, or a new one)."""
+        done = len(self._records)
+        if [(r.seq, r.kind, r.at) for r in records[:done]] != self._records:
+            return _Calendar().advance(readings, records, trigger_of, final=final)
+        taken = done
+        for index in range(self._readings, len(readings)):
+            moment, reading = readings[index]
+            while taken < len(records) and records[taken].moment < moment:
+                self._apply(records[taken])
+                taken += 1
+            self._reach(moment, reading, trigger_of)
+        self._readings = len(readings)
+        if final:
+            while taken < len(records):
+                self._apply(records[taken])
+                taken += 1
+        return self
+
+    def _apply(self, record: _Record) -> None:
+        self._records.append((record.seq, record.kind, record.at))
+        if record.kind == "created" and record.definition is not None:
+            self.definition, self._watermark = record.definition, record.at
+            return
+        watermark = self._watermark
+        if self.definition is None or watermark is None:
+            return
+        newer = max(watermark, record.at)
+        if record.kind == "updated" and record.definition is not None:
+            self.definition, self._watermark = record.definition, newer
+        elif record.kind == "paused" and not self.paused:
+            self.paused, self._watermark = True, newer
+        elif record.kind == "resumed" and self.paused:
+            self.paused, self._watermark = False, newer
+        elif record.kind == "deleted" and not self.deleted:
+            self.deleted, self._watermark = True, newer
+
+    def _reach(
+        self,
+        moment: datetime,
+        reading: datetime,
+        trigger_of: Callable[[dict[str, Any]], CompiledTrigger],
+    ) -> None:
+        definition, watermark = self.definition, self._watermark
+        if definition is None or watermark is None or self.paused or self.deleted:
+            return
+        if reading <= watermark:
+            return
+        trigger = trigger_of(definition)
+        instant = trigger.next_after(watermark)
+        while instant is not None and instant <= reading:
+            self.taken[instant] = (moment, definition)
+            self._watermark = instant
+            instant = trigger.next_after(instant)
+
+
 class InvariantChecker:
     """See the module docstring."""
 
-    def __init__(self, disk: SimDisk, *, capacity: int) -> None:
+    def __init__(self, disk: SimDisk, *, capacity: int, timeline: Timeline) -> None:
         self._disk = disk
+        self._timeline = timeline
         self.capacity = capacity
         self.violations: list[str] = []
         self._tracks: dict[str, _Track] = {}
@@ -161,6 +265,9 @@ class InvariantChecker:
         self._origins: dict[tuple[str, datetime], str] = {}
         self._triggers: dict[str, CompiledTrigger] = {}
         self._definitions: dict[str, ScheduleDefinition] = {}
+        self._calendars: dict[str, _Calendar] = {}
+        # Lifecycle records stamped with no reading of the clock, reported once.
+        self._unstamped: set[tuple[str, int]] = set()
         self.rows = 0
         self.admissions = 0
         # Decision rows an operator's trigger opened; backfill admissions.
@@ -177,11 +284,23 @@ class InvariantChecker:
         records = []
         for line in files.lifecycle if files is not None else ():
             raw = json.loads(line)
+            at = parse_instant(raw["at"])
+            moment = self._timeline.moment_of(at)
+            if moment is None:
+                # A record is stamped when it is written, with the clock's reading.
+                if (schedule_id, raw["seq"]) not in self._unstamped:
+                    self._unstamped.add((schedule_id, raw["seq"]))
+                    self._fail(
+                        f"{schedule_id} lifecycle seq {raw['seq']}: stamped {raw['at']},"
+                        " a time the clock never showed"
+                    )
+                moment = self._timeline.reached(at, self._timeline.now) or at
             records.append(
                 _Record(
                     raw["seq"],
                     raw["kind"],
-                    parse_instant(raw["at"]),
+                    at,
+                    moment,
                     raw["revision"],
                     raw.get("definition"),
                     raw.get("action"),
@@ -190,8 +309,8 @@ class InvariantChecker:
         return records
 
     @classmethod
-    def _fold_before(cls, records: Sequence[_Record], instant: datetime) -> _Fold | None:
-        return cls._fold(record for record in records if record.at < instant)
+    def _fold_before(cls, records: Sequence[_Record], moment: datetime) -> _Fold | None:
+        return cls._fold(record for record in records if record.moment < moment)
 
     @classmethod
     def _fold_before_seq(cls, records: Sequence[_Record], seq: int) -> _Fold | None:
@@ -216,6 +335,15 @@ class InvariantChecker:
             elif record.kind == "deleted":
                 fold.deleted = True
         return fold
+
+    def _calendar(
+        self, schedule_id: str, records: Sequence[_Record], *, final: bool = False
+    ) -> _Calendar:
+        """The schedule's calendar model, taken forward to now."""
+        model = self._calendars.get(schedule_id) or _Calendar()
+        model = model.advance(self._timeline.readings(), records, self._trigger, final=final)
+        self._calendars[schedule_id] = model
+        return model
 
     def _definition(self, payload: Mapping[str, Any]) -> ScheduleDefinition:
         key = json.dumps(payload, sort_keys=True)
@@ -275,7 +403,24 @@ class InvariantChecker:
             instant = parse_instant(row["instant"])
             origin = row.get("origin")
             first = parse_instant(row["first_instant"]) if row.get("count", 1) > 1 else instant
+            now = self._timeline.now
+            decided = self._timeline.decided_at(parse_instant(row["recorded_at"]), now)
             if origin is None:
+                # Never ahead of the clock: an instant is decided once the
+                # clock came to it (now or before a step back).
+                if decided is None or self._timeline.reached(instant, decided) is None:
+                    self._fail(
+                        f"{where}: decided at {row['recorded_at']}, before the clock came to it"
+                    )
+                else:
+                    taken = self._calendar(schedule_id, self._lifecycle(schedule_id)).taken
+                    came = taken.get(instant)
+                    if came is not None and decided < came[0]:
+                        self._fail(
+                            f"{where}: decided at {row['recorded_at']}, before the clock came"
+                            f" to it at {format_instant(came[0])} (moment) while the schedule"
+                            " was active"
+                        )
                 if track.last_decided is not None and first <= track.last_decided:
                     self._fail(
                         f"{where}: decided again or out of order: not after"
@@ -292,7 +437,13 @@ class InvariantChecker:
                     )
                 track.last_trigger = instant
             occurrence = _Occurrence(
-                seq, row, instant, row["status"], row.get("run_id"), origin=origin
+                seq,
+                row,
+                instant,
+                row["status"],
+                row.get("run_id"),
+                origin=origin,
+                decided=decided,
             )
             track.occurrences.append(occurrence)
             if row["status"] == "admitted":
@@ -348,35 +499,46 @@ class InvariantChecker:
         where = f"{schedule_id} seq {occurrence.seq} ({row['instant']}, {row.get('origin')})"
         records = self._lifecycle(schedule_id)
         if occurrence.origin == "trigger":
-            self._check_trigger_admission(where, records, occurrence)
+            self._check_trigger_admission(schedule_id, where, records, occurrence)
         elif occurrence.origin == "backfill":
             self._check_backfill_admission(where, records, occurrence)
         else:
-            self._check_calendar_admission(where, records, occurrence)
+            self._check_calendar_admission(schedule_id, where, records, occurrence)
         self._check_snapshot(where, records, occurrence)
 
     def _check_calendar_admission(
-        self, where: str, records: Sequence[_Record], occurrence: _Occurrence
+        self, schedule_id: str, where: str, records: Sequence[_Record], occurrence: _Occurrence
     ) -> None:
         row = occurrence.decision
         instant = occurrence.instant
-        recorded = parse_instant(row["recorded_at"])
-        fold = self._fold_before(records, instant)
-        if fold is None:
-            self._fail(f"{where}: admitted an instant before the schedule was created")
+        decided = occurrence.decided
+        if decided is None or self._timeline.reached(instant, decided) is None:
+            return  # reported as the row was taken in (`_row`)
+        taken = self._calendar(schedule_id, records).taken.get(instant)
+        if taken is None:
+            self._fail(f"{where}: {self._not_taken(records, instant, decided)}")
             return
-        if fold.deleted or fold.paused:
-            state = "deleted" if fold.deleted else "paused"
-            self._fail(f"{where}: admitted an instant at which the schedule was {state}")
-            return
+        # Taken, it may wait (a held candidate) but not past a pause or a delete.
         for record in records:
-            if record.kind in ("paused", "deleted") and instant <= record.at < recorded:
+            if record.kind in ("paused", "deleted") and taken[0] <= record.moment < decided:
                 self._fail(
                     f"{where}: admitted at {row['recorded_at']} although the schedule was"
                     f" {record.kind} at {format_instant(record.at)}"
                 )
+
+    def _not_taken(self, records: Sequence[_Record], instant: datetime, decided: datetime) -> str:
+        """Why `decide` had no business admitting `instant`, as the
+        lifecycle stood the last time the clock came to it."""
+        came = self._timeline.reached(instant, decided)
+        fold = self._fold_before(records, came) if came is not None else None
+        if fold is None:
+            return "admitted an instant before the schedule was created"
+        if fold.deleted or fold.paused:
+            state = "deleted" if fold.deleted else "paused"
+            return f"admitted an instant at which the schedule was {state}"
         if self._trigger(fold.definition).next_after(instant - _TICK) != instant:
-            self._fail(f"{where}: not an instant of the trigger in force then")
+            return "not an instant of the trigger in force then"
+        return "admitted an instant its watermark had passed (decided or consumed before)"
 
     def _trigger_request(
         self, where: str, records: Sequence[_Record], occurrence: _Occurrence
@@ -418,7 +580,7 @@ class InvariantChecker:
             self._fail(f"{where}: a trigger decided {row['status']}")
 
     def _check_trigger_admission(
-        self, where: str, records: Sequence[_Record], occurrence: _Occurrence
+        self, schedule_id: str, where: str, records: Sequence[_Record], occurrence: _Occurrence
     ) -> None:
         """Rule P: one run of the definition in force at the request, at the
         request's moment (moved on by microseconds only, never onto a
@@ -431,8 +593,19 @@ class InvariantChecker:
             return
         request, fold = found.record, found.fold
         occurrence.override = (request.action or {}).get("overlap")
-        if not request.at <= instant < request.at + _TRIGGER_DRIFT:
-            self._fail(f"{where}: not at its request's moment {format_instant(request.at)}")
+        # Rule P: after the previous trigger, too (far after the request's
+        # moment when the clock was set back in between).
+        earlier = [
+            o.instant
+            for o in self._tracks[schedule_id].occurrences[: occurrence.seq]
+            if o.origin == "trigger"
+        ]
+        floor = max(request.at, max(earlier) + _TICK) if earlier else request.at
+        if not floor <= instant < floor + _TRIGGER_DRIFT:
+            self._fail(
+                f"{where}: neither at its request's moment {format_instant(request.at)}"
+                " nor just after the previous trigger"
+            )
         if row.get("revision") != fold.revision:
             self._fail(
                 f"{where}: admitted at revision {row.get('revision')}; the request was made"
@@ -454,10 +627,13 @@ class InvariantChecker:
         backfill was neither cancelled (nor the schedule deleted) nor paused."""
         row = occurrence.decision
         instant = occurrence.instant
-        recorded = parse_instant(row["recorded_at"])
+        decided = occurrence.decided
+        if decided is None:
+            self._fail(f"{where}: admitted at {row['recorded_at']}, a time the clock never reached")
+            return
         request = None
         for record in records:
-            if record.kind == "backfill" and record.at <= recorded:
+            if record.kind == "backfill" and record.moment <= decided:
                 request = record
         if request is None or request.action is None:
             self._fail(f"{where}: a backfill admission with no backfill request before it")
@@ -479,14 +655,14 @@ class InvariantChecker:
             if (
                 record.seq > request.seq
                 and record.kind in ("backfill-cancelled", "deleted")
-                and record.at < recorded
+                and record.moment < decided
             ):
                 self._fail(
                     f"{where}: admitted at {row['recorded_at']} after the backfill ended"
                     f" ({record.kind} at {format_instant(record.at)})"
                 )
-        state = self._fold_before(records, recorded)
-        resumed_then = any(r.kind == "resumed" and r.at == recorded for r in records)
+        state = self._fold_before(records, decided)
+        resumed_then = any(r.kind == "resumed" and r.moment == decided for r in records)
         if state is not None and state.paused and not resumed_then:
             self._fail(f"{where}: admitted at {row['recorded_at']} while the schedule was paused")
 
@@ -674,30 +850,49 @@ class InvariantChecker:
                 f"{where}: {backfill.admitted} admitted and {len(backfill.remaining)} remaining"
                 f" of {backfill.planned} planned"
             )
+        now = self._timeline.now
+        # The request's stamp is its reading; its end is a round's stamp.
+        requested = self._timeline.moment_of(backfill.requested_at)
+        if requested is None:
+            self._fail(f"{where}: a time the clock never showed")
+            return
         rows = [
-            occurrence.decision
+            occurrence
             for occurrence in track.occurrences
             if occurrence.origin == "backfill"
             and backfill.start <= occurrence.instant < backfill.end
-            and parse_instant(occurrence.decision["recorded_at"]) >= backfill.requested_at
+            and occurrence.decided is not None
+            and occurrence.decided >= requested
         ]
         # A row of an earlier backfill may share its moment with this request
         # (a cancel and a new request in one step): it is counted at most.
-        after = sum(parse_instant(r["recorded_at"]) > backfill.requested_at for r in rows)
+        after = sum(o.decided is not None and o.decided > requested for o in rows)
         if not after <= backfill.admitted <= len(rows):
             self._fail(f"{where}: says {backfill.admitted} admitted; the history shows {len(rows)}")
-        decided = {parse_instant(r["instant"]) for r in rows} | {
+        decided = {o.instant for o in rows} | {
             o.instant for o in track.occurrences if o.status == "admitted" or o.run_id
         }
         again = [t for t in backfill.remaining if t in decided]
         if again:
             self._fail(f"{where}: {format_instant(again[0])} remains, and was decided already")
-        if backfill.state == "done" and rows:
-            last = max(parse_instant(r["recorded_at"]) for r in rows)
-            if backfill.ended_at is None or backfill.ended_at < last:
+        clamped = backfill.ended_at == backfill.requested_at and self._timeline.went_behind(
+            backfill.requested_at, requested, now
+        )
+        # An end on a clock set back behind the request says the request's
+        # time (`Backfill._ended`): no moment to judge it by.
+        if backfill.state == "done" and rows and not clamped:
+            last = max(rows, key=lambda o: o.decided or requested)
+            ended = (
+                None
+                if backfill.ended_at is None
+                else requested
+                if backfill.ended_at == backfill.requested_at
+                else self._timeline.decided_at(backfill.ended_at, now)
+            )
+            if ended is None or last.decided is None or ended < last.decided:
                 self._fail(
                     f"{where}: done, ended at {backfill.ended_at}, before its last admission"
-                    f" at {format_instant(last)}"
+                    f" at {last.decision['recorded_at']}"
                 )
 
     # --- at the end -------------------------------------------------------------------------
@@ -781,29 +976,11 @@ class InvariantChecker:
                 self._fail(f"{schedule_id}: trigger request(s) {what}: {seqs[:5]}")
 
     def _expected_instants(self, schedule_id: str) -> set[datetime] | None:
-        """Trigger instants of every span in which the schedule was active; None
-        while it is still active (the end of the simulation ends every span)."""
-        expected: set[datetime] = set()
-        definition: dict[str, Any] | None = None
-        paused = deleted = False
-        start: datetime | None = None
-        for record in self._lifecycle(schedule_id):
-            if definition is not None and start is not None and not paused and not deleted:
-                trigger = self._trigger(definition)
-                instant = trigger.next_after(start)
-                while instant is not None and instant <= record.at:
-                    expected.add(instant)
-                    instant = trigger.next_after(instant)
-            if record.kind in ("created", "updated"):
-                definition = record.definition
-                start = record.at
-            elif record.kind == "paused":
-                paused = True
-            elif record.kind == "resumed":
-                paused, start = False, record.at
-            elif record.kind == "deleted":
-                deleted = True
-        if definition is not None and not paused and not deleted:
+        """Trigger instants `decide` took (`_Calendar`): each the clock came to
+        while the schedule was active, once; None while it is still active
+        (the end of the simulation ends every span)."""
+        model = self._calendar(schedule_id, self._lifecycle(schedule_id), final=True)
+        if model.definition is not None and not model.paused and not model.deleted:
             self._fail(f"{schedule_id}: still active at the end of the simulation")
             return None
-        return expected
+        return set(model.taken)

@@ -13,6 +13,12 @@ started now (`trigger`, some overriding the overlap policy), backfills of a
 past range (some overriding it too) and cancels of them. Actions happen at
 whole seconds that are never on a minute, so no action ever coincides with
 a trigger instant (a trigger request lands between two calendar instants).
+With `clock_steps`, from a stream of its own too: up to two moments at which
+the host's clock is set back, by 5 s to an hour and an odd number of
+microseconds (`Workload.clock_steps`; rule L). Every time here is a moment
+of the simulation's own time (`shell.sim.timeline`), which is the clock's
+reading until a step back: what operators do after a step happens while the
+clock is behind.
 """
 
 from __future__ import annotations
@@ -22,7 +28,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Final, Literal
 
-__all__ = ["DEPLOYMENTS", "Action", "ActionKind", "Workload", "plan_workload", "random_patch"]
+__all__ = [
+    "DEPLOYMENTS",
+    "Action",
+    "ActionKind",
+    "ClockStep",
+    "Workload",
+    "plan_workload",
+    "random_patch",
+]
 
 DEPLOYMENTS: Final = ("dep-a", "dep-b", "dep-c")
 
@@ -62,12 +76,21 @@ class Action:
     args: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class ClockStep:
+    """The host's clock set back by `back` once it reads `at` or later."""
+
+    at: datetime
+    back: timedelta
+
+
 @dataclass(frozen=True, slots=True)
 class Workload:
     start: datetime
     end: datetime
     capacity: int
     actions: tuple[Action, ...]
+    clock_steps: tuple[ClockStep, ...] = ()
 
 
 def _trigger(rng: random.Random) -> dict[str, Any]:
@@ -124,7 +147,13 @@ def random_patch(rng: random.Random, schedule_id: str) -> dict[str, Any]:
 
 
 def plan_workload(
-    seed: int, *, schedules: int, minutes: int, start: datetime, operator_actions: bool = True
+    seed: int,
+    *,
+    schedules: int,
+    minutes: int,
+    start: datetime,
+    operator_actions: bool = True,
+    clock_steps: bool = True,
 ) -> Workload:
     """The actions of one simulation, sorted by time (see the module docstring)."""
     rng = random.Random(f"wf-sim/workload/{seed}")
@@ -188,9 +217,17 @@ def plan_workload(
                 )
                 if rng.random() < 0.35:
                     add(requested + rng.uniform(30, 900), "cancel-backfill", slot)
+    steps: list[ClockStep] = []
+    if clock_steps:
+        rng = random.Random(f"wf-sim/clock-steps/{seed}")
+        for _ in range(rng.choice((0, 1, 1, 2))):
+            when = start + timedelta(seconds=rng.uniform(span * 0.1, span * 0.9))
+            back = timedelta(seconds=rng.randint(5, 3600), microseconds=rng.randrange(1, 10**6, 2))
+            steps.append(ClockStep(when, back))
     return Workload(
         start=start,
         end=end,
         capacity=capacity,
         actions=tuple(sorted(actions)),
+        clock_steps=tuple(sorted(steps)),
     )

@@ -16,12 +16,13 @@ import importlib
 import json
 import os
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
 from core.errors import StoreUnavailable
+from core.events import ScheduleResumed
 from core.operator_actions import Backfill, plan_backfill
 from shell.clock import ManualClock
 from shell.config import SchedulerServiceConfig
@@ -42,6 +43,7 @@ from shell.sim import (
     SimHost,
     SimulationFailure,
     SimulationReport,
+    Timeline,
     simulate_service,
 )
 
@@ -53,11 +55,11 @@ pytestmark = pytest.mark.expected_errors  # injected faults make the service log
 DEFAULT_SEEDS = 10
 # Seeds past the default range that once found a defect (docs/reliability-sim.md,
 # "What it found"), run with them. They were found before the workload held
-# operators' triggers and backfills, so they run without them: the same
-# workload, the same interleaving.
+# operators' triggers and backfills and clock steps, so they run without them:
+# the same workload, the same interleaving.
 REGRESSION_SEEDS = (157, 284, 376)
 # Seeds that once found a defect (or a wrong check) at a higher fault rate
-# (without operator actions, as above).
+# (without operator actions or clock steps, as above).
 REGRESSION_SEEDS_AT_RATES = ((50, 0.03), (71, 0.03), (2050, 0.01))
 DETERMINISM_SEED = 7
 REPLAY = os.environ.get("WF_SIM_SEED")
@@ -82,6 +84,7 @@ async def _simulate(seed: int, **options: Any) -> SimulationReport:
             else f"uv run python -m shell.sim {seed}"
             + (f" --fault-rate {rate}" if rate is not None else "")
             + ("" if options.get("operator_actions", True) else " --no-operator-actions")
+            + ("" if options.get("clock_steps", True) else " --no-clock-steps")
         )
         pytest.fail(f"{failure}\nreplay: {replay}", pytrace=False)
 
@@ -89,14 +92,14 @@ async def _simulate(seed: int, **options: Any) -> SimulationReport:
 @pytest.mark.skipif(bool(REPLAY), reason="replaying one seed")
 @pytest.mark.parametrize(("seed", "rate"), REGRESSION_SEEDS_AT_RATES)
 async def test_every_invariant_holds_at_higher_fault_rates(seed: int, rate: float) -> None:
-    report = await _simulate(seed, fault_rate=rate, operator_actions=False)
+    report = await _simulate(seed, fault_rate=rate, operator_actions=False, clock_steps=False)
     assert report.crashes > 0 and report.admissions > 0
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 async def test_every_invariant_holds_under_faults(seed: int) -> None:
     found_before = seed in REGRESSION_SEEDS and seed not in _RANGE and not REPLAY
-    report = await _simulate(seed, operator_actions=not found_before)
+    report = await _simulate(seed, operator_actions=not found_before, clock_steps=not found_before)
     _REPORTS[seed] = report
     assert report.admissions > 0 and report.runs > 0
     assert report.fault_points > 0
@@ -121,6 +124,7 @@ def _record_figures() -> None:
             "preflight_failures",
             "admission_refusals",
             "clean_restarts",
+            "clock_steps",
         )
     }
     minutes = sum(r.virtual_minutes for r in reports)
@@ -132,7 +136,8 @@ def _record_figures() -> None:
         f" faults: {total['crashes']} crashes, {total['write_errors']} write errors,"
         f" {total['preflight_failures']} refused preflights,"
         f" {total['admission_refusals']} refused admissions over {total['fault_points']}"
-        f" fault points; {total['clean_restarts']} clean restarts",
+        f" fault points; {total['clean_restarts']} clean restarts,"
+        f" {total['clock_steps']} clock steps back",
     )
 
 
@@ -223,11 +228,55 @@ async def test_a_backfill_that_miscounts_its_progress_is_caught(
         await simulate_service(5, rates=FaultRates())
 
 
+async def test_a_resume_behind_the_clock_that_replays_decided_instants_is_caught(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Rule L: a resume made while the clock is set back moves the watermark
+    # to its time only when that is newer. One that takes the clock's word
+    # decides again the instants decided before the step.
+    decider = importlib.import_module("core.decide")
+    resumed = decider._HANDLERS[ScheduleResumed]
+
+    def trusting(self: Any, event: ScheduleResumed) -> None:
+        resumed(self, event)
+        draft = self.drafts[event.schedule_id]
+        if not draft.paused and event.at < draft.watermark:
+            draft.watermark = event.at
+            draft.next_instant = decider._next_after(draft.trigger, event.at)
+            self.reindex(draft)
+
+    monkeypatch.setitem(decider._HANDLERS, ScheduleResumed, trusting)
+    with pytest.raises(SimulationFailure, match=r"not after the previous decision|decided again"):
+        await simulate_service(1, rates=FaultRates())
+
+
 def _no_refusal(*_: Any) -> None:
     return None
 
 
 # --- the simulation's pieces, one fault at a time -------------------------------------
+
+
+def test_the_timeline_names_each_reading_s_moment_across_a_step_back() -> None:
+    timeline = Timeline(SIM_START)
+    minutes = [SIM_START + timedelta(minutes=m) for m in range(12)]
+    for reading in minutes[1:11]:
+        assert timeline.show(reading) == reading
+    # Set back five minutes: the readings shown before are not shown again.
+    assert timeline.show(minutes[5]) == minutes[5] + timedelta(microseconds=1)
+    assert timeline.steps_back == 1
+    assert timeline.now == minutes[10] + timedelta(microseconds=1)
+    assert timeline.show(minutes[6]) == minutes[6] + timedelta(microseconds=1)
+    assert timeline.moment_of(minutes[6]) == minutes[6]
+    assert timeline.moment_of(minutes[6] + timedelta(microseconds=1)) == timeline.now
+    # An instant the clock came to twice: the last time before a moment.
+    assert timeline.reached(minutes[6], upto=minutes[10]) == minutes[6]
+    assert timeline.reached(minutes[6], upto=timeline.now) == timeline.now
+    # A stamp the clock went behind before it became durable: a round
+    # prepared ahead, decided when the clock last came to it.
+    assert timeline.decided_at(minutes[6], upto=timeline.now) == timeline.now
+    assert timeline.decided_at(minutes[3], upto=timeline.now) == minutes[3]
+    assert timeline.reached(minutes[11], upto=timeline.now) is None
 
 
 class FailOnce:
