@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-clock-steps",
         action="store_true",
-        help="never set the clock back (the workload before clock steps were simulated)",
+        help="never set the clock (the workload before clock steps were simulated)",
     )
     parser.add_argument(
         "--keep-going",

@@ -15,8 +15,8 @@ step until the virtual time is up:
    real API), and let the service settle;
 3. check the invariants (`shell.sim.invariants`);
 4. when the workload says so, after a step with no fault that left the
-   service settled, set the clock back (`Workload.clock_steps`, as
-   `ManualClock.step`: the service is told, as on Linux) and take a step
+   service settled, set the clock back or forward (`Workload.clock_steps`,
+   as `ManualClock.step`: the service is told, as on Linux) and take a step
    there. The checker orders what happened by the moment, not the readings
    (`shell.sim.timeline`).
 
@@ -77,6 +77,7 @@ SIM_START: Final = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)  # a Monday
 _LOOP_TASK: Final = "wf-scheduler-loop"
 _TRACE: Final = 40
 _SECOND: Final = timedelta(seconds=1)
+_NO_TIME: Final = timedelta(0)
 # A backfill reaches back to an hour before the simulation (before every
 # schedule existed), no further.
 _EARLIEST_BACKFILL: Final = SIM_START - timedelta(hours=1)
@@ -113,7 +114,8 @@ class SimulationReport:
     preflight_failures: int
     admission_refusals: int
     clean_restarts: int
-    clock_steps: int
+    clock_steps_back: int
+    clock_steps_forward: int
     crash_points: dict[str, int]
     dump: bytes = field(repr=False)
 
@@ -132,7 +134,8 @@ class SimulationReport:
             f" crashes, {self.write_errors} write errors, {self.preflight_failures} preflight"
             f" failures, {self.admission_refusals} refused admissions over"
             f" {self.fault_points} fault points; {self.clean_restarts} clean restarts,"
-            f" {self.clock_steps} clock steps back"
+            f" clock set {self.clock_steps_back} times back and {self.clock_steps_forward}"
+            " forward"
         )
 
 
@@ -249,11 +252,13 @@ class _Simulation:
         """Time passes up to `wanted` (see `Timeline.show`)."""
         await self.clock.set(self.timeline.show(wanted))
 
-    async def step_clock_back(self) -> None:
-        """Set the host's clock back, then take a step at the new reading."""
-        back = self.clock_steps.popleft().back
-        reading = self.timeline.show(self.clock.now() - back)
-        self.note(f"clock set back by {back.total_seconds():g} s")
+    async def step_clock(self) -> None:
+        """Set the host's clock, then take a step at the new reading."""
+        by = self.clock_steps.popleft().by
+        reading = self.timeline.step(self.clock.now() + by)
+        self.note(
+            f"clock set {'back' if by < _NO_TIME else 'forward'} by {abs(by).total_seconds():g} s"
+        )
         await self.clock.step(reading)
         await self.step()
 
@@ -565,11 +570,11 @@ class _Simulation:
                 await self.step()
                 # Only from a settled service: a round that failed before a
                 # step back is decided on the clock after it, which the
-                # checker's spans do not model.
+                # checker's calendar does not model.
                 while self.clean and self.clock_steps:
                     if self.clock_steps[0].at > self.timeline.now:
                         break
-                    await self.step_clock_back()
+                    await self.step_clock()
             await self.finish()
             return self.report()
         except SimulationFailure:
@@ -671,7 +676,8 @@ class _Simulation:
             preflight_failures=counts.preflight_failures,
             admission_refusals=counts.admission_refusals,
             clean_restarts=self.clean_restarts,
-            clock_steps=self.timeline.steps_back,
+            clock_steps_back=self.timeline.steps_back,
+            clock_steps_forward=self.timeline.steps_forward,
             crash_points=dict(sorted(counts.crash_points.items())),
             dump=self.disk.dump(),
         )
@@ -695,7 +701,7 @@ async def simulate_service(
     every invariant of `shell.sim.invariants` after every step and at the end.
     `operator_actions=False` leaves out triggers, backfills and their cancels
     (the workload of the seeds found before they were simulated);
-    `clock_steps=False` never sets the clock back (likewise).
+    `clock_steps=False` never sets the clock (likewise).
 
     Returns the report (its `dump` is identical for two runs of one seed).
     Raises `SimulationFailure` (an `AssertionError` naming the seed to replay)

@@ -1,11 +1,11 @@
 """The simulation's two times: the wall clock and the moment.
 
-The scheduler reads a wall clock, which the simulation may step back (an
-operator or NTP setting the host clock, rule L). Its records carry that
-clock's readings: a lifecycle record's `at`, a decision row's
+The scheduler reads a wall clock, which the simulation may set back or
+forward (an operator or NTP setting the host clock, rule L). Its records
+carry that clock's readings: a lifecycle record's `at`, a decision row's
 `recorded_at`. After a step back a reading no longer says what came first,
 so the checker orders what happened by the *moment*: the simulation's own
-time, which only goes forward (a step back takes a microsecond of it).
+time, which only goes forward.
 
 A reading identifies its moment because the simulation never shows the
 same reading twice: a move onto a reading shown before is moved on by a
@@ -13,8 +13,10 @@ microsecond (`show`). A stamp that is not a reading (a prepared round's
 rows carry their instant) is placed at the last moment the wall clock
 reached it (`decided_at`).
 
-Without a step back the moment is the reading, and every conversion here is
-the identity.
+A step, back or forward, takes a microsecond of the moment: the workload's
+times are moments, so what operators do next comes at its usual pace on a
+clock that jumped. Without a step the moment is the reading, and every
+conversion here is the identity.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Timeline:
         self._readings: list[datetime] = [start]
         self._moment_of: dict[datetime, datetime] = {start: start}
         self.steps_back = 0
+        self.steps_forward = 0
 
     @property
     def now(self) -> datetime:
@@ -48,18 +51,31 @@ class Timeline:
         return self._readings[-1]
 
     def show(self, wanted: datetime) -> datetime:
-        """Move the clock to `wanted`, or a microsecond past each reading
-        shown before it; returns the reading to set. A move back is a step
-        (`steps_back`); `wanted` equal to the reading now moves nothing."""
+        """Time passes up to `wanted` (or a microsecond past each reading
+        shown before it); returns the reading to set. `wanted` equal to the
+        reading now moves nothing; one before it is a step (`step`)."""
         current = self._readings[-1]
         if wanted == current:
             return current
+        if wanted < current:
+            return self.step(wanted)
+        return self._move(wanted, wanted - current)
+
+    def step(self, wanted: datetime) -> datetime:
+        """The clock is set to `wanted` (or a microsecond past each reading
+        shown before it) and a microsecond passes; returns the reading to
+        set. Counted in `steps_back` or `steps_forward`."""
+        if wanted < self._readings[-1]:
+            self.steps_back += 1
+        else:
+            self.steps_forward += 1
+        return self._move(wanted, _TICK)
+
+    def _move(self, wanted: datetime, passed: timedelta) -> datetime:
         reading = wanted
         while reading in self._moment_of:
             reading += _TICK
-        if reading < current:
-            self.steps_back += 1
-        moment = self._moments[-1] + max(reading - current, _TICK)
+        moment = self._moments[-1] + passed
         self._moments.append(moment)
         self._readings.append(reading)
         self._moment_of[reading] = moment

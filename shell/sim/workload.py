@@ -14,8 +14,9 @@ past range (some overriding it too) and cancels of them. Actions happen at
 whole seconds that are never on a minute, so no action ever coincides with
 a trigger instant (a trigger request lands between two calendar instants).
 With `clock_steps`, from a stream of its own too: up to two moments at which
-the host's clock is set back, by 5 s to an hour and an odd number of
-microseconds (`Workload.clock_steps`; rule L). Every time here is a moment
+the host's clock is set, back by 5 s to an hour (seven times in ten) or
+forward by a minute to three hours, and an odd number of microseconds
+(`Workload.clock_steps`; rule L). Every time here is a moment
 of the simulation's own time (`shell.sim.timeline`), which is the clock's
 reading until a step back: what operators do after a step happens while the
 clock is behind.
@@ -78,10 +79,10 @@ class Action:
 
 @dataclass(frozen=True, slots=True, order=True)
 class ClockStep:
-    """The host's clock set back by `back` once it reads `at` or later."""
+    """The host's clock set on by `by` (back when negative) at the moment `at`."""
 
     at: datetime
-    back: timedelta
+    by: timedelta
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,8 +223,12 @@ def plan_workload(
         rng = random.Random(f"wf-sim/clock-steps/{seed}")
         for _ in range(rng.choice((0, 1, 1, 2))):
             when = start + timedelta(seconds=rng.uniform(span * 0.1, span * 0.9))
-            back = timedelta(seconds=rng.randint(5, 3600), microseconds=rng.randrange(1, 10**6, 2))
-            steps.append(ClockStep(when, back))
+            odd = timedelta(microseconds=rng.randrange(1, 10**6, 2))
+            if rng.random() < 0.7:
+                by = -(timedelta(seconds=rng.randint(5, 3600)) + odd)
+            else:
+                by = timedelta(seconds=rng.randint(60, 3 * 3600)) + odd
+            steps.append(ClockStep(when, by))
     return Workload(
         start=start,
         end=end,

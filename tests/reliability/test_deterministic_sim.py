@@ -124,7 +124,8 @@ def _record_figures() -> None:
             "preflight_failures",
             "admission_refusals",
             "clean_restarts",
-            "clock_steps",
+            "clock_steps_back",
+            "clock_steps_forward",
         )
     }
     minutes = sum(r.virtual_minutes for r in reports)
@@ -137,7 +138,8 @@ def _record_figures() -> None:
         f" {total['preflight_failures']} refused preflights,"
         f" {total['admission_refusals']} refused admissions over {total['fault_points']}"
         f" fault points; {total['clean_restarts']} clean restarts,"
-        f" {total['clock_steps']} clock steps back",
+        f" clock set {total['clock_steps_back']} times back and"
+        f" {total['clock_steps_forward']} forward",
     )
 
 
@@ -247,7 +249,7 @@ async def test_a_resume_behind_the_clock_that_replays_decided_instants_is_caught
 
     monkeypatch.setitem(decider._HANDLERS, ScheduleResumed, trusting)
     with pytest.raises(SimulationFailure, match=r"not after the previous decision|decided again"):
-        await simulate_service(1, rates=FaultRates())
+        await simulate_service(5, rates=FaultRates())
 
 
 def _no_refusal(*_: Any) -> None:
