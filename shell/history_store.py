@@ -141,6 +141,10 @@ MAX_PAGE_LIMIT: Final = 100
 # tests forge cursors through it.
 _encode_cursor: Final = encode_cursor
 
+# The last element of an export whose newest trigger is exact (before it,
+# a history loaded through its index knew only the rows it replayed).
+_EXPORT_KNOWS_TRIGGER: Final = 1
+
 # A page reads rows less than this far apart with one pread.
 _CLUSTER_GAP: Final = 64 << 10
 # Bytes of the log read at once by a sequential search.
@@ -358,14 +362,17 @@ class HistoryStore:
             ],
             None if state.last_trigger is None else format_instant(state.last_trigger),
             state.last_trigger_request,
+            _EXPORT_KNOWS_TRIGGER,
         ]
 
-    def adopt_state(self, schedule_id: str, exported: Sequence[Any]) -> HistoryRecovery:
+    def adopt_state(self, schedule_id: str, exported: Sequence[Any]) -> HistoryRecovery | None:
         """Take a history exported by `export_state` as this store's recovered
         state, without reading the files; the caller has established that the
         files are the ones it was exported from. Returns what `recover()` would
-        have. Raises `ValueError` or `TypeError` for a malformed export,
-        leaving nothing adopted."""
+        have; None for an export of a version that did not always know the
+        newest trigger (the history is then read from its files). Raises
+        `ValueError` or `TypeError` for a malformed export, leaving nothing
+        adopted."""
         size, count, lines, last_text, open_rows, *later = exported
         if not (is_int(size) and is_int(count) and is_int(lines)) or min(size, count) < 0:
             raise ValueError(f"malformed history export for {schedule_id!r}")
@@ -386,6 +393,8 @@ class HistoryStore:
                 raise ValueError(f"malformed history export for {schedule_id!r}")
             state.open[occurrence.seq] = occurrence
             state.by_instant[occurrence.instant] = occurrence.seq
+        if len(later) < 3 or later[2] != _EXPORT_KNOWS_TRIGGER:
+            return None
         existing = self._logs.get(schedule_id)
         if existing is not None and existing.pending is not None:
             raise RuntimeError(f"history of {schedule_id!r} has writes staged in an open batch")

@@ -358,3 +358,21 @@ def test_a_malformed_export_is_refused_and_nothing_adopted(
     with pytest.raises((ValueError, TypeError)):
         history.adopt_state("s1", exported)
     assert history.export_state("s1") is None
+
+
+def test_an_export_of_a_version_that_did_not_always_know_the_newest_trigger_is_not_adopted(
+    tmp_path: Path,
+) -> None:
+    """Such a version, loading a history through its index, knew the newest
+    trigger only from the rows it replayed: its export may say none. The
+    history is then read from its files."""
+    create(tmp_path, "s1")
+    history = HistoryStore(tmp_path)
+    decide(history, "s1", 0, origin="trigger")
+    history.publish()
+    exported = history.export_state("s1")
+    assert exported is not None
+    older = [*exported[:-1]]  # as written before the export's last element
+    older[-2] = None  # and not knowing the trigger
+    assert HistoryStore(tmp_path).adopt_state("s1", older) is None
+    assert HistoryStore(tmp_path).adopt_state("s1", exported) is not None
