@@ -433,11 +433,6 @@ class HistoryIndex:
         checkpoint = Checkpoint.unpack(idx_fd.read_at(HEADER_SIZE, 0))
         if isinstance(checkpoint, str):
             raise _IndexDamaged(checkpoint)
-        if not checkpoint.knows_trigger:
-            # Its rows' newest trigger is known only by reading them all.
-            raise _IndexDamaged(
-                "written before index headers held the newest trigger", outdated=True
-            )
         entries_in_file = max(0, (idx_size - HEADER_SIZE) // ENTRY_SIZE)
         if checkpoint.size > size:
             raise _IndexDamaged(
@@ -454,6 +449,12 @@ class HistoryIndex:
             and log_fd.read_at(1, checkpoint.size - 1) != b"\n"
         ):
             raise _IndexDamaged("checkpoint does not end a record")
+        if not checkpoint.knows_trigger:
+            # Its rows' newest trigger is known only by reading them all
+            # (after the checks above: damage is still reported as damage).
+            raise _IndexDamaged(
+                "written before index headers held the newest trigger", outdated=True
+            )
         reader = _Reader(log_fd, idx_fd, entries_in_file)
         state = State(
             size=checkpoint.size,

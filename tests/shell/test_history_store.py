@@ -1083,3 +1083,27 @@ def test_an_index_written_before_headers_held_the_newest_trigger_is_rebuilt_quie
     assert recovered.last_trigger_instant == "2024-01-01T00:05:00Z"
     assert "written before index headers held the newest trigger" in caplog.text
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def test_an_older_index_over_a_log_cut_short_is_still_damage(
+    history: HistoryStore, store_root: Path
+) -> None:
+    """An index from before headers held the newest trigger is rebuilt
+    quietly, but not when its checkpoint says committed rows are gone."""
+    _history_with_a_trigger_covered_by_the_header(history, store_root)
+    index, log = _files(store_root).history_index, _files(store_root).history
+    older = _index_header(store_root)
+    index.write_bytes(
+        Checkpoint(
+            older.size, older.count, older.lines, older.low_water, knows_trigger=False
+        ).pack()
+        + index.read_bytes()[HEADER_SIZE:]
+    )
+    rows = log.read_bytes().splitlines(keepends=True)
+    log.write_bytes(b"".join(rows[:-1]))
+    recovered = _restart(store_root).recover("s1")
+    assert recovered.index_rebuilt
+    assert [p.reason for p in recovered.problems] == [
+        f"the log is shorter than its durable checkpoint (it ends at byte"
+        f" {older.size - len(rows[-1])}, {older.size} were committed): committed rows are missing"
+    ]
