@@ -123,7 +123,8 @@ Q. Backfill. A request to make up `[start, end)` plans the calendar
    before, never one the calendar has yet to decide) and admits them oldest
    first with origin "backfill": one per call, into a free slot no queued
    candidate wants, within the overlap places. Progress is in the runtime
-   record; pause holds it, delete and cancel end it.
+   record; pause holds it, delete and cancel end it. A request while paused
+   moves the watermark to it: the paused span up to it is the backfill's.
    (`core/operator_actions.py` states both in full.)
 
 Reading guide
@@ -581,13 +582,20 @@ class _Decider:
             self.ignore_report(event, draft, str(refused))
             return
         pending = {*draft.active, *draft.waiting, *((draft.held,) if draft.held else ())}
+        paused_until = min(at, self.now) if draft.paused else None
         plan = plan_backfill(
             instants,
             watermark=draft.watermark,
             pending=pending,
             admitted=event.decided,
-            paused_until=min(at, self.now) if draft.paused else None,
+            paused_until=paused_until,
         )
+        if paused_until is not None:
+            # rules Q, A, L: the paused span up to the request is the
+            # backfill's, and the watermark passes it now: a resume on a
+            # clock set back behind the request must not give its instants
+            # to the calendar too.
+            draft.watermark = max(draft.watermark, paused_until)
         # rule Q: the plan is fixed at the request; progress is durable in
         # the runtime record.
         draft.backfill = Backfill(

@@ -31,7 +31,10 @@ the calendar decides as usual. A backfill admits at most one instant per
 waiting for, and only while the schedule's overlap places allow (with
 `overlap="allow"`, while the backfill's own runs are fewer than
 `max_active_runs`): by default one run at a time. A paused schedule's
-backfill waits; a deleted schedule's is cancelled. One backfill per
+backfill waits; a deleted schedule's is cancelled. A request made while the
+schedule is paused moves its watermark to the request (`decide`): the paused
+span up to it is the backfill's, even when the schedule is resumed on a
+clock set back behind the request. One backfill per
 schedule at a time, at most `BACKFILL_LIMIT` calendar instants per request.
 """
 

@@ -168,11 +168,12 @@ class _Calendar:
     the lifecycle records in moment order (a reading before the records of
     its moment), with the watermark as `decide` keeps it. Created at the
     creation's reading; moved on to each instant the clock comes to while
-    the schedule is active; by an update, and by a pause, a resume or a
-    delete that changes the state, to its reading when that is newer (rules
-    A, J, K and L). So after a step back no instant is taken twice, and one
-    the clock passed while the schedule was paused is taken when the clock
-    comes to it again after a resume.
+    the schedule is active; by an update, by a pause, a resume or a delete
+    that changes the state, and by a backfill request while paused, to its
+    reading when that is newer (rules A, J, K, L and Q). So after a step
+    back no instant is taken twice, and one the clock passed while the
+    schedule was paused is taken when the clock comes to it again after a
+    resume.
 
     Taken forward as readings and records come (`advance`); started again if
     the log lost a record it had taken in (a crash before its flush)."""
@@ -231,6 +232,9 @@ class _Calendar:
             self.paused, self._watermark = False, newer
         elif record.kind == "deleted" and not self.deleted:
             self.deleted, self._watermark = True, newer
+        elif record.kind == "backfill" and self.paused and not self.deleted:
+            # Rule Q: the paused span up to the request is the backfill's.
+            self._watermark = newer
 
     def _reach(
         self,
