@@ -52,6 +52,10 @@ only the history index's: a firing that holds and queues nothing does not
 write its runtime record (docs/storage.md), so a start after every
 every-minute schedule fired reads the histories alone. `--no-checkpoint`
 deletes the checkpoint before each child (every start reads everything).
+`--older-indexes` also writes every history index's header as a version
+before the newest trigger was in it (docs/storage.md) wrote it, before each
+child: the first start after such an upgrade, which scans every history
+log once.
 
 `--store postgres`: the same store in a fresh database of a PostgreSQL
 server the bench starts (`bench/pgstore.py`: durable settings, data on the
@@ -365,6 +369,22 @@ def _touch_fired_files(root: Path, names: tuple[str, ...]) -> None:
             os.utime(directory / name)
 
 
+def _write_older_index_headers(root: Path) -> None:
+    """Every history index's header as a version before it held the newest
+    trigger wrote it (its flags zero): a start scans each log once."""
+    from shell.history_index import HEADER_SIZE, Checkpoint
+
+    for index in (root / "schedules").glob("*/history.idx"):
+        with index.open("r+b") as handle:
+            header = Checkpoint.unpack(handle.read(HEADER_SIZE))
+            assert isinstance(header, Checkpoint), header
+            older = Checkpoint(
+                header.size, header.count, header.lines, header.low_water, knows_trigger=False
+            )
+            handle.seek(0)
+            handle.write(older.pack())
+
+
 def _child_environment(pycache: Path | None) -> dict[str, str]:
     """The children's environment: with `pycache`, Python reads and writes
     bytecode there; without, as this process was started."""
@@ -444,6 +464,13 @@ def main(argv: list[str] | None = None) -> None:
         help="delete the startup checkpoint before each restart",
     )
     parser.add_argument(
+        "--older-indexes",
+        action="store_true",
+        help="with --no-checkpoint: before each restart, write every history index header as"
+        " a version before the newest trigger was in it wrote it (the first start after an"
+        " upgrade)",
+    )
+    parser.add_argument(
         "--crash",
         action="store_true",
         help="children die without stopping, once the running scheduler's checkpoint is written",
@@ -494,6 +521,8 @@ def main(argv: list[str] | None = None) -> None:
         )
     if args.crash and args.crash_at_start:
         parser.error("--crash waits for the running checkpoint; --crash-at-start does not")
+    if args.older_indexes and not args.no_checkpoint:
+        parser.error("--older-indexes goes with --no-checkpoint (a start that reads every file)")
     if args.changed and args.fired:
         parser.error("--changed already moves what --fired does, and the runtime records")
     if args.warm_up:
@@ -542,6 +571,8 @@ def main(argv: list[str] | None = None) -> None:
         for index in range(repeat):
             if args.no_checkpoint:
                 (root / "startup.checkpoint").unlink(missing_ok=True)
+            if args.older_indexes:
+                _write_older_index_headers(root)
             if args.changed:
                 _touch_fired_files(root, ("runtime.jsonl", "history.idx"))
             elif args.fired:
