@@ -181,6 +181,44 @@ def checkpoint_of(state: State) -> Checkpoint:
 # --- reading during a load --------------------------------------------------------------
 
 
+# A trigger's decision row says so (`shell.history_rows`: compact JSON).
+_TRIGGER_MARK: Final = b'"origin":"trigger"'
+_SEARCH_CHUNK: Final = 1 << 20
+
+
+def _newest_trigger(log_fd: DiskFile, size: int) -> datetime | None:
+    """The instant of the newest trigger decision row in `log[0:size]`,
+    searched from the end a chunk at a time (triggers strictly increase, so
+    the last one written is the newest). Only lines that hold the mark are
+    parsed. Raises `_IndexDamaged` for such a line that is not JSON."""
+    position, rest = size, b""
+    while position > 0:
+        start = max(0, position - _SEARCH_CHUNK)
+        data = log_fd.read_at(position - start, start) + rest
+        position = start
+        rest = b""
+        if position > 0:
+            # The first line may begin in the chunk before: it waits for it.
+            cut = data.find(b"\n") + 1
+            if cut == 0:
+                rest = data
+                continue
+            rest, data = data[:cut], data[cut:]
+        if _TRIGGER_MARK not in data:
+            continue
+        for line in reversed(data.split(b"\n")):
+            if _TRIGGER_MARK not in line:
+                continue
+            try:
+                row = json.loads(line)
+                if "update" in row or row.get("origin") != "trigger":
+                    continue
+                return parse_instant(row["instant"])
+            except (ValueError, TypeError, KeyError, AttributeError):
+                raise _IndexDamaged("a trigger row before the checkpoint is not readable") from None
+    return None
+
+
 class _IndexDamaged(Exception):
     """The index does not match the log; rebuild it from the log."""
 
@@ -189,13 +227,10 @@ class _IndexDamaged(Exception):
         reason: str,
         *,
         missing: bool = False,
-        outdated: bool = False,
         durable_size: int | None = None,
     ) -> None:
         super().__init__(reason)
         self.missing = missing
-        # Written by an older version: nothing is wrong with it.
-        self.outdated = outdated
         # Set when the log is shorter than the size the index saw durable:
         # committed rows are gone, which no crash can do (damage, not a repair).
         self.durable_size = durable_size
@@ -379,13 +414,14 @@ class HistoryIndex:
                         durable_size = header.size
                 if not force_rebuild:
                     try:
-                        loaded = self._load_with_index(files, log_fd, idx_fd, size, full_open)
+                        loaded = self._load_with_index(
+                            files, log_fd, idx_fd, size, full_open, needs_trigger=repair
+                        )
                     except _IndexDamaged as damage:
                         # Only the owner repairs; a missing index is what a
                         # crash right after a schedule's first row leaves.
                         durable_size = damage.durable_size
-                        quiet = damage.missing or damage.outdated
-                        level = logging.WARNING if repair and not quiet else logging.INFO
+                        level = logging.WARNING if repair and not damage.missing else logging.INFO
                         if size:
                             _log.log(
                                 level if repair else logging.DEBUG,
@@ -426,6 +462,8 @@ class HistoryIndex:
         idx_fd: DiskFile | None,
         size: int,
         full_open: bool,
+        *,
+        needs_trigger: bool,
     ) -> Loaded:
         if idx_fd is None:
             raise _IndexDamaged("index is missing", missing=True)
@@ -449,18 +487,17 @@ class HistoryIndex:
             and log_fd.read_at(1, checkpoint.size - 1) != b"\n"
         ):
             raise _IndexDamaged("checkpoint does not end a record")
-        if not checkpoint.knows_trigger:
-            # Its rows' newest trigger is known only by reading them all
-            # (after the checks above: damage is still reported as damage).
-            raise _IndexDamaged(
-                "written before index headers held the newest trigger", outdated=True
-            )
         reader = _Reader(log_fd, idx_fd, entries_in_file)
+        last_trigger = checkpoint.last_trigger
+        if not checkpoint.knows_trigger and needs_trigger:
+            # An older version's header: the newest trigger row is found in
+            # the log (the owner's recover publishes a header that holds it).
+            last_trigger = _newest_trigger(log_fd, checkpoint.size)
         state = State(
             size=checkpoint.size,
             count=checkpoint.count,
             lines=checkpoint.lines,
-            last_trigger=checkpoint.last_trigger,
+            last_trigger=last_trigger,
         )
         if checkpoint.count:
             last_seq = checkpoint.count - 1

@@ -290,9 +290,11 @@ class HistoryStore:
         else:
             if state.touched:
                 self._index.write_entries(files, state.touched)
-            if loaded.tail_rows or state.touched:
+            if loaded.tail_rows or state.touched or not loaded.checkpoint.knows_trigger:
                 # Published by the next commit that touches this schedule once
-                # `sync_recovered` has made these entries durable.
+                # `sync_recovered` has made these entries durable (and a
+                # header an older version wrote, without the newest trigger,
+                # replaced by one that holds it).
                 log.checkpoint_next = checkpoint_of(state)
                 log.written_at_flush = filesystem_flushes(files.directory, disk=self.disk)
                 log.needs_sync = True

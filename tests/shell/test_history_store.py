@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from core.errors import InvalidInput, InvalidState, NotFound
+from shell import history_index
 from shell.disk import OsDisk
 from shell.durable import GroupCommit
 from shell.history_index import ENTRY_SIZE, HEADER_SIZE, Checkpoint
@@ -1063,42 +1064,66 @@ def test_a_load_through_the_index_knows_the_newest_trigger_from_its_header(
         decide(_restart(store_root), "s1", 4, origin="trigger")
 
 
-def test_an_index_written_before_headers_held_the_newest_trigger_is_rebuilt_quietly(
-    history: HistoryStore, store_root: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    _history_with_a_trigger_covered_by_the_header(history, store_root)
-    index = _files(store_root).history_index
-    older = _index_header(store_root)
-    data = index.read_bytes()
-    index.write_bytes(
-        Checkpoint(
-            older.size, older.count, older.lines, older.low_water, knows_trigger=False
-        ).pack()
-        + data[HEADER_SIZE:]
+def _as_an_older_version_wrote_it(root: Path) -> Checkpoint:
+    """The index header without the newest trigger (its flags zero)."""
+    index = _files(root).history_index
+    header = _index_header(root)
+    older = Checkpoint(
+        header.size, header.count, header.lines, header.low_water, knows_trigger=False
     )
+    index.write_bytes(older.pack() + index.read_bytes()[HEADER_SIZE:])
+    return older
+
+
+@pytest.mark.parametrize("later_rows", [0, 2])
+def test_an_older_index_header_has_its_newest_trigger_found_in_the_log_and_replaced(
+    history: HistoryStore, store_root: Path, caplog: pytest.LogCaptureFixture, later_rows: int
+) -> None:
+    """An upgrade: the index is used as it is (no rebuild, nothing logged
+    above INFO), the newest trigger row is searched for from the log's end,
+    and the owner's next publish writes a header that holds it."""
+    _history_with_a_trigger_covered_by_the_header(history, store_root)
+    again = _restart(store_root)
+    for i in range(later_rows):  # rows after the trigger, none of them a trigger
+        decide(again, "s1", 7 + i)
+    again.close()
+    _as_an_older_version_wrote_it(store_root)
     with caplog.at_level(logging.INFO):
-        recovered = _restart(store_root).recover("s1")
-    assert recovered.index_rebuilt
+        owner = _restart(store_root)
+        recovered = owner.recover("s1")
+    assert not recovered.index_rebuilt
     assert recovered.problems == ()
     assert recovered.last_trigger_instant == "2024-01-01T00:05:00Z"
-    assert "written before index headers held the newest trigger" in caplog.text
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    owner.sync_recovered()
+    owner.close()
+    header = _index_header(store_root)
+    assert header.knows_trigger and header.last_trigger == minute(5)
+
+
+def test_an_older_index_header_over_a_log_without_triggers_knows_there_is_none(
+    history: HistoryStore, store_root: Path
+) -> None:
+    decide(history, "s1", 0)
+    decide(history, "s1", 1)
+    history.close()
+    _as_an_older_version_wrote_it(store_root)
+    owner = _restart(store_root)
+    assert owner.recover("s1").last_trigger_instant is None
+    # A trigger now is checked against none: any instant is after it.
+    decide(owner, "s1", 2, origin="trigger")
+    owner.close()
+    assert _index_header(store_root).last_trigger == minute(2)
 
 
 def test_an_older_index_over_a_log_cut_short_is_still_damage(
     history: HistoryStore, store_root: Path
 ) -> None:
-    """An index from before headers held the newest trigger is rebuilt
-    quietly, but not when its checkpoint says committed rows are gone."""
+    """An index from before headers held the newest trigger is used as it
+    is, but not when its checkpoint says committed rows are gone."""
     _history_with_a_trigger_covered_by_the_header(history, store_root)
-    index, log = _files(store_root).history_index, _files(store_root).history
-    older = _index_header(store_root)
-    index.write_bytes(
-        Checkpoint(
-            older.size, older.count, older.lines, older.low_water, knows_trigger=False
-        ).pack()
-        + index.read_bytes()[HEADER_SIZE:]
-    )
+    log = _files(store_root).history
+    older = _as_an_older_version_wrote_it(store_root)
     rows = log.read_bytes().splitlines(keepends=True)
     log.write_bytes(b"".join(rows[:-1]))
     recovered = _restart(store_root).recover("s1")
@@ -1107,3 +1132,31 @@ def test_an_older_index_over_a_log_cut_short_is_still_damage(
         f"the log is shorter than its durable checkpoint (it ends at byte"
         f" {older.size - len(rows[-1])}, {older.size} were committed): committed rows are missing"
     ]
+
+
+@pytest.mark.parametrize("chunk", [37, 200, 1 << 20])
+def test_the_newest_trigger_is_found_across_the_search_s_chunks(
+    history: HistoryStore, store_root: Path, monkeypatch: pytest.MonkeyPatch, chunk: int
+) -> None:
+    # Rows longer than a chunk, and chunks ending mid-row, mid-mark.
+    monkeypatch.setattr(history_index, "_SEARCH_CHUNK", chunk)
+    for i in range(12):
+        decide(history, "s1", i, origin="trigger" if i in (3, 8) else None)
+    decide(history, "s1", 20, "admitted")
+    history.close()
+    _as_an_older_version_wrote_it(store_root)
+    assert _restart(store_root).recover("s1").last_trigger_instant == "2024-01-01T00:08:00Z"
+
+
+def test_an_unreadable_trigger_row_behind_an_older_header_has_the_index_rebuilt(
+    history: HistoryStore, store_root: Path
+) -> None:
+    _history_with_a_trigger_covered_by_the_header(history, store_root)
+    _as_an_older_version_wrote_it(store_root)
+    log = _files(store_root).history
+    data = log.read_bytes()
+    line = data.rfind(b"\n", 0, data.index(b'"origin":"trigger"')) + 1
+    log.write_bytes(data[:line] + b"#" + data[line + 1 :])  # same length, not JSON
+    recovered = _restart(store_root).recover("s1")
+    assert recovered.index_rebuilt
+    assert recovered.problems  # the rebuild reads the row and reports it
