@@ -45,11 +45,6 @@ class Timeline:
         """The current moment."""
         return self._moments[-1]
 
-    @property
-    def reading(self) -> datetime:
-        """What the clock shows now."""
-        return self._readings[-1]
-
     def show(self, wanted: datetime) -> datetime:
         """Time passes up to `wanted` (or a microsecond past each reading
         shown before it); returns the reading to set. `wanted` equal to the

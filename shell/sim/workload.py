@@ -16,10 +16,10 @@ a trigger instant (a trigger request lands between two calendar instants).
 With `clock_steps`, from a stream of its own too: up to two moments at which
 the host's clock is set, back by 5 s to an hour (seven times in ten) or
 forward by a minute to three hours, and an odd number of microseconds
-(`Workload.clock_steps`; rule L). Every time here is a moment
-of the simulation's own time (`shell.sim.timeline`), which is the clock's
-reading until a step back: what operators do after a step happens while the
-clock is behind.
+(`Workload.clock_steps`; rule L). Every time here is a moment of the
+simulation's own time (`shell.sim.timeline`), which is the clock's reading
+until a step: what operators do after a step back happens while the clock
+is behind.
 """
 
 from __future__ import annotations
