@@ -79,7 +79,7 @@ _TRACE: Final = 40
 _SECOND: Final = timedelta(seconds=1)
 _NO_TIME: Final = timedelta(0)
 # A backfill reaches back to an hour before the simulation (before every
-# schedule existed), no further.
+# schedule existed), no further, unless the clock was set back before it.
 _EARLIEST_BACKFILL: Final = SIM_START - timedelta(hours=1)
 
 
@@ -484,7 +484,9 @@ class _Simulation:
             elif action.kind == "backfill":
                 now = self.clock.now()
                 end = now - timedelta(minutes=action.args["short"])
-                start = max(end - timedelta(minutes=action.args["reach"]), _EARLIEST_BACKFILL)
+                start = end - timedelta(minutes=action.args["reach"])
+                if end > _EARLIEST_BACKFILL:
+                    start = max(start, _EARLIEST_BACKFILL)
                 answer = await api.backfill_schedule(
                     schedule_id=schedule_id, start=start, end=end, overlap=overlap
                 )
