@@ -243,7 +243,7 @@ class _Simulation:
         return self.timeline.now.timestamp()
 
     def reading_at(self, moment: datetime) -> datetime:
-        """What the clock will show at `moment` if it is not set back again.
+        """What the clock will show at `moment` if it is not set again.
         The workload's times are moments: after a step back, what operators
         do next happens while the clock is behind."""
         return moment + (self.clock.now() - self.timeline.now)
