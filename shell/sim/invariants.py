@@ -879,25 +879,25 @@ class InvariantChecker:
         again = [t for t in backfill.remaining if t in decided]
         if again:
             self._fail(f"{where}: {format_instant(again[0])} remains, and was decided already")
-        clamped = backfill.ended_at == backfill.requested_at and self._timeline.went_behind(
-            backfill.requested_at, requested, now
-        )
-        # An end on a clock set back behind the request says the request's
-        # time (`Backfill._ended`): no moment to judge it by.
-        if backfill.state == "done" and rows and not clamped:
-            last = max(rows, key=lambda o: o.decided or requested)
-            ended = (
-                None
-                if backfill.ended_at is None
-                else requested
-                if backfill.ended_at == backfill.requested_at
-                else self._timeline.decided_at(backfill.ended_at, now)
+        if backfill.state != "done" or not rows:
+            return
+        ended_at = backfill.ended_at
+        ended: datetime | None
+        if ended_at == backfill.requested_at:
+            if self._timeline.went_behind(backfill.requested_at, requested, now):
+                # An end on a clock set back behind the request says the
+                # request's time (`Backfill._ended`): no moment to judge it by.
+                return
+            ended = requested
+        else:
+            ended = None if ended_at is None else self._timeline.decided_at(ended_at, now)
+        # `rows` holds decided occurrences only.
+        last = max(rows, key=lambda o: o.decided or requested)
+        if ended is None or ended < (last.decided or requested):
+            self._fail(
+                f"{where}: done, ended at {backfill.ended_at}, before its last admission"
+                f" at {last.decision['recorded_at']}"
             )
-            if ended is None or last.decided is None or ended < last.decided:
-                self._fail(
-                    f"{where}: done, ended at {backfill.ended_at}, before its last admission"
-                    f" at {last.decision['recorded_at']}"
-                )
 
     # --- at the end -------------------------------------------------------------------------
 
