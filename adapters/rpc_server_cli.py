@@ -54,7 +54,6 @@ from adapters.rpc.server import bind_socket, build_server
 from core.errors import InvalidInput, Problem, SchedulingError
 from shell import SchedulerService, build_scheduler_service
 from shell.journal import JOURNAL_FILE
-from shell.lock import SchedulerLock
 from shell.pg.database import Database, display_url
 from shell.pg.health import StoreWatch
 
@@ -208,25 +207,12 @@ def _scheduler_words(service: SchedulerService | None) -> str:
     return "enabled, standing by" if service.role == "standby" else "enabled"
 
 
-def _refuse_if_owned(store_root: Path) -> None:
-    """Raise SchedulerUnavailable (naming the holder) if another process's
-    scheduler owns the store: opening the host runs startup recovery, which
-    would declare that process's executing runs abandoned."""
-    probe = SchedulerLock(store_root)
-    if not probe.path.exists():
-        # A live owner whose lock file was removed still locks the store root.
-        probe.refuse_if_owned()
-        return
-    probe.acquire()
-    probe.release()
-
-
 async def _open_server(settings: ServerSettings) -> LocalStaticWorkflowServer:
     """The server on its store: the files under the store root, or the
     PostgreSQL database (opened, its schema brought up to date)."""
     if settings.store_url is None:
         assert settings.store_root is not None
-        _refuse_if_owned(settings.store_root)
+        # The builder refuses a store another process's scheduler owns.
         return build_local_static_workflow_server(
             settings.store_root, schedules=settings.scheduler.enabled
         )

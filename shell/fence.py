@@ -132,7 +132,7 @@ def unregister_fence(fence: Fence, *, keep_tripped: bool = True) -> None:
 
 def clear_fences(store_root: str | os.PathLike[str]) -> None:
     """Forget the fence of `store_root`, tripped or not: this process takes
-    the store again (nobody else owns it; see `SchedulerLock.refuse_if_owned`)."""
+    the store again (nobody else owns it; see `SchedulerLock.root_held`)."""
     _FENCES.pop(_absolute(store_root), None)
 
 

@@ -29,7 +29,8 @@ import fcntl
 import json
 import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -103,16 +104,20 @@ class SchedulerLock:
             raise self._refusal(root_locked=True) from None
         return root_fd
 
-    def refuse_if_owned(self) -> None:
-        """Raise the refusal `acquire()` would when a live process owns the
-        store (even one whose lock file was removed), creating nothing.
-
-        Passing it means this process may take the store: a fence an earlier
-        (stopped) owner in this process left tripped is forgotten."""
-        if not self.store_root.is_dir():
-            return
-        os.close(self._lock_root())
-        clear_fences(self.store_root)
+    @contextmanager
+    def root_held(self) -> Iterator[None]:
+        """Hold the store root's own lock for the block (the root must
+        exist), creating nothing: how a start holds a store with no lock
+        file through its recovery. Raises the refusal `acquire()` would
+        while a live process owns the store. Holding it means this process
+        may take the store: a fence an earlier (stopped) owner in this
+        process left tripped is forgotten."""
+        root_fd = self._lock_root()
+        try:
+            clear_fences(self.store_root)
+            yield
+        finally:
+            os.close(root_fd)
 
     def _lock_file(self) -> dict[str, Any]:
         while True:

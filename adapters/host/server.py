@@ -14,7 +14,8 @@ import importlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -192,24 +193,30 @@ def _server(
     return server
 
 
-def _refuse_if_owned(store_root: Path, disk: Disk) -> None:
-    """Raise SchedulerUnavailable (naming the holder) when a scheduler in
-    another process owns the store: the recovery below would declare that
-    process's executing runs abandoned while they still execute.
+@contextmanager
+def _recovering_alone(store_root: Path, disk: Disk) -> Iterator[None]:
+    """Hold the store for a start's recovery, or raise SchedulerUnavailable
+    (naming the holder) when a scheduler in another process owns it: the
+    recovery would declare that process's executing runs abandoned while
+    they still execute.
 
-    Otherwise, under the lock, replay what a scheduler that died left in its
-    commit journal (`shell.journal`): the schedule files must hold every
-    durable write before anything reads them."""
+    The lock is held from the probe to the end of the recovery, so a second
+    start cannot pass its probe between them and recover (fail executing
+    runs, repair the counter) while this one's scheduler takes the store and
+    runs them. First, under the lock, replay what a scheduler that died left
+    in its commit journal (`shell.journal`): the schedule files must hold
+    every durable write before anything reads them."""
     probe = SchedulerLock(store_root)
     if not probe.path.exists():
-        # A live owner whose lock file was removed still locks the store root.
-        probe.refuse_if_owned()
+        # A fresh store, or one whose lock file was removed: a live owner
+        # still locks the store root, and no scheduler left a journal here.
+        ensure_dir(store_root)
+        with probe.root_held():
+            yield
         return
-    probe.acquire()
-    try:
+    with probe:
         replay_journal(store_root, disk=disk)
-    finally:
-        probe.release()
+        yield
 
 
 def _sweep_temp_files(store_root: Path, *, older_than_ns: int, disk: Disk) -> None:
@@ -261,19 +268,18 @@ def build_local_static_workflow_server(
     """
     started_ns = time.time_ns()
     store_root = Path(root)
-    _refuse_if_owned(store_root, disk)
-    ensure_dir(store_root)
     read_clock = clock or _utc_now
     now = _timestamp(read_clock)
-    stores = _Stores(
-        artifacts=ArtifactStore(FileArtifacts(store_root)),
-        deployments=DeploymentStore(FileDeployments(store_root)),
-        runs=RunStore(FileRunLog(store_root, disk=disk)),
-        counter=RunIdCounter(FileRunCounter(store_root / "counters" / "run_id")),
-    )
-    # The file stores never suspend: their load runs to completion here.
-    report = complete(_recover(stores, now))
-    _sweep_temp_files(store_root, older_than_ns=started_ns - TEMP_IN_FLIGHT_NS, disk=disk)
+    with _recovering_alone(store_root, disk):
+        stores = _Stores(
+            artifacts=ArtifactStore(FileArtifacts(store_root)),
+            deployments=DeploymentStore(FileDeployments(store_root)),
+            runs=RunStore(FileRunLog(store_root, disk=disk)),
+            counter=RunIdCounter(FileRunCounter(store_root / "counters" / "run_id")),
+        )
+        # The file stores never suspend: their load runs to completion here.
+        report = complete(_recover(stores, now))
+        _sweep_temp_files(store_root, older_than_ns=started_ns - TEMP_IN_FLIGHT_NS, disk=disk)
     server = _server(
         stores, now=now, report=report, read_clock=read_clock, store_root=store_root, database=None
     )

@@ -15,8 +15,9 @@ import select
 import signal
 import socket
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -161,6 +162,84 @@ def test_a_second_service_is_refused_while_the_owner_lives_even_without_its_lock
     assert refused.value.data["holder"]["pid"] == pid
     # Its recovery did not fail the owner's live run as abandoned.
     assert _tree(store_root) == before, f"the refused process wrote to the store ({run_id})"
+
+
+def _fork_start_paused_in_recovery(root: Path) -> tuple[int, int, int]:
+    """A process starting on `root` (the documented Python API) that stops
+    in the middle of its recovery, when it stamps the first abandoned run
+    it fails, until told to go on. (pid, the pipe it says "recovering" on,
+    the pipe that tells it to go on); it exits 0 once its service started."""
+    said, say = os.pipe()
+    told, tell = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            os.close(said)
+            os.close(tell)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            paused = []
+
+            def clock() -> datetime:
+                if not paused:
+                    paused.append(True)
+                    os.write(say, b"recovering\n")
+                    os.read(told, 1)
+                return DUE
+
+            async def start() -> None:
+                server = build_local_static_workflow_server(root, schedules=True, clock=clock)
+                service = build_scheduler_service(
+                    server, SchedulerServiceConfig(enabled=True), clock=ManualClock(DUE)
+                )
+                await service.start()
+                await service.stop()
+
+            asyncio.run(start())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(say)
+    os.close(told)
+    return pid, said, tell
+
+
+def test_a_second_start_during_a_starts_recovery_is_refused_and_writes_nothing(
+    store_root: Path, owner: tuple[int, str]
+) -> None:
+    """Two starts at once: the second one's probe comes while the first
+    recovers. Were it let through, it would fail the abandoned run, start its
+    scheduler, and the first would fail it again and be refused only then."""
+    dead, run_id = owner
+    os.kill(dead, signal.SIGKILL)
+    os.waitpid(dead, 0)
+    pid, said, tell = _fork_start_paused_in_recovery(store_root)
+    try:
+        ready, _, _ = select.select([said], [], [], 60)  # a bound for a slow machine
+        assert ready and os.read(said, 100) == b"recovering\n", "the first start never recovered"
+        before = _tree(store_root)
+        with pytest.raises(SchedulerUnavailable) as refused:
+            asyncio.run(_start_second(store_root))
+        assert refused.value.data["holder"]["pid"] == pid, refused.value.message
+        assert _tree(store_root) == before, "the refused start wrote to the store"
+    finally:
+        os.write(tell, b"g")
+        _, status = os.waitpid(pid, 0)
+        os.close(said)
+        os.close(tell)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the first start failed"
+
+    async def inspect() -> dict[str, Any]:
+        server = build_local_static_workflow_server(store_root)
+        try:
+            return await server.api.inspect_run(run_id)
+        finally:
+            await server.close()
+
+    run = asyncio.run(inspect())
+    assert run["status"] == "failed" and ABANDONED_TEXT in run["error"]["message"]
 
 
 # --- fencing -----------------------------------------------------------------------------
