@@ -263,8 +263,10 @@ def build_local_static_workflow_server(
     or `shell.schedules_api.build_schedules_api(server)` when no factory is
     given (SchedulerUnavailable if that module is missing). `clock` (aware
     datetimes) stamps records; it defaults to the system clock. `disk` holds
-    the run log and the commit journal (the scheduler's stores must be built
-    on the same one; tests simulate it).
+    the host's records (run log, run-id counter, artifacts, deployments) and
+    the commit journal (the scheduler's stores must be built on the same
+    one; tests simulate it). The store root's lock is the operating
+    system's in any case.
     """
     started_ns = time.time_ns()
     store_root = Path(root)
@@ -272,10 +274,10 @@ def build_local_static_workflow_server(
     now = _timestamp(read_clock)
     with _recovering_alone(store_root, disk):
         stores = _Stores(
-            artifacts=ArtifactStore(FileArtifacts(store_root)),
-            deployments=DeploymentStore(FileDeployments(store_root)),
+            artifacts=ArtifactStore(FileArtifacts(store_root, disk=disk)),
+            deployments=DeploymentStore(FileDeployments(store_root, disk=disk)),
             runs=RunStore(FileRunLog(store_root, disk=disk)),
-            counter=RunIdCounter(FileRunCounter(store_root / "counters" / "run_id")),
+            counter=RunIdCounter(FileRunCounter(store_root / "counters" / "run_id", disk=disk)),
         )
         # The file stores never suspend: their load runs to completion here.
         report = complete(_recover(stores, now))

@@ -1,11 +1,13 @@
-"""Crash-safe file primitives for the host's stores.
+"""Crash-safe file primitives for the host's stores, on the disk port
+(`shell.disk`: the operating system's, or a simulated one whose power the
+crash campaigns cut).
 
 Every record the host keeps is one JSON file that is only ever replaced whole:
 the new content goes to a temporary file in the same directory, is flushed and
 fsynced, renamed over the old name, and the directory is fsynced so the rename
-itself survives a power loss. A reader therefore sees the old record or the
-new one, never a torn mix. Temporary files left by a crash start with `.` and
-end in `.tmp`; readers ignore them.
+itself survives a power loss (`shell.durable.atomic_write_bytes`). A reader
+therefore sees the old record or the new one, never a torn mix. Temporary
+files left by a crash start with `.` and end in `.tmp`; readers ignore them.
 
 Under a scheduler lock, every write first passes the store's write fence
 (`shell.fence`): once the lock file was removed or replaced, a write raises
@@ -14,14 +16,13 @@ Under a scheduler lock, every write first passes the store's write fence
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from shell.fence import check_fence
+from shell.disk import OS_DISK, Disk, exists, is_directory
+from shell.durable import atomic_write_bytes, fsync_directory
+from shell.store_format import read_file
 
 __all__ = [
     "TEMP_SUFFIX",
@@ -29,7 +30,6 @@ __all__ = [
     "atomic_write_text",
     "dump_json",
     "ensure_dir",
-    "fsync_dir",
     "is_temp_file",
     "read_json",
 ]
@@ -53,59 +53,41 @@ def dump_json(value: Any, *, compact: bool = False) -> str:
     return text + "\n"
 
 
-def fsync_dir(path: Path) -> None:
-    """Make the directory entries of `path` (creations, renames) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def ensure_dir(path: Path) -> None:
-    """Create `path` (and parents) durably if it does not exist yet."""
-    if path.is_dir():
+def ensure_dir(path: Path, *, disk: Disk = OS_DISK) -> None:
+    """Create `path` (and parents) durably on `disk` if it does not exist yet."""
+    if is_directory(disk, str(path)):
         return
     missing: list[Path] = []
     probe = path
-    while not probe.exists():
+    while not exists(disk, str(probe)):
         missing.append(probe)
         probe = probe.parent
-    path.mkdir(parents=True, exist_ok=True)
+    disk.make_directory(str(path), parents=True)
     # The new entries live in their parents: fsync each parent, deepest last.
     for created in reversed(missing):
-        fsync_dir(created.parent)
+        fsync_directory(created.parent, disk=disk)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str, *, disk: Disk = OS_DISK) -> None:
     """Replace `path` with `text` atomically and durably (see module docstring)."""
-    directory = path.parent
-    check_fence(path)
-    ensure_dir(directory)
-    fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=TEMP_SUFFIX, dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp_name, path)
-    except BaseException:
-        # Never leave a half-written temporary behind on an error we survive.
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(temp_name)
-        raise
-    fsync_dir(directory)
+    ensure_dir(path.parent, disk=disk)
+    atomic_write_bytes(path, text.encode(), disk=disk)
 
 
-def atomic_write_json(path: Path, value: Any, *, compact: bool = False) -> None:
+def atomic_write_json(
+    path: Path, value: Any, *, compact: bool = False, disk: Disk = OS_DISK
+) -> None:
     """Serialize `value` (canonical JSON) and replace `path` with it atomically."""
-    atomic_write_text(path, dump_json(value, compact=compact))
+    atomic_write_text(path, dump_json(value, compact=compact), disk=disk)
 
 
-def read_json(path: Path) -> Any:
-    """Parse the JSON file at `path`. Raises OSError or ValueError (bad JSON/UTF-8)."""
-    with path.open("r", encoding="utf-8") as handle:
-        return json.load(handle)
+def read_json(path: Path, *, disk: Disk = OS_DISK) -> Any:
+    """Parse the JSON file at `path`. Raises OSError (FileNotFoundError when
+    absent) or ValueError (bad JSON/UTF-8)."""
+    data = read_file(str(path), disk=disk)
+    if data is None:
+        raise FileNotFoundError(f"no such file: {path}")
+    return json.loads(data.decode("utf-8"))
 
 
 def is_temp_file(path: Path) -> bool:
