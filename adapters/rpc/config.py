@@ -223,6 +223,24 @@ def _store(
     return None, url
 
 
+def _store_root_problems(root: Path) -> list[Problem]:
+    """A store root that exists must be a directory, and one that does not
+    must be creatable under its nearest existing ancestor: said at once,
+    rather than as the OSError of the first mkdir."""
+    probe = root
+    while not probe.exists() and probe.parent != probe:
+        if probe.is_symlink():
+            return [Problem(field="store_root", reason=f"{probe} is a dangling symbolic link")]
+        probe = probe.parent
+    if probe.is_dir():
+        return []
+    if probe == root:
+        reason = f"{root} exists and is not a directory"
+    else:
+        reason = f"cannot create {root}: {probe} is not a directory"
+    return [Problem(field="store_root", reason=reason)]
+
+
 def resolve_settings(
     *,
     config_path: Path | None = None,
@@ -260,6 +278,8 @@ def resolve_settings(
         cwd=cwd,
         problems=problems,
     )
+    if root is not None:
+        problems += _store_root_problems(root)
     pool_size = section.store_pool_size if store_pool_size is None else store_pool_size
     if not 1 <= pool_size <= 1000:
         problems.append(Problem(field="store_pool_size", reason="must be between 1 and 1000"))

@@ -146,6 +146,24 @@ def test_missing_file_and_missing_store_root(tmp_path: Path) -> None:
     assert set(problems_of(caught.value)) == {"store_root"}
 
 
+def test_a_store_root_that_is_not_a_directory_is_named(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("not a store\n", encoding="utf-8")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone" / "store")
+    cases = {
+        Path("a-file"): f"{tmp_path / 'a-file'} exists and is not a directory",
+        Path("a-file/store"): f"cannot create {tmp_path / 'a-file' / 'store'}:"
+        f" {tmp_path / 'a-file'} is not a directory",
+        Path("dangling"): f"{tmp_path / 'dangling'} is a dangling symbolic link",
+    }
+    for flag, reason in cases.items():
+        with pytest.raises(InvalidInput) as caught:
+            resolve_settings(store_root=flag, environ={}, cwd=tmp_path)
+        assert problems_of(caught.value) == {"store_root": reason}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "dangling"]
+    fresh = resolve_settings(store_root=Path("new/deeper/store"), environ={}, cwd=tmp_path)
+    assert fresh.store_root == tmp_path / "new" / "deeper" / "store"
+
+
 TOKEN_CASES: list[tuple[dict[str, Any], dict[str, str], str | None, str | None]] = [
     ({}, {}, None, None),
     ({"token_env": "TOK"}, {"TOK": TOKEN}, TOKEN, None),
