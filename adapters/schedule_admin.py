@@ -10,7 +10,8 @@ server, is `adapters.admin.session`; what they print, `adapters.admin.output`.
 
 Every command takes `--url` (env `WF_SCHEDULER_URL`, default
 http://127.0.0.1:8765/rpc), `--token` (env `WF_SCHEDULER_TOKEN`) and `--json`
-(machine-readable output on stdout, errors included as `{"error": {...}}`).
+(machine-readable output on stdout, errors included as `{"error": {...}}`),
+after the command's name or before it (`wf-schedule --url URL list`).
 
 Exit status (stable, for scripts; each error class declares its own, as
 `exit_status` beside its `code`, and a test holds this list to them):
@@ -58,10 +59,43 @@ __all__ = [
     "STATE_STYLES",
     "STATUS_STYLES",
     "WfScheduleGroup",
+    "connection_options_last",
     "exit_code_for",
     "parse_when",
     "register_admin_commands",
 ]
+
+
+# The options every server command takes, which people also put before the
+# command's name, as with `git -C` or `kubectl --context`.
+_VALUED_OPTIONS = ("--url", "--token")
+_FLAG_OPTIONS = ("--json",)
+
+
+def connection_options_last(argv: Sequence[str]) -> list[str]:
+    """`argv` with the `--url`, `--token` and `--json` given before the
+    command's name moved after its arguments (before a `--`), where the
+    command reads them. Everything else stays in place, so an option the
+    root does not take is still refused there."""
+    args = list(argv)
+    moved: list[str] = []
+    position = 0
+    while position < len(args):
+        token = args[position]
+        if token in _VALUED_OPTIONS and position + 1 < len(args):
+            moved += args[position : position + 2]
+            del args[position : position + 2]
+        elif token in _FLAG_OPTIONS or token.startswith(tuple(f"{o}=" for o in _VALUED_OPTIONS)):
+            moved.append(token)
+            del args[position]
+        elif token.startswith("-"):
+            position += 1  # --version, --help: the root's own
+        else:
+            break  # the command's name
+    if not moved:
+        return args
+    end = args.index("--") if "--" in args else len(args)
+    return args[:end] + moved + args[end:]
 
 
 class WfScheduleGroup(TyperGroup):
@@ -75,7 +109,7 @@ class WfScheduleGroup(TyperGroup):
         standalone_mode: bool = True,
         **extra: Any,
     ) -> Any:
-        argv = list(sys.argv[1:] if args is None else args)
+        argv = connection_options_last(sys.argv[1:] if args is None else args)
         as_json = "--json" in argv[: argv.index("--")] if "--" in argv else "--json" in argv
         try:
             result = super().main(

@@ -14,6 +14,7 @@ from adapters.schedule_admin import (
     EXIT_CODES,
     STATE_STYLES,
     STATUS_STYLES,
+    connection_options_last,
     parse_when,
 )
 from core.occurrences import OCCURRENCE_STATUSES
@@ -24,6 +25,28 @@ def test_every_exit_code_is_distinct_per_error_kind() -> None:
     codes = [code for _, code in EXIT_CODES]
     # Conflicts share 4 on purpose (revision_conflict, already_exists).
     assert sorted(set(codes)) == [3, 4, 5, 6, 7, 8, 9, 10]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--url", "U", "list"], ["list", "--url", "U"]),
+        (["--json", "--token=T", "get", "x"], ["get", "x", "--json", "--token=T"]),
+        (
+            ["--url", "U", "run", "start", "d", "--", "-x"],
+            ["run", "start", "d", "--url", "U", "--", "-x"],
+        ),
+        (["list", "--url", "U"], ["list", "--url", "U"]),  # after the name: as given
+        (["--version"], ["--version"]),
+        (["--help", "--url", "U", "list"], ["--help", "list", "--url", "U"]),
+        (["--token"], ["--token"]),  # no value: the root refuses it as usual
+        (["create", "--json", "--", "--url"], ["create", "--json", "--", "--url"]),
+    ],
+)
+def test_connection_options_before_the_command_go_after_it(
+    argv: list[str], expected: list[str]
+) -> None:
+    assert connection_options_last(argv) == expected
 
 
 def test_every_schedule_state_has_a_colour_and_the_payload_state_is_shown() -> None:

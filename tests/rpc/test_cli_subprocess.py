@@ -193,6 +193,16 @@ async def test_unreachable_server_is_one_line_suggesting_to_start_it() -> None:
     assert error["code"] == "server_unreachable"
     assert "wf-rpc-server" in error["hint"]
 
+    # The connection options before the command's name, as people also write
+    # them: the URL given there is the one used (the environment's is not).
+    elsewhere = free_port()
+    code, out, err = await wf_schedule(
+        "--url", f"http://127.0.0.1:{elsewhere}", "--json", "list", url=f"http://127.0.0.1:{port}"
+    )
+    assert (code, err) == (8, "")
+    error = json.loads(out)["error"]
+    assert f"http://127.0.0.1:{elsewhere}/rpc" in error["message"]
+
 
 async def test_deleting_a_deployment_in_use_is_refused_naming_the_schedules(url: str) -> None:
     code, out, err = await wf_schedule(
