@@ -13,7 +13,17 @@ from typing import Annotated, Any
 
 import typer
 
-from adapters.admin.output import err, out, print_json, show, show_run, status_text, table, text
+from adapters.admin.output import (
+    err,
+    out,
+    print_json,
+    print_table,
+    show,
+    show_run,
+    status_text,
+    table,
+    text,
+)
 from adapters.admin.session import (
     EXIT_STORE_UNAVAILABLE,
     JsonOption,
@@ -279,7 +289,7 @@ def run_list(
             json.dumps(origin) if origin is not None else "manual",
             str(run.get("updated_at", "")),
         )
-    out().print(listing)
+    print_table(listing)
 
 
 def register_host_commands(app: typer.Typer) -> None:

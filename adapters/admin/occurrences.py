@@ -18,6 +18,7 @@ from adapters.admin.output import (
     origin_text,
     out,
     print_json,
+    print_table,
     status_text,
     text,
 )
@@ -232,6 +233,6 @@ def occurrences(
     if not rows:
         out().print(f"no occurrences of {schedule_id} yet")
     else:
-        out().print(occurrence_table(rows))
+        print_table(occurrence_table(rows))
     if page.get("next_cursor"):
         out().print(text(f"more: --cursor {page['next_cursor']}  (or --all)", style="dim"))

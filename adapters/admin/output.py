@@ -37,6 +37,7 @@ __all__ = [
     "out",
     "print_error",
     "print_json",
+    "print_table",
     "print_usage_error",
     "show",
     "show_backfill_plan",
@@ -118,6 +119,21 @@ def table(**options: Any) -> Table:
     return Table(**options)
 
 
+def print_table(listing: Table) -> None:
+    """Print `listing` on stdout. Piped, each line without the padding rich
+    puts after its last cell: scripts, diffs and pasted output get no
+    trailing spaces. (On a terminal they are invisible, and colours stay.)"""
+    console = out()
+    if console.is_terminal:
+        console.print(listing)
+        return
+    with console.capture() as captured:
+        console.print(listing)
+    lines = captured.get().split("\n")
+    sys.stdout.write("\n".join(line.rstrip() for line in lines))
+    sys.stdout.flush()
+
+
 def print_json(payload: Any) -> None:
     sys.stdout.write(json.dumps(payload, indent=2, sort_keys=False, ensure_ascii=False) + "\n")
     sys.stdout.flush()
@@ -189,7 +205,7 @@ def show_schedule(schedule: Mapping[str, Any], as_json: bool, verb: str | None =
             shown = str(value)
         fields.add_row(key, shown)
     fields.add_row("state", state_text(schedule))
-    out().print(fields)
+    print_table(fields)
 
 
 def _range_text(backfill: Mapping[str, Any]) -> str:

@@ -23,6 +23,7 @@ import typer
 from adapters.admin.output import (
     out,
     print_json,
+    print_table,
     show_backfill_plan,
     show_cancelled_backfill,
     show_schedule,
@@ -270,7 +271,7 @@ def list_(
             str(item.get("revision")),
             str(item.get("next_instant") or "-"),
         )
-    out().print(listing)
+    print_table(listing)
 
 
 def get(

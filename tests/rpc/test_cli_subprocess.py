@@ -110,6 +110,24 @@ async def test_wf_schedule_process_exit_codes_and_output(url: str) -> None:
     assert "hint: run `wf-schedule get`" in err
 
 
+async def test_piped_tables_have_no_trailing_spaces(url: str) -> None:
+    # A schedule's long field (its trigger's text) pads every other row's
+    # last cell to its width in rich's rendering.
+    code, _, err = await wf_schedule("run", "start", "hello.default", url=url, token=TOKEN)
+    assert code == 0, err
+    listed, shown, runs = await asyncio.gather(
+        wf_schedule("list", url=url, token=TOKEN),
+        wf_schedule("get", "existing", url=url, token=TOKEN),
+        wf_schedule("run", "list", url=url, token=TOKEN),
+    )
+    for code, out, err in (listed, shown, runs):
+        assert code == 0, err
+        lines = out.splitlines()
+        assert len(lines) >= 2, out
+        assert [line for line in lines if line != line.rstrip()] == []
+    assert "existing" in listed[1] and "cron 0 * * * * (UTC)" in shown[1]
+
+
 # What `wf-schedule --help` must not load: the host, the HTTP stack, pydantic,
 # croniter and rich are paid for only by the commands that use them.
 HEAVY_MODULES = ("adapters.host", "shell", "httpx", "pydantic", "croniter", "rich", "jsonschema")
