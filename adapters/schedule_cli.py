@@ -173,8 +173,9 @@ def preview(
     ] = False,
 ) -> None:
     """Show the next instants a trigger fires at, in UTC and in its zone."""
-    from rich.console import Console
     from rich.table import Table
+
+    from adapters.admin.output import out, print_table
 
     compiled = _compile(cron, at, timezone)
     start = _parse_after(after)
@@ -206,10 +207,9 @@ def preview(
             compiled.local(instant).isoformat(),
             DST_NOTE_TEXT[note] if note is not None else "",
         )
-    console = Console(highlight=False)
-    console.print(table)
+    print_table(table)
     if not instants:
-        console.print("no instants after this point (a one-shot fires only once)")
+        out().print("no instants after this point (a one-shot fires only once)")
 
 
 register_simulate_command(app)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -172,6 +173,28 @@ def test_preview_as_a_process() -> None:
         "2026-03-29T01:00:00Z",
         "2026-03-29T02:00:00Z",
     ]
+
+
+def test_preview_piped_keeps_each_row_on_one_line_without_trailing_spaces() -> None:
+    root = Path(__file__).resolve().parents[2]
+    completed = subprocess.run(
+        [
+            *(sys.executable, "-m", "adapters.schedule_cli", "preview", "--cron", "30 2 * * *"),
+            *("--timezone", "Europe/Berlin", "--count", "2"),
+            *("--after", "2027-03-27T00:00:00Z"),
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={k: v for k, v in os.environ.items() if k != "COLUMNS"},
+    )
+    assert completed.returncode == 0, completed.stderr
+    lines = completed.stdout.splitlines()
+    assert [line for line in lines if line != line.rstrip()] == []
+    (gap,) = [line for line in lines if "2027-03-28T01:00:00Z" in line]
+    assert "gap: wall time did not exist, croniter moved it" in gap
 
 
 def test_console_script_rejects_with_exit_code_2() -> None:
