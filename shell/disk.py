@@ -38,6 +38,7 @@ __all__ = [
     "OsFile",
     "exists",
     "is_directory",
+    "is_file",
     "kept_size",
     "write_kept",
 ]
@@ -501,5 +502,13 @@ def is_directory(disk: Disk, path: str) -> bool:
     """`os.path.isdir` on `disk`: any error reads as absent."""
     try:
         return stat.S_ISDIR(disk.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def is_file(disk: Disk, path: str) -> bool:
+    """`os.path.isfile` on `disk`: any error reads as absent."""
+    try:
+        return stat.S_ISREG(disk.stat(path).st_mode)
     except OSError:
         return False

@@ -80,7 +80,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from core.errors import Problem, StoreFenced
-from shell.disk import OS_DISK, Disk, DiskFile, is_directory
+from shell.disk import OS_DISK, Disk, DiskFile, is_directory, is_file
 from shell.durable import GroupCommit, fault_point
 from shell.fence import check_fence
 from shell.journal import JOURNAL_FILE
@@ -511,10 +511,11 @@ class FileRunLog:
     def _load_legacy(self) -> list[Stored[int | None]]:
         """The runs of an older store's files that have no frame in the log."""
         found: list[Stored[int | None]] = []
-        if not self.legacy_dir.is_dir():
+        if not is_directory(self._disk, str(self.legacy_dir)):
             return found
-        for path in sorted(self.legacy_dir.iterdir()):
-            if is_temp_file(path) or not path.is_file():
+        for name in sorted(self._disk.list(str(self.legacy_dir))):
+            path = self.legacy_dir / name
+            if is_temp_file(path) or not is_file(self._disk, str(path)):
                 continue
             number = parse_run_id(path.stem) if path.suffix == ".json" else None
             if number is None:
@@ -523,7 +524,8 @@ class FileRunLog:
             if number in self._latest:
                 continue
             try:
-                found.append(Stored(location=str(path), key=number, document=read_json(path)))
+                document = read_json(path, disk=self._disk)
+                found.append(Stored(location=str(path), key=number, document=document))
             except (OSError, ValueError) as exc:
                 found.append(Stored(location=str(path), key=number, error=str(exc)))
         return found
