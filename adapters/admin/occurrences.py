@@ -174,7 +174,8 @@ def occurrences(
     token: TokenOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Show occurrence history, oldest first (a held candidate shows as pending)."""
+    """Show occurrence history in the order decided, oldest first (a held
+    candidate shows as pending)."""
     if wait_for is not None and wait_for not in OCCURRENCE_STATUSES:
         raise typer.BadParameter(
             f"unknown status {wait_for!r} (one of {', '.join(sorted(OCCURRENCE_STATUSES))})",
