@@ -919,8 +919,8 @@ class HistoryStore:
     def page(
         self, schedule_id: str, *, limit: int, cursor: str | None = None
     ) -> tuple[list[dict[str, Any]], str | None]:
-        """One page of occurrences, oldest first: one entry per occurrence with
-        its latest status.
+        """One page of occurrences in the order decided (by seq), oldest
+        first: one entry per occurrence with its latest status.
 
         Each entry: `seq`, `instant`, `count`, `first_instant`,
         `last_instant`, `revision`, `decided_at` (from the decision row) and

@@ -661,8 +661,10 @@ class SchedulesApi:
         cursor: str | None = None,
         newest_first: bool = False,
     ) -> dict[str, Any]:
-        """One page of the schedule's occurrence history, oldest first (with
-        `newest_first`, newest first: the operator console's ledger).
+        """One page of the schedule's occurrence history in the order
+        decided, oldest first (with `newest_first`, newest first: the
+        operator console's ledger); a backfill's rows come after the newer
+        instants decided before it ran.
 
         On the first page (no cursor) a held or waiting candidate is shown as a
         synthesized `pending` row at the top, so that page may hold `limit + 1`
