@@ -4,19 +4,65 @@ recording injector (see test_crash_points.py)."""
 from __future__ import annotations
 
 import asyncio
+import random
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from shell import ManualClock
-from shell.durable import set_fault_injector
-from shell.sim.disk import SimFileSystem
+from shell.durable import CrashAt, SimulatedCrash, set_fault_injector
+from shell.sim.disk import PowerCut, SimDisk, SimFileSystem
 from tests.service.conftest import START
 
 from .scenario import run_scenario
 from .world import CrashPoint, PhasedCrash, World
 
-__all__ = ["all_points", "crash_points", "record_points", "without_empty_commits"]
+__all__ = [
+    "all_points",
+    "crash_and_cut",
+    "crash_points",
+    "record_points",
+    "sync_points",
+    "without_empty_commits",
+]
+
+
+def sync_points(scenario: Callable[[SimDisk], None]) -> list[tuple[str, int]]:
+    """Each `(point, n-th time)` a synchronous scenario on a fresh simulated
+    disk passes (the power-cut campaigns' cases)."""
+    recorder = CrashAt(None)
+    previous = set_fault_injector(recorder)
+    try:
+        scenario(SimDisk())
+    finally:
+        set_fault_injector(previous)
+    counts: dict[str, int] = {}
+    cases: list[tuple[str, int]] = []
+    for point in recorder.seen:
+        counts[point] = counts.get(point, 0) + 1
+        cases.append((point, counts[point]))
+    return cases
+
+
+def crash_and_cut(
+    scenario: Callable[[SimDisk], None], point: str, occurrence: int, mode: PowerCut
+) -> SimDisk:
+    """A fresh simulated disk after `scenario` crashed at the `occurrence`-th
+    time of `point` and the machine lost the power (`mode`)."""
+    disk = SimDisk()
+    previous = set_fault_injector(CrashAt(point, occurrence=occurrence))
+    try:
+        try:
+            scenario(disk)
+        except SimulatedCrash:
+            pass
+        else:
+            raise AssertionError(f"the scenario never reached {point} #{occurrence}")
+    finally:
+        set_fault_injector(previous)
+    disk.power_cut(random.Random(f"{point}/{occurrence}"), mode)
+    return disk
 
 
 async def record_points(root: Path) -> list[CrashPoint]:

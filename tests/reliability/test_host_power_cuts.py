@@ -13,7 +13,6 @@ is its acknowledged version or the one being written, never an older one.
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +20,10 @@ import pytest
 
 from adapters.host.file_persistence import FileArtifacts, FileDeployments, FileRunCounter
 from adapters.host.persistence import complete as run
-from shell.durable import CrashAt, SimulatedCrash, set_fault_injector
 from shell.sim.disk import SIM_STORE_ROOT, PowerCut, SimDisk
 
 from .figures import record
+from .points import crash_and_cut, sync_points
 
 ROOT = Path(SIM_STORE_ROOT)
 
@@ -84,22 +83,7 @@ def _scenario(disk: SimDisk, acks: _Acks) -> None:
     acks.writing = None
 
 
-def _points() -> list[tuple[str, int]]:
-    recorder = CrashAt(None)
-    previous = set_fault_injector(recorder)
-    try:
-        _scenario(SimDisk(), _Acks())
-    finally:
-        set_fault_injector(previous)
-    counts: dict[str, int] = {}
-    cases: list[tuple[str, int]] = []
-    for point in recorder.seen:
-        counts[point] = counts.get(point, 0) + 1
-        cases.append((point, counts[point]))
-    return cases
-
-
-POINTS = _points()
+POINTS = sync_points(lambda disk: _scenario(disk, _Acks()))
 MODES: tuple[PowerCut, ...] = ("all", "none", "some")
 CASES = [(point, n, mode) for point, n in POINTS for mode in MODES]
 
@@ -150,15 +134,8 @@ def _check_recovered(disk: SimDisk, acks: _Acks) -> None:
 def test_a_power_cut_at_any_host_write_loses_nothing_acknowledged(
     point: str, occurrence: int, mode: PowerCut
 ) -> None:
-    disk = SimDisk()
     acks = _Acks()
-    previous = set_fault_injector(CrashAt(point, occurrence=occurrence))
-    try:
-        with pytest.raises(SimulatedCrash):
-            _scenario(disk, acks)
-    finally:
-        set_fault_injector(previous)
-    disk.power_cut(random.Random(f"{point}/{occurrence}"), mode)
+    disk = crash_and_cut(lambda disk: _scenario(disk, acks), point, occurrence, mode)
     _check_recovered(disk, acks)
 
 

@@ -12,19 +12,19 @@ no store reports damage, and what survives is a prefix of what was written.
 
 from __future__ import annotations
 
-import random
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from shell.definition_store import DefinitionStore
-from shell.durable import CrashAt, GroupCommit, SimulatedCrash, set_fault_injector
+from shell.durable import GroupCommit
 from shell.history_store import HistoryStore
 from shell.journal import CommitJournal
 from shell.runtime_store import RuntimeStore
 from shell.sim.disk import SIM_STORE_ROOT, PowerCut, SimDisk
 
 from .figures import record
+from .points import crash_and_cut, sync_points
 
 T0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
 ROOT = SIM_STORE_ROOT
@@ -81,22 +81,7 @@ def _scenario(disk: SimDisk, acks: _Acks) -> None:
     journal.close()
 
 
-def _points() -> list[tuple[str, int]]:
-    recorder = CrashAt(None)
-    previous = set_fault_injector(recorder)
-    try:
-        _scenario(SimDisk(), _Acks())
-    finally:
-        set_fault_injector(previous)
-    counts: dict[str, int] = {}
-    cases: list[tuple[str, int]] = []
-    for point in recorder.seen:
-        counts[point] = counts.get(point, 0) + 1
-        cases.append((point, counts[point]))
-    return cases
-
-
-POINTS = _points()
+POINTS = sync_points(lambda disk: _scenario(disk, _Acks()))
 MODES: tuple[PowerCut, ...] = ("all", "none", "some")
 CASES = [(point, n, mode) for point, n in POINTS for mode in MODES]
 
@@ -127,15 +112,8 @@ def _check_recovered(disk: SimDisk, acks: _Acks) -> None:
 def test_a_power_cut_at_any_write_loses_nothing_acknowledged(
     point: str, occurrence: int, mode: PowerCut
 ) -> None:
-    disk = SimDisk()
     acks = _Acks()
-    previous = set_fault_injector(CrashAt(point, occurrence=occurrence))
-    try:
-        with pytest.raises(SimulatedCrash):
-            _scenario(disk, acks)
-    finally:
-        set_fault_injector(previous)
-    disk.power_cut(random.Random(f"{point}/{occurrence}"), mode)
+    disk = crash_and_cut(lambda disk: _scenario(disk, acks), point, occurrence, mode)
     _check_recovered(disk, acks)
 
 

@@ -153,37 +153,12 @@ def test_preview_is_a_subcommand() -> None:
     assert "preview" in result.stdout
 
 
-def test_preview_as_a_process() -> None:
-    root = Path(__file__).resolve().parents[2]
+def _preview_process(*args: str) -> str:
+    """What `wf-schedule preview ARGS` prints on a pipe, as its own process
+    (no COLUMNS: the width a pipe gets)."""
     completed = subprocess.run(
-        [
-            *(sys.executable, "-m", "adapters.schedule_cli", "preview", "--cron", "0 * * * *"),
-            *("--timezone", "Europe/Berlin", "--count", "3"),
-            *("--after", "2026-03-29T00:30:00+01:00", "--json"),
-        ],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert completed.returncode == 0, completed.stderr
-    assert [row["instant"] for row in json.loads(completed.stdout)] == [
-        "2026-03-29T00:00:00Z",
-        "2026-03-29T01:00:00Z",
-        "2026-03-29T02:00:00Z",
-    ]
-
-
-def test_preview_piped_keeps_each_row_on_one_line_without_trailing_spaces() -> None:
-    root = Path(__file__).resolve().parents[2]
-    completed = subprocess.run(
-        [
-            *(sys.executable, "-m", "adapters.schedule_cli", "preview", "--cron", "30 2 * * *"),
-            *("--timezone", "Europe/Berlin", "--count", "2"),
-            *("--after", "2027-03-27T00:00:00Z"),
-        ],
-        cwd=root,
+        [sys.executable, "-m", "adapters.schedule_cli", "preview", *args],
+        cwd=Path(__file__).resolve().parents[2],
         capture_output=True,
         text=True,
         timeout=60,
@@ -191,7 +166,26 @@ def test_preview_piped_keeps_each_row_on_one_line_without_trailing_spaces() -> N
         env={k: v for k, v in os.environ.items() if k != "COLUMNS"},
     )
     assert completed.returncode == 0, completed.stderr
-    lines = completed.stdout.splitlines()
+    return completed.stdout
+
+
+def test_preview_as_a_process() -> None:
+    printed = _preview_process(
+        *("--cron", "0 * * * *", "--timezone", "Europe/Berlin", "--count", "3"),
+        *("--after", "2026-03-29T00:30:00+01:00", "--json"),
+    )
+    assert [row["instant"] for row in json.loads(printed)] == [
+        "2026-03-29T00:00:00Z",
+        "2026-03-29T01:00:00Z",
+        "2026-03-29T02:00:00Z",
+    ]
+
+
+def test_preview_piped_keeps_each_row_on_one_line_without_trailing_spaces() -> None:
+    lines = _preview_process(
+        *("--cron", "30 2 * * *", "--timezone", "Europe/Berlin", "--count", "2"),
+        *("--after", "2027-03-27T00:00:00Z"),
+    ).splitlines()
     assert [line for line in lines if line != line.rstrip()] == []
     (gap,) = [line for line in lines if "2027-03-28T01:00:00Z" in line]
     assert "gap: wall time did not exist, croniter moved it" in gap
