@@ -22,6 +22,7 @@ from typing import Any
 
 from shell.disk import OS_DISK, Disk, exists, is_directory
 from shell.durable import atomic_write_bytes, fsync_directory
+from shell.fence import check_fence
 from shell.store_format import read_file
 
 __all__ = [
@@ -70,6 +71,8 @@ def ensure_dir(path: Path, *, disk: Disk = OS_DISK) -> None:
 
 def atomic_write_text(path: Path, text: str, *, disk: Disk = OS_DISK) -> None:
     """Replace `path` with `text` atomically and durably (see module docstring)."""
+    # Fenced before the directory is made: a fenced process creates nothing.
+    check_fence(path)
     ensure_dir(path.parent, disk=disk)
     atomic_write_bytes(path, text.encode(), disk=disk)
 

@@ -81,6 +81,8 @@ async def test_record_counter_artifact_and_deployment_writes_are_refused(
     with pytest.raises(StoreFenced):
         await api.launch_run(admitted)
     assert tree_snapshot(tmp_path) == before
+    # Not even the new artifact's directory (the snapshot holds files only).
+    assert not (tmp_path / "artifacts" / "late").exists()
     # Reads keep working.
     assert (await api.inspect_run(admitted))["status"] == "admitted"
     assert [d["deployment_id"] for d in await api.list_deployments()] == [
