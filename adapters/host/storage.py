@@ -16,7 +16,9 @@ Under a scheduler lock, every write first passes the store's write fence
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +91,7 @@ def read_json(path: Path, *, disk: Disk = OS_DISK) -> Any:
     absent) or ValueError (bad JSON/UTF-8)."""
     data = read_file(str(path), disk=disk)
     if data is None:
-        raise FileNotFoundError(f"no such file: {path}")
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path))
     return json.loads(data.decode("utf-8"))
 
 
