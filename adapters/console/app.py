@@ -703,6 +703,8 @@ class Console:
             "status": run.get("status"),
             "schedule_id": origin.get("schedule_id") if scheduled else None,
             "instant": _utc_text(origin.get("instant")) if scheduled else None,
+            # An operator's trigger or backfill opened it: labelled as the ledger labels its row.
+            "origin_label": origin_label({"origin": origin.get("action")}) if scheduled else None,
             "created": _utc_text(run.get("created_at")),
             "duration": duration_text(
                 seconds_between(run.get("created_at"), run.get("updated_at"))

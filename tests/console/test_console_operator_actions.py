@@ -89,6 +89,24 @@ def test_the_ledger_labels_triggers_and_backfills_and_the_page_shows_progress(
     _shot = screenshots / f"schedule-backfill-{live.backend}.png"
     page.screenshot(path=str(_shot), full_page=True)
 
+    # The runs list and a run's page label the runs the same way.
+    page.goto(f"{live.base}/runs")
+    labels = dict(
+        page.eval_on_selector_all(
+            "#runs tbody tr",
+            """rs => rs.map(r => [r.dataset.run,
+                (r.cells[2].querySelector('[data-origin]') || {dataset: {origin: ''}})
+                    .dataset.origin])""",
+        )
+    )
+    assert labels[answer["run_id"]] == "trigger"
+    assert all(labels[row["run_id"]] == "backfill" for row in backfilled)
+    assert [run for run, origin in labels.items() if origin] == sorted(
+        [answer["run_id"], *(row["run_id"] for row in backfilled)], reverse=True
+    ), "the calendar's and manual runs carry no label"
+    page.goto(f"{live.base}/runs/{answer['run_id']}")
+    assert page.inner_text("dd [data-origin]") == "trigger"
+
     # A backfill that cannot start (the gated export's run waits for
     # approval): running, none admitted yet, the next instant shown; cancelled.
     plan = live.rpc(
