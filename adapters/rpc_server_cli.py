@@ -79,7 +79,11 @@ def _version() -> str:
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="wf-rpc-server",
-        description="Serve the wf-scheduler workflow API over JSON-RPC 2.0 (POST /rpc).",
+        description=(
+            "Serve the wf-scheduler workflow API over JSON-RPC 2.0 (POST /rpc), the"
+            " operator console (GET /), health (GET /healthz) and Prometheus metrics"
+            " (GET /metrics)."
+        ),
         epilog="Flags override the config file. Exit status: 0 clean shutdown, "
         "1 runtime failure, 2 invalid settings or insecure bind.",
     )
@@ -357,7 +361,8 @@ async def _serve_server(
         freeze_startup_objects()
         serving = loop.create_task(http.serve(sockets=[sock]))
         await http.wait_started(serving)
-        where = f"http://{_url_host(settings.host)}:{settings.port}{settings.rpc_path}"
+        origin = f"http://{_url_host(settings.host)}:{settings.port}"
+        where = f"{origin}{settings.rpc_path}"
         store = (
             f"PostgreSQL {display_url(settings.store_url)}"
             if settings.store_url is not None
@@ -367,7 +372,7 @@ async def _serve_server(
             f"wf-rpc-server: listening on {where} "
             f"(scheduler {_scheduler_words(service)}, "
             f"auth {'bearer token' if settings.token else 'none, loopback only'}; "
-            f"store {store})",
+            f"store {store}); console {origin}/",
             file=sys.stderr,
             flush=True,
         )

@@ -163,6 +163,7 @@ def test_readme_quickstart(scratch: Path) -> None:
     # SIGTERM to the one the shell sent the job's process group.
     assert (scratch / ".wf_store" / "schedules").is_dir()
     assert f"listening on http://127.0.0.1:{port}/rpc (scheduler enabled" in server_log
+    assert f"; console http://127.0.0.1:{port}/\n" in server_log
     assert server_log.index("SIGTERM: stopping admission") < server_log.index("stopped")
     assert "not waiting for the drain" not in server_log
     assert "drained: no run was executing at exit" in server_log
