@@ -43,25 +43,28 @@ def _read(path: Path, key: Any, disk: Disk) -> Stored[Any]:
         return Stored(location=str(path), key=key, error=str(exc))
 
 
-def _records(directory: Path, disk: Disk) -> list[Path]:
-    """The `*.json` records in `directory` (none if it is missing), by name,
-    without the temp files of interrupted writes."""
+def _listed(directory: Path, disk: Disk) -> list[str]:
+    """The names in `directory`, sorted; none if it is missing."""
     if not is_directory(disk, str(directory)):
         return []
+    return sorted(disk.list(str(directory)))
+
+
+def _records(directory: Path, disk: Disk) -> list[Path]:
+    """The `*.json` records in `directory`, by name, without the temp files
+    of interrupted writes."""
     return [
         directory / name
-        for name in sorted(disk.list(str(directory)))
+        for name in _listed(directory, disk)
         if name.endswith(".json") and not is_temp_file(Path(name))
     ]
 
 
 def _artifact_folders(directory: Path, disk: Disk) -> list[Path]:
     """The artifacts' folders in `directory` (`<root>/artifacts`), by id."""
-    if not is_directory(disk, str(directory)):
-        return []
     return [
         directory / name
-        for name in sorted(disk.list(str(directory)))
+        for name in _listed(directory, disk)
         if ID_PATTERN.match(name) and is_directory(disk, str(directory / name))
     ]
 

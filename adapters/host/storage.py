@@ -73,9 +73,11 @@ def ensure_dir(path: Path, *, disk: Disk = OS_DISK) -> None:
 
 def atomic_write_text(path: Path, text: str, *, disk: Disk = OS_DISK) -> None:
     """Replace `path` with `text` atomically and durably (see module docstring)."""
-    # Fenced before the directory is made: a fenced process creates nothing.
-    check_fence(path)
-    ensure_dir(path.parent, disk=disk)
+    if not is_directory(disk, str(path.parent)):
+        # Fenced before the directory is made: a fenced process creates
+        # nothing (the write checks the fence again, as every write does).
+        check_fence(path)
+        ensure_dir(path.parent, disk=disk)
     atomic_write_bytes(path, text.encode(), disk=disk)
 
 
