@@ -5,11 +5,11 @@
     wf-rpc-server --config server.json --port 9000
 
 Startup order: resolve settings (flags over config file; every problem named),
-refuse a non-loopback address without a token, open and recover the store,
-start the scheduler service (which takes the store's scheduler lock), then
-listen. On SIGTERM or SIGINT: stop admitting (the scheduler stops first, the
-HTTP server stops accepting), drain executing runs within `drain_grace_s`,
-and exit 0.
+refuse a non-loopback address without a token, open and recover the store
+(a store directory under its lock, held until the exit, with or without
+the scheduler), start the scheduler service, then listen. On SIGTERM or
+SIGINT: stop admitting (the scheduler stops first, the HTTP server stops
+accepting), drain executing runs within `drain_grace_s`, and exit 0.
 
 SIGTERM never cuts the drain, however many arrive: `kill %1` on a job
 started with `uv run` signals its process group, so the server gets the
@@ -216,7 +216,7 @@ async def _open_server(settings: ServerSettings) -> LocalStaticWorkflowServer:
     PostgreSQL database (opened, its schema brought up to date)."""
     if settings.store_url is None:
         assert settings.store_root is not None
-        # The builder refuses a store another process's scheduler owns.
+        # The builder refuses a store another live process holds.
         return build_local_static_workflow_server(
             settings.store_root, schedules=settings.scheduler.enabled
         )

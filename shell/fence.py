@@ -8,7 +8,7 @@ commit, the journal, the history index, the host's record files) calls
 them. For a path under a registered root, that costs two `stat`s (the lock
 file's path and the root's path, compared with the identities taken at
 registration); a path under no registered root costs a string comparison, and
-a process with no lock (the host without its scheduler) pays nothing.
+a process with no lock (a server on PostgreSQL) pays nothing.
 
 When the lock file was removed or replaced, or the root renamed or replaced,
 the fence *trips*: `StoreFenced` is raised, the first time with one ERROR log
@@ -16,7 +16,7 @@ line, and from then on without looking at the disk again (sticky: a lock file
 put back later does not make the store ours again; only a new `acquire()`
 does). A fence that tripped outlives `release()`: the process keeps refusing
 writes to that root until it takes the store again (a new lock acquired on
-it, or a new host opened on it: `clear_fences`), so a run finishing after
+it: a new host server opened on it acquires one), so a run finishing after
 the fenced service stopped still writes nothing. `release()` of a
 healthy lock and `abandon()` (a simulated crash) remove the fence.
 
@@ -132,7 +132,7 @@ def unregister_fence(fence: Fence, *, keep_tripped: bool = True) -> None:
 
 def clear_fences(store_root: str | os.PathLike[str]) -> None:
     """Forget the fence of `store_root`, tripped or not: this process takes
-    the store again (nobody else owns it; see `SchedulerLock.root_held`)."""
+    the store again (nobody else owns it)."""
     _FENCES.pop(_absolute(store_root), None)
 
 

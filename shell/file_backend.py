@@ -165,10 +165,19 @@ class _History:
 
 
 class FileOwnership:
-    """`OwnershipPort` over the OS lock of `<store_root>/scheduler.lock`."""
+    """`OwnershipPort` over the OS lock of `<store_root>/scheduler.lock`.
 
-    def __init__(self, lock: SchedulerLock) -> None:
+    `lent`: the lock is the host server's, held from its build to its close
+    (`adapters.host.server`), so that no other process takes the store while
+    the server serves it, with or without a scheduler. The service's start
+    then claims it (one service at a time) and its stop gives it back; the
+    server keeps it. A lock that is not held when the service starts (its
+    server closed, or none lent) is taken, and released at the stop."""
+
+    def __init__(self, lock: SchedulerLock, *, lent: bool = False) -> None:
         self.lock = lock
+        self._lent = lent
+        self._claimed = False
 
     @property
     def path(self) -> str:
@@ -178,7 +187,19 @@ class FileOwnership:
         return f"scheduler lock {self.lock.path} was removed or replaced under this process"
 
     async def acquire(self) -> dict[str, Any]:
-        return self.lock.acquire()
+        lock = self.lock
+        if not (self._lent and lock.held):
+            return lock.acquire()
+        if self._claimed:
+            # A second service of the same server.
+            raise lock.refusal()
+        # A lent lock lost while no service ran (its file removed) is not
+        # the store's any more: the start is refused, as the service's
+        # first admission would be.
+        lock.ensure_held()
+        self._claimed = True
+        assert lock.holder is not None
+        return dict(lock.holder)
 
     async def verify(self) -> bool:
         return self.lock.verify()
@@ -188,6 +209,9 @@ class FileOwnership:
         return self.lock.held
 
     async def release(self) -> None:
+        if self._claimed:
+            self._claimed = False
+            return
         self.lock.release()
 
     # One process owns a store root: losing the lock fences it for good.

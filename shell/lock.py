@@ -1,10 +1,12 @@
 """Exclusive ownership of a store: `<store_root>/scheduler.lock`.
 
-The service holds an `flock(LOCK_EX)` on the lock file for its whole life,
-with the file descriptor kept open. The kernel releases the lock when the
+The owner holds an `flock(LOCK_EX)` on the lock file for its whole life,
+with the file descriptor kept open: a host server on the store from its
+build to its close (its scheduler service, if any, runs under it), or
+`wf-store copy` while it copies. The kernel releases the lock when the
 process dies, however it dies, so a lock file left by a dead process never
-blocks a new service. After locking, the holder writes `{"pid", "host",
-"since"}` into the file so that a refused second service can name it.
+blocks a new owner. After locking, the holder writes `{"pid", "host",
+"since"}` into the file so that a refused second owner can name it.
 
 Ownership also holds an `flock(LOCK_EX)` on the store root directory itself,
 taken first. A directory that holds the store cannot be removed, and
@@ -29,15 +31,14 @@ import fcntl
 import json
 import os
 import socket
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from core.errors import SchedulerUnavailable
 from shell.durable import fault_point, fsync_directory
-from shell.fence import Fence, clear_fences, register_fence, unregister_fence
+from shell.fence import Fence, register_fence, unregister_fence
 from shell.store_format import LOCK_FILE, format_instant
 
 __all__ = ["SchedulerLock"]
@@ -79,7 +80,7 @@ class SchedulerLock:
         if self._fd is not None:
             # Held here already (a second service of the same backend): the
             # refusal names the holder, this process, as for any other.
-            raise self._refusal()
+            raise self.refusal()
         self.store_root.mkdir(parents=True, exist_ok=True)
         root_fd = self._lock_root()
         try:
@@ -101,23 +102,8 @@ class SchedulerLock:
             os.close(root_fd)
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise
-            raise self._refusal(root_locked=True) from None
+            raise self.refusal(root_locked=True) from None
         return root_fd
-
-    @contextmanager
-    def root_held(self) -> Iterator[None]:
-        """Hold the store root's own lock for the block (the root must
-        exist), creating nothing: how a start holds a store with no lock
-        file through its recovery. Raises the refusal `acquire()` would
-        while a live process owns the store. Holding it means this process
-        may take the store: a fence an earlier (stopped) owner in this
-        process left tripped is forgotten."""
-        root_fd = self._lock_root()
-        try:
-            clear_fences(self.store_root)
-            yield
-        finally:
-            os.close(root_fd)
 
     def _lock_file(self) -> dict[str, Any]:
         while True:
@@ -129,7 +115,7 @@ class SchedulerLock:
                 os.close(fd)
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     raise
-                raise self._refusal() from None
+                raise self.refusal() from None
             # The file may have been unlinked or replaced between our open and
             # our flock; then we hold a lock nobody else can see. Try again.
             if self._same_file(fd):
@@ -190,7 +176,8 @@ class SchedulerLock:
                 return int(fields[4])
         return None
 
-    def _refusal(self, *, root_locked: bool = False) -> SchedulerUnavailable:
+    def refusal(self, *, root_locked: bool = False) -> SchedulerUnavailable:
+        """The error that refuses this store to a second owner, naming its holder."""
         holder = self.read_holder()
         locker = self._root_locker() if root_locked else None
         if locker is not None and (holder is None or holder.get("pid") != locker):
@@ -198,7 +185,7 @@ class SchedulerLock:
             # kernel still names it (flock is local, so it is on this host).
             holder = {"pid": locker, "host": socket.gethostname(), "since": None}
             return SchedulerUnavailable(
-                f"scheduler store {self.store_root} is owned by pid {locker}"
+                f"store {self.store_root} is owned by pid {locker}"
                 f" on host {holder['host']} (its lock file {self.path} was removed or"
                 " replaced); stop it first",
                 data={"holder": holder},
@@ -206,12 +193,12 @@ class SchedulerLock:
         if holder is None:
             # Locked, but the holder has not written its info yet (or it is damaged).
             return SchedulerUnavailable(
-                f"scheduler store {self.store_root} is owned by another process"
+                f"store {self.store_root} is owned by another process"
                 " (holder info not recorded yet); stop it first",
                 data={"holder": None},
             )
         return SchedulerUnavailable(
-            f"scheduler store {self.store_root} is owned by pid {holder.get('pid')}"
+            f"store {self.store_root} is owned by pid {holder.get('pid')}"
             f" on host {holder.get('host')} since {holder.get('since')}; stop it first",
             data={"holder": holder},
         )

@@ -50,7 +50,7 @@ from core.recovery_checks import claimed_origin
 from core.schedule_state import lifecycle_state, oneshot_finished
 from shell.clock import Clock, ReadClock, SystemClock
 from shell.disk import OS_DISK, Disk
-from shell.file_backend import FileBackend
+from shell.file_backend import FileBackend, FileOwnership
 from shell.history_cursor import decode_cursor, encode_cursor
 from shell.operator_requests import (
     TRIGGER_WAIT_S,
@@ -1044,8 +1044,12 @@ def build_schedules_api(
     read = getattr(server, "clock", None)
     if clock is None and callable(read):
         clock = ReadClock(read)
+    # The server holds the store's lock from its build to its close (one
+    # process serves a store); the service runs under it.
+    store_lock = getattr(server, "store_lock", None)
+    ownership = None if store_lock is None else FileOwnership(store_lock, lent=True)
     return SchedulesApi(
-        backend=FileBackend(server.store_root, disk=disk),
+        backend=FileBackend(server.store_root, disk=disk, ownership=ownership),
         host=server.api,
         clock=clock,
         store_health=getattr(server.api, "store_health", None),

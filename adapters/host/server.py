@@ -14,8 +14,7 @@ import importlib
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -71,7 +70,9 @@ _utc_now: Final = system_now
 class LocalStaticWorkflowServer:
     """`api` (WorkflowApi), the startup `recovery_report`, and the store:
     `store_root` (a `Path`; None on PostgreSQL) and `database` (the open
-    `shell.pg.database.Database`; None on files)."""
+    `shell.pg.database.Database`; None on files). On files, `store_lock` is
+    the store's lock, held from the build to `close()`: one process serves a
+    store directory."""
 
     def __init__(
         self,
@@ -88,19 +89,25 @@ class LocalStaticWorkflowServer:
         self.clock: Callable[[], datetime] = _utc_now
         # This server's part in a database several servers share.
         self.shared: SharedStore | None = None
+        self.store_lock: SchedulerLock | None = None
 
     async def close(self) -> None:
         """Close the server's run records (on files: the run log writes the
         index the next start reads) and its database, saying first that this
         server stopped. Runs still executing are not stopped: drain or
         cancel them first (a record they write after goes to a new
-        segment)."""
-        self.api.close_runs()
-        if self.shared is not None:
-            shared, self.shared = self.shared, None
-            await shared.stop()
-        if self.database is not None:
-            await self.database.close()
+        segment). Last, on files, the store's lock is released: another
+        process may take the store."""
+        try:
+            self.api.close_runs()
+            if self.shared is not None:
+                shared, self.shared = self.shared, None
+                await shared.stop()
+            if self.database is not None:
+                await self.database.close()
+        finally:
+            if self.store_lock is not None:
+                self.store_lock.release()
 
 
 def _timestamp(clock: Callable[[], datetime]) -> Callable[[], str]:
@@ -193,30 +200,28 @@ def _server(
     return server
 
 
-@contextmanager
-def _recovering_alone(store_root: Path, disk: Disk) -> Iterator[None]:
-    """Hold the store for a start's recovery, or raise SchedulerUnavailable
-    (naming the holder) when a scheduler in another process owns it: the
-    recovery would declare that process's executing runs abandoned while
-    they still execute.
+def _take_store(store_root: Path, disk: Disk) -> SchedulerLock:
+    """The store's lock, held, or SchedulerUnavailable naming the process that
+    holds it: a second server would declare the first's executing runs
+    abandoned while they still execute, and both would number runs from the
+    same counter.
 
-    The lock is held from the probe to the end of the recovery, so a second
-    start cannot pass its probe between them and recover (fail executing
-    runs, repair the counter) while this one's scheduler takes the store and
-    runs them. First, under the lock, replay what a scheduler that died left
-    in its commit journal (`shell.journal`): the schedule files must hold
-    every durable write before anything reads them."""
-    probe = SchedulerLock(store_root)
-    if not probe.path.exists():
-        # A fresh store, or one whose lock file was removed: a live owner
-        # still locks the store root, and no scheduler left a journal here.
-        ensure_dir(store_root)
-        with probe.root_held():
-            yield
-        return
-    with probe:
+    The server keeps it from before its recovery to its `close()`, and its
+    scheduler service runs under it (`shell.file_backend.FileOwnership`):
+    no second start can recover between this one's recovery and its
+    service's start, nor while it serves runs without a scheduler. First,
+    under the lock, replay what a scheduler that died left in its commit
+    journal (`shell.journal`): the schedule files must hold every durable
+    write before anything reads them."""
+    ensure_dir(store_root)
+    lock = SchedulerLock(store_root)
+    lock.acquire()
+    try:
         replay_journal(store_root, disk=disk)
-        yield
+    except BaseException:
+        lock.release()
+        raise
+    return lock
 
 
 def _sweep_temp_files(store_root: Path, *, older_than_ns: int, disk: Disk) -> None:
@@ -272,7 +277,8 @@ def build_local_static_workflow_server(
     store_root = Path(root)
     read_clock = clock or _utc_now
     now = _timestamp(read_clock)
-    with _recovering_alone(store_root, disk):
+    lock = _take_store(store_root, disk)
+    try:
         stores = _Stores(
             artifacts=ArtifactStore(FileArtifacts(store_root, disk=disk)),
             deployments=DeploymentStore(FileDeployments(store_root, disk=disk)),
@@ -282,13 +288,21 @@ def build_local_static_workflow_server(
         # The file stores never suspend: their load runs to completion here.
         report = complete(_recover(stores, now))
         _sweep_temp_files(store_root, older_than_ns=started_ns - TEMP_IN_FLIGHT_NS, disk=disk)
+    except BaseException:
+        lock.release()
+        raise
     server = _server(
         stores, now=now, report=report, read_clock=read_clock, store_root=store_root, database=None
     )
+    server.store_lock = lock
     if schedules:
-        if schedules_factory is None:
-            schedules_factory = _default_schedules_factory()
-        server.api.schedules = schedules_factory(server)
+        try:
+            if schedules_factory is None:
+                schedules_factory = _default_schedules_factory()
+            server.api.schedules = schedules_factory(server)
+        except BaseException:
+            lock.release()
+            raise
     return server
 
 

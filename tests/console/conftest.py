@@ -78,12 +78,12 @@ def _open_server(backend: str, root: Path, pg_url: str | None) -> Callable[..., 
     @contextlib.asynccontextmanager
     async def open_server(clock: Callable[[], datetime]) -> AsyncIterator[Any]:
         if backend == "file":
-            yield build_local_static_workflow_server(root, schedules=True, clock=clock)
-            return
-        assert pg_url is not None
-        database = Database(pg_url)
-        await database.open()
-        server = await build_postgres_workflow_server(database, schedules=True, clock=clock)
+            server = build_local_static_workflow_server(root, schedules=True, clock=clock)
+        else:
+            assert pg_url is not None
+            database = Database(pg_url)
+            await database.open()
+            server = await build_postgres_workflow_server(database, schedules=True, clock=clock)
         try:
             yield server
         finally:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +25,7 @@ from adapters.host.identifiers import parse_run_id
 from adapters.host.run_log import LOG_DIR
 from core.errors import StoreUnavailable
 from shell.pg.database import Database
+from shell.store_format import LOCK_FILE
 from tests import run_log_files
 from tests.pgdeath import die_on_the_database
 
@@ -62,24 +63,41 @@ class TickingClock:
 
 
 def tree_snapshot(root: Path) -> dict[str, bytes]:
-    """Every file under `root` with its bytes: to prove a call wrote nothing."""
+    """Every file under `root` with its bytes: to prove a call wrote nothing.
+    The lock file is left out: each start records its holder there."""
     return {
-        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != LOCK_FILE
     }
 
 
 Builder = Callable[..., LocalStaticWorkflowServer]
 
 
+def gone(servers: list[LocalStaticWorkflowServer]) -> None:
+    """The processes of `servers` died (a restart follows): the kernel
+    released their stores' locks."""
+    for earlier in servers:
+        if earlier.store_lock is not None:
+            earlier.store_lock.abandon()
+    servers.clear()
+
+
 @pytest.fixture
-def build(tmp_path: Path) -> Builder:
+def build(tmp_path: Path) -> Iterator[Builder]:
     """Build (or rebuild, as after a restart) a server on the test's store root."""
+
+    built: list[LocalStaticWorkflowServer] = []
 
     def make(**kwargs: Any) -> LocalStaticWorkflowServer:
         kwargs.setdefault("clock", TickingClock())
-        return build_local_static_workflow_server(tmp_path, **kwargs)
+        gone(built)
+        built.append(build_local_static_workflow_server(tmp_path, **kwargs))
+        return built[-1]
 
-    return make
+    yield make
+    gone(built)
 
 
 # The host's tables and, for each, the order its rows are digested in.
@@ -100,12 +118,15 @@ class HostStore:
         self.root = root
         self.url = url
         self._databases: list[Database] = []
+        self._servers: list[LocalStaticWorkflowServer] = []
 
     async def build(self, **kwargs: Any) -> LocalStaticWorkflowServer:
         """A server on this store (each call is a restart: a new server)."""
         kwargs.setdefault("clock", TickingClock())
         if self.kind == "files":
-            return build_local_static_workflow_server(self.root, **kwargs)
+            gone(self._servers)
+            self._servers.append(build_local_static_workflow_server(self.root, **kwargs))
+            return self._servers[-1]
         assert self.url is not None
         for earlier in self._databases:
             # A restart: the process of the server before this one is gone.
@@ -116,7 +137,13 @@ class HostStore:
         self._databases.append(database)
         return await build_postgres_workflow_server(database, **kwargs)
 
+    def hand_over(self) -> None:
+        """The servers built so far let another process take the store (on
+        files, as if their process had exited; on PostgreSQL several share it)."""
+        gone(self._servers)
+
     async def close(self) -> None:
+        gone(self._servers)
         for database in self._databases:
             await database.close()
         self._databases.clear()

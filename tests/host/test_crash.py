@@ -97,6 +97,7 @@ async def test_sigkill_mid_resume_is_failed_closed(host: HostStore) -> None:
     run = await server.api.run_deployment("gate.default", {})
     assert run["status"] == "interrupted"
 
+    host.hand_over()
     child = _spawn(host, "resume")
     seen = _kill_when(child, host, lambda data: data["attempt"] == 2)
     assert (seen["status"], seen["executing"]["kind"]) == ("running", "resume")

@@ -1,11 +1,12 @@
-"""The host's writers under a fenced store (`shell.fence`): run records, the
-run id counter, artifacts and deployments refuse with `StoreFenced` and write
-nothing; a run executing when the fence trips goes on in memory, but records
-neither its steps nor its stop, and no stop note is written."""
+"""The host's writers under a fenced store (`shell.fence`): a server holds
+its store's lock from its build, with or without a scheduler, and once the
+lock file is removed under it, run records, the run id counter, artifacts
+and deployments refuse with `StoreFenced` and write nothing; a run
+executing when the fence trips goes on in memory, but records neither its
+steps nor its stop, and no stop note is written."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,21 +17,8 @@ from adapters.host.file_persistence import FileRunCounter
 from adapters.host.run_log import FileRunLog
 from adapters.host.runs import RunStore
 from core.errors import StoreFenced
-from shell.lock import SchedulerLock
 
 from .conftest import GREETING_PLAN, Builder, deploy, sleep_plan, tree_snapshot
-
-
-@pytest.fixture
-def lock(tmp_path: Path) -> Iterator[SchedulerLock]:
-    held = SchedulerLock(tmp_path)
-    try:
-        yield held
-    finally:
-        held.release()
-        # Take the store again so that no tripped fence outlives the test.
-        held.acquire()
-        held.release()
 
 
 async def _deployed(build: Builder, nap_s: float = 0.2) -> LocalStaticWorkflowServer:
@@ -41,11 +29,10 @@ async def _deployed(build: Builder, nap_s: float = 0.2) -> LocalStaticWorkflowSe
 
 
 async def test_record_counter_artifact_and_deployment_writes_are_refused(
-    tmp_path: Path, build: Builder, lock: SchedulerLock
+    tmp_path: Path, build: Builder
 ) -> None:
     server = await _deployed(build)
     admitted = await server.api.admit_run("greet.default", None)
-    lock.acquire()
     (tmp_path / "scheduler.lock").unlink()
     before = tree_snapshot(tmp_path)
 
@@ -93,12 +80,11 @@ async def test_record_counter_artifact_and_deployment_writes_are_refused(
 
 @pytest.mark.parametrize("still_running_at_stop", [False, True], ids=["finishes", "still-running"])
 async def test_a_run_executing_when_the_fence_trips_goes_on_but_records_nothing(
-    tmp_path: Path, build: Builder, lock: SchedulerLock, still_running_at_stop: bool
+    tmp_path: Path, build: Builder, still_running_at_stop: bool
 ) -> None:
     server = await _deployed(build, 30 if still_running_at_stop else 0.2)
     told: list[tuple[str, str]] = []
     server.api.add_run_listener(lambda run_id, status, *_: told.append((run_id, status)))
-    lock.acquire()
     run_id = await server.api.start_run("nap.default", None)
     assert told == [(run_id, "running")]
     (tmp_path / "scheduler.lock").unlink()
@@ -111,11 +97,9 @@ async def test_a_run_executing_when_the_fence_trips_goes_on_but_records_nothing(
     await server.api.cancel_executing()
     assert tree_snapshot(tmp_path) == before
     assert told == [(run_id, "running")], "a stop that was not recorded was told"
-    lock.release()
+    await server.close()
 
     # The next owner finds the executing mark and fails the run as abandoned.
-    lock.acquire()
-    lock.release()
     reopened = build()
     run = await reopened.api.inspect_run(run_id)
     assert (run["status"], run["error"]["kind"]) == ("failed", "abandoned")
@@ -123,7 +107,7 @@ async def test_a_run_executing_when_the_fence_trips_goes_on_but_records_nothing(
     assert [f["finding"] for f in reopened.recovery_report] == ["abandoned"]
 
 
-async def test_without_a_scheduler_lock_the_host_writes_as_before(build: Builder) -> None:
+async def test_with_its_lock_in_place_the_host_writes(build: Builder) -> None:
     server = await _deployed(build)
     run_id = await server.api.start_run("nap.default", None)
     assert await server.api.drain(10) == []

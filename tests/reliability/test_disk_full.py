@@ -206,6 +206,7 @@ async def test_scheduler_rounds_on_a_full_disk_degrade_health_and_catch_up(
     finally:
         await service.stop()
         await api.cancel_executing()
+        await server.close()
     # A restart finds every store consistent: nothing blocked, nothing to repair.
     reopened = build_local_static_workflow_server(root, schedules=True, clock=clock.now)
     assert reopened.recovery_report == []
@@ -216,6 +217,7 @@ async def test_scheduler_rounds_on_a_full_disk_degrade_health_and_catch_up(
         assert schedule["blocked"] is None
     finally:
         await again.stop()
+        await reopened.close()
 
 
 def test_a_journal_write_the_disk_cut_short_is_cut_back(tiny_disk: Path) -> None:

@@ -14,7 +14,7 @@ import os
 import select
 import signal
 import socket
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,12 @@ async def _own_with_a_run_executing(root: Path, ready: int) -> None:
 
 def _fork_owner(root: Path) -> tuple[int, str]:
     """A process that owns `root` with a run executing; (pid, run id)."""
+    return _fork(root, _own_with_a_run_executing)
+
+
+def _fork(root: Path, own: Callable[[Path, int], Awaitable[None]]) -> tuple[int, str]:
+    """A process running `own(root, ready)`, which writes its run id and a
+    newline to `ready` once it owns `root`; (pid, run id)."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -67,7 +73,7 @@ def _fork_owner(root: Path) -> tuple[int, str]:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, 1)
             os.dup2(devnull, 2)
-            asyncio.run(_own_with_a_run_executing(root, write))
+            asyncio.run(own(root, write))
         finally:
             os._exit(3)
     os.close(write)
@@ -143,6 +149,42 @@ def test_after_kill_9_of_the_owner_a_new_service_starts_and_recovers(
             await world.shutdown()
 
     asyncio.run(restart())
+
+
+async def _serve_without_a_scheduler(root: Path, ready: int) -> None:
+    world = World(root, ManualClock(START), None)
+    server = await world.build_server()
+    await world.deploy("sleeper.default", sleep_plan(30))
+    run_id = await server.api.start_run("sleeper.default", None)
+    assert (await server.api.inspect_run(run_id))["status"] == "running"
+    os.write(ready, f"{run_id}\n".encode())
+    await asyncio.Event().wait()  # serve the store until killed
+
+
+@pytest.mark.parametrize("second", ["server", "server-and-scheduler"])
+def test_a_server_without_a_scheduler_owns_its_store_too(store_root: Path, second: str) -> None:
+    """Until 2026-12-08 only a scheduler took the lock: a second server
+    started beside one without it recovered the store, failing the first's
+    executing run as abandoned while it executed."""
+    pid, run_id = _fork(store_root, _serve_without_a_scheduler)
+    try:
+        before = _tree(store_root)
+        with pytest.raises(SchedulerUnavailable) as refused:
+            if second == "server":
+                build_local_static_workflow_server(store_root, clock=lambda: DUE)
+            else:
+                asyncio.run(_start_second(store_root))
+        assert refused.value.data["holder"]["pid"] == pid
+        assert f"pid {pid}" in refused.value.message
+        assert _tree(store_root) == before, f"the refused process wrote to the store ({run_id})"
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    # Once the owner is gone, the next server recovers the run it left.
+    server = build_local_static_workflow_server(store_root, clock=lambda: DUE)
+    run = asyncio.run(server.api.inspect_run(run_id))
+    assert run["status"] == "failed" and ABANDONED_TEXT in run["error"]["message"]
+    asyncio.run(server.close())
 
 
 @pytest.mark.parametrize("lock_file", ["removed", "replaced"])

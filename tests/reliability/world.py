@@ -172,6 +172,10 @@ class World(Harness):
                 await ownership.step_down()  # no renewal: the lease runs out
             service._running = False
         if self.server is not None:
+            if self.server.store_lock is not None:
+                # The server's lock, which its service ran under: the same
+                # descriptors, closed once (no service may have run).
+                self.server.store_lock.abandon()
             await self.server.api.cancel_executing()
         if self.database is not None:
             await die_on_the_database(self.database)

@@ -11,6 +11,8 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,8 @@ from adapters.rpc_server_cli import serve
 from core.errors import SchedulerUnavailable
 from shell.lock import SchedulerLock
 from tests.rpc.live import free_port, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
 
 SLOW_PLAN: dict[str, Any] = {
     "name": "slow",
@@ -75,14 +79,15 @@ async def test_sigterm_stops_admission_drains_the_running_run_and_exits_0(tmp_pa
         os.kill(os.getpid(), signal.SIGTERM)
         assert await asyncio.wait_for(serving, timeout=15) == 0
         assert await healthy(app) is None
+    # The server released the store's lock at its exit: another can own it.
+    assert not lock_held(tmp_path / "store")
     # The run was drained to completion, not abandoned.
     reopened = build_local_static_workflow_server(tmp_path / "store")
     run = await reopened.api.inspect_run(run_id)
     assert run["status"] == "completed"
     assert run["output"] == {"slept": 0.4}
     assert reopened.recovery_report == []
-    # The scheduler released its lock: a new scheduler can own the store.
-    assert not lock_held(tmp_path / "store")
+    await reopened.close()
 
 
 def sleeping_plan(seconds: float) -> dict[str, Any]:
@@ -222,3 +227,43 @@ async def test_refuses_a_store_another_scheduler_owns_before_recovery(tmp_path: 
         assert sorted(p.name for p in root.iterdir()) == ["scheduler.lock"]
     finally:
         other.release()
+
+
+@pytest.mark.parametrize("second_scheduler", [False, True], ids=["plain", "with-scheduler"])
+async def test_a_second_server_on_a_store_served_without_a_scheduler_exits_1(
+    tmp_path: Path, second_scheduler: bool
+) -> None:
+    # Until 2026-12-08 a server without a scheduler held no lock: a second
+    # one started, and its recovery failed the first's executing run.
+    port = free_port()
+    settings = resolve_settings(store_root=Path("store"), port=port, environ={}, cwd=tmp_path)
+    serving = asyncio.create_task(serve(settings))
+    try:
+        async with App(f"http://127.0.0.1:{port}") as app:
+            await wait_until(lambda: healthy(app), timeout_s=15)
+            await app.create_artifact_from_plan("slow", 1, sleeping_plan(30))
+            await app.save_deployment(
+                {"deployment_id": "slow.default", "artifact_id": "slow", "artifact_version": 1}
+            )
+            run_id = await app.start_run("slow.default")
+            args = ["--store-root", "store", "--port", str(free_port())]
+            done = await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "-m", "adapters.rpc_server_cli", *args]
+                + (["--enable-scheduler"] if second_scheduler else []),
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+                check=False,
+            )
+            assert done.returncode == 1, done.stderr
+            assert f"is owned by pid {os.getpid()}" in done.stderr
+            assert "stop it first" in done.stderr
+            assert (await app.inspect_run(run_id))["status"] == "running"
+    finally:
+        os.kill(os.getpid(), signal.SIGINT)  # stop admitting, drain
+        await asyncio.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)  # stop waiting for the run
+        assert await asyncio.wait_for(serving, timeout=15) == 0

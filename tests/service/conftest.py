@@ -147,6 +147,9 @@ class Harness:
         if self.store_url is not None:
             return await self._build_pg_server(self.store_url)
         disk = self.disk
+        if self.server is not None and self.server.store_lock is not None:
+            # The process before this start is gone: the kernel dropped its lock.
+            self.server.store_lock.abandon()
         self.server = build_local_static_workflow_server(
             self.root,
             schedules=True,

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from core.errors import SchedulerUnavailable
+from shell.file_backend import FileOwnership
 from shell.lock import SchedulerLock
 
 REPO = Path(__file__).resolve().parents[2]
@@ -195,3 +196,53 @@ def test_creates_the_store_root(tmp_path: Path) -> None:
     with SchedulerLock(root) as lock:
         assert lock.verify()
     assert (root / "scheduler.lock").exists()
+
+
+async def test_a_lent_lock_is_claimed_by_one_service_and_stays_with_its_server(
+    store_root: Path,
+) -> None:
+    server_lock = SchedulerLock(store_root, clock=_clock)
+    server_lock.acquire()
+    ownership = FileOwnership(server_lock, lent=True)
+    holder = await ownership.acquire()
+    assert holder["pid"] == os.getpid() and ownership.assured
+    # A second service of the same server is refused, naming this process.
+    with pytest.raises(SchedulerUnavailable, match=f"owned by pid {os.getpid()}"):
+        await ownership.acquire()
+    await ownership.release()
+    # The service stopped; the server still holds the store.
+    assert server_lock.held
+    with pytest.raises(SchedulerUnavailable, match=f"owned by pid {os.getpid()}"):
+        SchedulerLock(store_root).acquire()
+    # A service started again on the same server claims it again.
+    assert await ownership.acquire() == holder
+    await ownership.release()
+    server_lock.release()
+    assert not server_lock.held
+
+
+async def test_a_lent_lock_lost_before_the_service_starts_refuses_the_start(
+    store_root: Path,
+) -> None:
+    server_lock = SchedulerLock(store_root, clock=_clock)
+    server_lock.acquire()
+    try:
+        (store_root / "scheduler.lock").unlink()
+        with pytest.raises(SchedulerUnavailable, match="admissions are stopped"):
+            await FileOwnership(server_lock, lent=True).acquire()
+    finally:
+        server_lock.release()  # the tripped fence outlives it: conftest clears it
+
+
+async def test_a_service_whose_server_let_go_of_the_lock_takes_it_itself(
+    store_root: Path,
+) -> None:
+    server_lock = SchedulerLock(store_root)
+    ownership = FileOwnership(server_lock, lent=True)
+    await ownership.acquire()
+    assert server_lock.held
+    await ownership.release()
+    assert not server_lock.held
+    other = SchedulerLock(store_root)
+    other.acquire()
+    other.release()
