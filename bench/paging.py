@@ -81,6 +81,7 @@ async def generate(root: Path, rows: int) -> dict[str, Any]:
         )
         api.schedules.backend.history_store.close()
         await _completed_runs(api, instants)
+    await server.close()  # the store's lock: the measured server takes it
     return {"rows": 3 * occurrences + (1 if extra else 0), "setup_s": time.perf_counter() - began}
 
 

@@ -146,6 +146,8 @@ async def generate(root: Path, schedules: int, rows: int, runs: int) -> dict[str
         api.schedules.backend.history_store.close()
         if runs:
             await _completed_runs(api, runs)
+    # Releases the store's lock: the restarts are other processes.
+    await server.close()
     return {
         "schedules": schedules,
         "rows": schedules * (3 * len(instants) + 1),

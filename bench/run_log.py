@@ -57,6 +57,7 @@ from adapters import build_local_static_workflow_server
 from adapters.collector import freeze_startup_objects, tune_collector
 from adapters.host.identifiers import format_run_id
 from adapters.host.run_log import LOG_DIR, encode_frame
+from adapters.host.run_log_index import INDEX_FILE
 from adapters.host.runs import _encode_cursor
 from adapters.process_limits import raise_open_file_limit
 from shell.store_format import format_instant
@@ -71,6 +72,9 @@ async def _template(root: Path) -> dict[str, Any]:
     await harness.deploy_trivial(server)
     result = await server.api.run_deployment(harness.DEPLOYMENT, {})
     record: dict[str, Any] = server.api._runs.get(result["run_id"]).to_json()
+    await server.close()  # the store's lock: the measured server takes it
+    # The log the close indexed is replaced by the generated one.
+    (root / INDEX_FILE).unlink(missing_ok=True)
     for path in (root / LOG_DIR).iterdir():
         path.unlink()
     return record
