@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Final, cast
 
-from core.errors import NotFound
+from core.errors import NotFound, SchedulerUnavailable
 from core.recovery_checks import CheckedClaims
 from shell.definition_store import ChangeKind, DefinitionStore, LifecycleResult
 from shell.disk import OS_DISK, Disk
@@ -191,8 +191,12 @@ class FileOwnership:
         if not (self._lent and lock.held):
             return lock.acquire()
         if self._claimed:
-            # A second service of the same server.
-            raise lock.refusal()
+            holder = lock.holder
+            raise SchedulerUnavailable(
+                f"store {lock.store_root} is owned by pid {os.getpid()} (this process),"
+                " whose scheduler service already runs on it; stop that service first",
+                data={"holder": holder},
+            )
         # A lent lock lost while no service ran (its file removed) is not
         # the store's any more: the start is refused, as the service's
         # first admission would be.

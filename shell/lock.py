@@ -187,7 +187,7 @@ class SchedulerLock:
             return SchedulerUnavailable(
                 f"store {self.store_root} is owned by pid {locker}"
                 f" on host {holder['host']} (its lock file {self.path} was removed or"
-                " replaced); stop it first",
+                f" replaced){_what_to_do(holder)}",
                 data={"holder": holder},
             )
         if holder is None:
@@ -199,7 +199,7 @@ class SchedulerLock:
             )
         return SchedulerUnavailable(
             f"store {self.store_root} is owned by pid {holder.get('pid')}"
-            f" on host {holder.get('host')} since {holder.get('since')}; stop it first",
+            f" on host {holder.get('host')} since {holder.get('since')}{_what_to_do(holder)}",
             data={"holder": holder},
         )
 
@@ -286,3 +286,15 @@ class SchedulerLock:
 
     def __exit__(self, *_: object) -> None:
         self.release()
+
+
+def _what_to_do(holder: dict[str, Any]) -> str:
+    """The end of a refusal: another process is to be stopped; this one
+    (a server built again in a notebook, say, or a test) holds the store
+    through a server it has not closed."""
+    if holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname():
+        return (
+            " (this process: a server opened on the store and not closed holds it;"
+            " `await server.close()` it first)"
+        )
+    return "; stop it first"

@@ -14,6 +14,7 @@ from adapters import build_local_static_workflow_server
 from adapters.host import LocalStaticWorkflowServer
 from adapters.host.storage import atomic_write_json, atomic_write_text, is_temp_file, read_json
 from core.errors import SchedulerUnavailable
+from shell import SchedulerServiceConfig, build_scheduler_service
 
 from .conftest import GREETING_PLAN, Builder, deploy
 
@@ -127,3 +128,31 @@ def test_the_system_clock_stamps_records_as_datetime_now_would(
         nanoseconds = int(instant.timestamp()) * 1_000_000_000 + instant.microsecond * 1000 + 999
         monkeypatch.setattr(server.time, "time_ns", lambda ns=nanoseconds: ns)
         assert server._system_timestamp() == instant.isoformat()[:-6] + "Z"
+
+
+async def test_a_server_not_closed_holds_its_store_and_the_refusal_says_so(
+    tmp_path: Path,
+) -> None:
+    # What a notebook cell run twice does: the first server is never closed.
+    first = build_local_static_workflow_server(tmp_path, schedules=True)
+    with pytest.raises(SchedulerUnavailable) as refused:
+        build_local_static_workflow_server(tmp_path)
+    assert refused.value.message.endswith(
+        f"is owned by pid {os.getpid()} on host {os.uname().nodename} since"
+        f" {first.store_lock.holder['since']} (this process: a server opened on the"  # type: ignore[union-attr,index]
+        " store and not closed holds it; `await server.close()` it first)"
+    )
+    # Its scheduler service runs under its lock, one at a time.
+    service = build_scheduler_service(first, SchedulerServiceConfig(enabled=True))
+    await service.start()
+    try:
+        with pytest.raises(SchedulerUnavailable, match="already runs on it; stop that service"):
+            await build_scheduler_service(first, SchedulerServiceConfig(enabled=True)).start()
+    finally:
+        await service.stop()
+    # Stopping the service leaves the store the server's; closing it frees it.
+    with pytest.raises(SchedulerUnavailable):
+        build_local_static_workflow_server(tmp_path)
+    await first.close()
+    second = build_local_static_workflow_server(tmp_path)
+    await second.close()
