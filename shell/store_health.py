@@ -19,7 +19,11 @@ Health is kept per source, because each recovers differently:
 - `store`: a store that can vanish on its own (a database server) did not
   answer its watcher (`shell.pg.health`); its next answer clears it.
 
-While any source is failing, the report is degraded (see `report`). When an
+While any source is failing, the report is degraded (see `report`). So it
+is while the store is fenced (its lock file removed or replaced, or its root
+renamed, under this process: `shell.fence`): every write is refused from
+then on, so a report checks the fence itself (two `stat`s), and the first
+report after the loss trips it, before any write found it. When an
 API failure is recorded, `report` tries a small durable write in the store
 root (4 KiB, fsynced, then removed) at most once per `probe_interval_s`; if
 it succeeds, the store takes writes again and the API failure is cleared.
@@ -85,6 +89,7 @@ class StoreHealth:
         self.probe_interval_s = probe_interval_s
         self._probed_at: float | None = None
         self._failing: dict[HealthSource, _Failing] = {}
+        self._fenced_since: datetime | None = None
         # Told of every failure as it is recorded (the store-error metric).
         self._listeners: list[Callable[[HealthSource, StoreUnavailable], None]] = []
 
@@ -134,6 +139,9 @@ class StoreHealth:
         describing the most recent failure (`since`: when the oldest failing
         source began failing; `failures`: how many operations failed since).
         May probe first (see the module docstring)."""
+        fenced = self._fenced()
+        if fenced is not None:
+            return fenced
         if "api" in self._failing:
             self._probe()
         if not self._failing:
@@ -152,6 +160,32 @@ class StoreHealth:
             "failures": sum(f.count for f in self._failing.values()),
             "failing": sorted(self._failing),
         }
+
+    def _fenced(self) -> dict[str, Any] | None:
+        """The report of a fenced store (None while it is not): `status`
+        `fenced`, `path` the lock file, `since` when a report first found it."""
+        if self.store_root is None:
+            return None
+        try:
+            check_fence(self.store_root)
+        except StoreFenced as fence:
+            if self._fenced_since is None:
+                self._fenced_since = self._now()
+            since = format_instant(self._fenced_since)
+            return {
+                "status": "fenced",
+                "disk_full": False,
+                "errno": None,
+                "path": fence.data.get("lock"),
+                "operation": None,
+                "message": fence.message,
+                "since": since,
+                "last_failure_at": since,
+                "failures": sum(f.count for f in self._failing.values()),
+                "failing": sorted({*self._failing, "fence"}),
+            }
+        self._fenced_since = None
+        return None
 
     def _probe(self) -> None:
         if self.store_root is None:

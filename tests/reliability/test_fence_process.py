@@ -128,6 +128,16 @@ async def test_a_fenced_server_process_writes_nothing_and_its_successor_recovers
         fenced = _tree(store_root)
         marked = run_log_files.read_record(store_root, finishing)
         assert marked["status"] == "running", "the run's executing mark is on disk"
+        # Health says so at once, before any write found it (until 2026-12-08
+        # it answered "ok" while every write was refused).
+        async with httpx.AsyncClient() as raw:
+            answer = await raw.get(f"{base}/healthz")
+        assert answer.status_code == 503, answer.text
+        store = answer.json()["store"]
+        assert answer.json()["status"] == "degraded" and store["status"] == "fenced"
+        assert store["path"] == str(store_root / "scheduler.lock") and "fence" in store["failing"]
+        status, output = await _cli("health", url=f"{base}/rpc")
+        assert status == 10 and "is fenced" in output, output
 
         # The short run finishes in memory; writing its stop trips the fence.
         await wait_until(lambda: _logged(log, "writes to the store are stopped"), timeout_s=15)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from core.errors import AlreadyExists, NotFound, StoreUnavailable
 from shell.definition_store import DefinitionStore
 from shell.durable import FailWrites, set_fault_injector
+from shell.lock import SchedulerLock
 from shell.store_health import StoreHealth
 
 DEFN = {"trigger": {"kind": "cron", "expression": "0 * * * *"}, "deployment_id": "d"}
@@ -129,3 +131,29 @@ def test_an_api_failure_is_cleared_by_the_probe_once_the_disk_takes_writes(
     assert health.report() is not None  # too soon to probe again
     assert health.report() is None  # the probe wrote: the store takes writes
     assert [p.name for p in store_root.iterdir()] == []  # and left nothing
+
+
+def test_a_fenced_store_reports_fenced_from_the_first_report_on(store_root: Path) -> None:
+    moments = iter([datetime(2026, 3, 2, 9, 0, s, tzinfo=UTC) for s in range(10)])
+    health = StoreHealth(store_root, now=lambda: next(moments))
+    lock = SchedulerLock(store_root)
+    lock.acquire()
+    try:
+        assert health.report() is None
+        (store_root / "scheduler.lock").unlink()
+        # No write found it yet: the report checks the fence itself.
+        report = health.report()
+        assert report is not None
+        assert report["status"] == "fenced" and report["failing"] == ["fence"]
+        assert report["path"] == str(store_root / "scheduler.lock")
+        assert report["message"].startswith(f"store {store_root} is fenced")
+        assert report["since"] == "2026-03-02T09:00:00Z"
+        # Sticky, and dated from the first report that found it.
+        again = health.report()
+        assert again is not None and again["since"] == "2026-03-02T09:00:00Z"
+        # Another source failing meanwhile is named beside it.
+        health.failed("scheduler", StoreUnavailable("disk full"))
+        after = health.report()
+        assert after is not None and after["failing"] == ["fence", "scheduler"]
+    finally:
+        lock.release()
