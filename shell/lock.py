@@ -80,7 +80,7 @@ class SchedulerLock:
         if self._fd is not None:
             # Held here already (a second service of the same backend): the
             # refusal names the holder, this process, as for any other.
-            raise self.refusal()
+            raise self._refusal()
         self.store_root.mkdir(parents=True, exist_ok=True)
         root_fd = self._lock_root()
         try:
@@ -102,7 +102,7 @@ class SchedulerLock:
             os.close(root_fd)
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise
-            raise self.refusal(root_locked=True) from None
+            raise self._refusal(root_locked=True) from None
         return root_fd
 
     def _lock_file(self) -> dict[str, Any]:
@@ -115,7 +115,7 @@ class SchedulerLock:
                 os.close(fd)
                 if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     raise
-                raise self.refusal() from None
+                raise self._refusal() from None
             # The file may have been unlinked or replaced between our open and
             # our flock; then we hold a lock nobody else can see. Try again.
             if self._same_file(fd):
@@ -176,7 +176,7 @@ class SchedulerLock:
                 return int(fields[4])
         return None
 
-    def refusal(self, *, root_locked: bool = False) -> SchedulerUnavailable:
+    def _refusal(self, *, root_locked: bool = False) -> SchedulerUnavailable:
         """The error that refuses this store to a second owner, naming its holder."""
         holder = self.read_holder()
         locker = self._root_locker() if root_locked else None

@@ -260,9 +260,11 @@ def build_local_static_workflow_server(
 
     Recovery findings (abandoned runs failed, ambiguous resumes failed closed,
     unreadable records, counter repairs) are in `server.recovery_report` and
-    `server.api.recovery_report`; none of them stops the server. When a
-    scheduler in another process owns the store (`scheduler.lock`), nothing is
-    opened: SchedulerUnavailable names the holder.
+    `server.api.recovery_report`; none of them stops the server. The server
+    holds the store's lock (`scheduler.lock`) from before its recovery to
+    its `close()`; when another live process holds it (a server, with or
+    without its scheduler, or `wf-store copy`), nothing is opened:
+    SchedulerUnavailable names the holder.
 
     With `schedules=True`, `server.api.schedules` is `schedules_factory(server)`,
     or `shell.schedules_api.build_schedules_api(server)` when no factory is
@@ -288,21 +290,22 @@ def build_local_static_workflow_server(
         # The file stores never suspend: their load runs to completion here.
         report = complete(_recover(stores, now))
         _sweep_temp_files(store_root, older_than_ns=started_ns - TEMP_IN_FLIGHT_NS, disk=disk)
-    except BaseException:
-        lock.release()
-        raise
-    server = _server(
-        stores, now=now, report=report, read_clock=read_clock, store_root=store_root, database=None
-    )
-    server.store_lock = lock
-    if schedules:
-        try:
+        server = _server(
+            stores,
+            now=now,
+            report=report,
+            read_clock=read_clock,
+            store_root=store_root,
+            database=None,
+        )
+        server.store_lock = lock
+        if schedules:
             if schedules_factory is None:
                 schedules_factory = _default_schedules_factory()
             server.api.schedules = schedules_factory(server)
-        except BaseException:
-            lock.release()
-            raise
+    except BaseException:
+        lock.release()
+        raise
     return server
 
 
