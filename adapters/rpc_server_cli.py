@@ -11,6 +11,8 @@ the scheduler), start the scheduler service, then listen. On SIGTERM or
 SIGINT: stop admitting (the scheduler stops first, the HTTP server stops
 accepting), drain executing runs within `drain_grace_s`, and exit 0.
 
+SIGHUP (a closed terminal, a dropped SSH session) stops the server as
+SIGTERM does, unless it was ignored when the server started (`nohup`).
 SIGTERM never cuts the drain, however many arrive: `kill %1` on a job
 started with `uv run` signals its process group, so the server gets the
 shell's SIGTERM and the one uv forwards, a millisecond apart. A SIGINT that
@@ -352,7 +354,8 @@ async def _serve_server(
 
     # Installed before the scheduler starts: from then on runs may be executing,
     # and a signal must drain them rather than kill the process.
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    stop_signals = _stop_signals()
+    for signum in stop_signals:
         loop.add_signal_handler(signum, on_signal, signum)
     try:
         if service is not None:
@@ -405,13 +408,24 @@ async def _serve_server(
             )
         else:
             logger.info("drained: no run was executing at exit")
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in stop_signals:
             loop.remove_signal_handler(signum)
             if exiting:
                 signal.signal(signum, signal.SIG_IGN)
         await console.close()
     logger.info("stopped")
     return 0
+
+
+def _stop_signals() -> list[signal.Signals]:
+    """The signals that stop the server with a drain: SIGTERM, SIGINT, and
+    SIGHUP (the terminal closed, the SSH session dropped: otherwise the
+    process would die with its runs) unless it is ignored, as `nohup`
+    leaves it for a server meant to outlive its terminal."""
+    signals = [signal.SIGTERM, signal.SIGINT]
+    if signal.getsignal(signal.SIGHUP) == signal.SIG_DFL:
+        signals.append(signal.SIGHUP)
+    return signals
 
 
 async def _until(task: asyncio.Task[Any], gave_up: asyncio.Event) -> bool:

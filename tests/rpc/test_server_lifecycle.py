@@ -141,6 +141,39 @@ async def test_a_repeated_sigterm_does_not_cut_the_drain(tmp_path: Path) -> None
     assert reopened.recovery_report == []
 
 
+async def test_a_hangup_drains_like_sigterm(tmp_path: Path) -> None:
+    # The terminal closed or the SSH session dropped: until 2026-12-08 the
+    # process died at once, and the next start failed its runs as abandoned.
+    serving, run_id = await serve_with_a_running_run(tmp_path, 0.4)
+    os.kill(os.getpid(), signal.SIGHUP)
+    os.kill(os.getpid(), signal.SIGHUP)  # a second one does not cut the drain
+    assert await asyncio.wait_for(serving, timeout=15) == 0
+    reopened = build_local_static_workflow_server(tmp_path / "store")
+    run = await reopened.api.inspect_run(run_id)
+    assert (run["status"], run["output"]) == ("completed", {"slept": 0.4})
+    assert reopened.recovery_report == []
+    await reopened.close()
+
+
+async def test_a_hangup_ignored_at_start_stays_ignored(tmp_path: Path) -> None:
+    # `nohup wf-rpc-server ... &`: the server is meant to outlive its terminal.
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        port = free_port()
+        settings = resolve_settings(store_root=Path("store"), port=port, environ={}, cwd=tmp_path)
+        serving = asyncio.create_task(serve(settings))
+        async with App(f"http://127.0.0.1:{port}") as app:
+            await wait_until(lambda: healthy(app), timeout_s=15)
+            os.kill(os.getpid(), signal.SIGHUP)
+            await asyncio.sleep(0.2)
+            assert not serving.done()
+            assert (await app.health())["status"] == "ok"
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert await asyncio.wait_for(serving, timeout=15) == 0
+    finally:
+        signal.signal(signal.SIGHUP, before)
+
+
 async def test_a_second_sigint_cuts_the_drain_and_the_next_start_says_so(
     tmp_path: Path,
 ) -> None:
