@@ -144,10 +144,15 @@ async def test_a_repeated_sigterm_does_not_cut_the_drain(tmp_path: Path) -> None
 async def test_a_hangup_drains_like_sigterm(tmp_path: Path) -> None:
     # The terminal closed or the SSH session dropped: until 2026-12-08 the
     # process died at once, and the next start failed its runs as abandoned.
-    serving, run_id = await serve_with_a_running_run(tmp_path, 0.4)
-    os.kill(os.getpid(), signal.SIGHUP)
-    os.kill(os.getpid(), signal.SIGHUP)  # a second one does not cut the drain
-    assert await asyncio.wait_for(serving, timeout=15) == 0
+    # As a terminal leaves it (a test runner under `nohup` would not).
+    before = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        serving, run_id = await serve_with_a_running_run(tmp_path, 0.4)
+        os.kill(os.getpid(), signal.SIGHUP)
+        os.kill(os.getpid(), signal.SIGHUP)  # a second one does not cut the drain
+        assert await asyncio.wait_for(serving, timeout=15) == 0
+    finally:
+        signal.signal(signal.SIGHUP, before)
     reopened = build_local_static_workflow_server(tmp_path / "store")
     run = await reopened.api.inspect_run(run_id)
     assert (run["status"], run["output"]) == ("completed", {"slept": 0.4})
