@@ -27,7 +27,6 @@ from core.occurrences import RUN_STATUSES, TERMINAL_RUN_STATUSES, TERMINAL_STATU
 from shell import ManualClock, SchedulerService, SchedulerServiceConfig
 from shell.disk import OS_DISK, Disk, exists, is_directory
 from shell.durable import SimulatedCrash
-from shell.file_backend import FileOwnership
 from shell.pg.ownership import PgOwnership
 from shell.store_format import format_instant, parse_instant
 from tests import run_log_files
@@ -166,15 +165,13 @@ class World(Harness):
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
             ownership = service._backend.ownership
-            if isinstance(ownership, FileOwnership):
-                ownership.lock.abandon()  # closing its descriptors releases the flocks
-            elif isinstance(ownership, PgOwnership):
+            if isinstance(ownership, PgOwnership):
                 await ownership.step_down()  # no renewal: the lease runs out
             service._running = False
         if self.server is not None:
             if self.server.store_lock is not None:
-                # The server's lock, which its service ran under: the same
-                # descriptors, closed once (no service may have run).
+                # On files the service runs under its server's lock: closing
+                # its descriptors releases the flocks.
                 self.server.store_lock.abandon()
             await self.server.api.cancel_executing()
         if self.database is not None:
